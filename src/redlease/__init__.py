@@ -1,0 +1,39 @@
+"""redlease: Redisson's distributed locks for Python, on Redis and Valkey, sync and asyncio."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._sync.client import Client
+from ._sync.lock import Lock
+from .errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    LockTimeoutError,
+    NotOwnedError,
+    RedleaseError,
+    ServerUnavailableError,
+)
+from .stats import Lease, LockStatistics
+
+__all__ = [
+    "Client",
+    "InvalidArgumentError",
+    "Lease",
+    "LeaseLostError",
+    "Lock",
+    "LockStatistics",
+    "LockTimeoutError",
+    "NotOwnedError",
+    "RedleaseError",
+    "ServerUnavailableError",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("redlease")
+    raise AttributeError(f"module 'redlease' has no attribute {name!r}")

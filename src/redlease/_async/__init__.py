@@ -1,0 +1,1 @@
+"""The asyncio shell."""

@@ -1,0 +1,230 @@
+"""The reentrant lock's operations and its local record of holds."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LeaseLostError
+from . import codes, scripts
+from .keys import UNLOCK_MESSAGE, LockKeys
+from .requests import Call, Operation, Subscribe, WaitWake
+
+RECEIPT_MS = 30_000
+"""How long a final release stays recognisable to a retry of the same request."""
+
+NO_EXPIRY_RECHECK = 5.0
+"""A waiter on a lock with no TTL (set by someone else) re-checks at least this often."""
+
+
+def drift(lease: float) -> float:
+    """Clock-drift allowance for a lease (the Redlock rule: 1% plus 2 ms)."""
+    return lease * 0.01 + 0.002
+
+
+def to_ms(seconds: float) -> int:
+    return max(1, math.ceil(seconds * 1000))
+
+
+@dataclass(frozen=True)
+class Acquired:
+    """A granted acquisition: the owner's hold count now and the lease left on the key."""
+
+    count: int
+    ttl: float
+    requested_at: float
+
+
+def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float) -> Call:
+    def undo(reply: Any) -> Call | None:
+        code, count = int(reply[0]), int(reply[1])
+        if code == codes.GRANTED and count == held + 1:
+            return release_call(keys, owner, count, request_id=f"undo:{owner}:{count}")
+        return None
+
+    return Call(scripts.LOCK_ACQUIRE, (keys.name,), (to_ms(lease), owner, held), undo=undo)
+
+
+def release_call(keys: LockKeys, owner: str, held: int, *, request_id: str) -> Call:
+    return Call(
+        scripts.LOCK_RELEASE,
+        (keys.name, keys.channel, keys.receipt(owner)),
+        (owner, held, request_id, RECEIPT_MS, UNLOCK_MESSAGE),
+    )
+
+
+def acquire(
+    keys: LockKeys,
+    owner: str,
+    *,
+    held: int,
+    lease: float,
+    blocking: bool,
+    timeout: float | None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Operation[Acquired | None]:
+    """Try, and while allowed wait for a wake-up and try again; ``None`` when not acquired.
+
+    Success needs lease time left by the local clock, counted from before the request was
+    sent, minus the drift allowance; a grant that arrives too late is given back.
+    A wake-up is only a hint: every wait is bounded by the holder's TTL and our own deadline.
+    """
+    deadline = None if timeout is None else clock() + timeout
+    subscribed = False
+    while True:
+        sent_at = clock()
+        reply = yield _acquire_call(keys, owner, held, lease)
+        code, count, ttl_ms = int(reply[0]), int(reply[1]), int(reply[2])
+        if code == codes.GRANTED:
+            if clock() - sent_at < lease - drift(lease):
+                return Acquired(count=count, ttl=ttl_ms / 1000, requested_at=sent_at)
+            yield release_call(keys, owner, count, request_id=f"late:{owner}:{sent_at}")
+            ttl_ms = 0
+        elif code == codes.LOST:
+            raise LeaseLostError(
+                f"lock {keys.name!r}: the hold of owner {owner} was lost before re-entry",
+                name=keys.name,
+                owner=owner,
+            )
+        if not blocking:
+            return None
+        remaining = math.inf if deadline is None else deadline - clock()
+        if remaining <= 0:
+            return None
+        if not subscribed:
+            # Subscribe, then try again at once: a release between our try and the
+            # subscription would otherwise go unheard until the TTL ran out.
+            yield Subscribe(keys.channel)
+            subscribed = True
+            continue
+        holder_left = NO_EXPIRY_RECHECK if ttl_ms < 0 else ttl_ms / 1000
+        yield WaitWake(min(remaining, holder_left))
+
+
+def release(keys: LockKeys, owner: str, *, held: int, request_id: str) -> Operation[int]:
+    """Release one hold; returns how many holds the owner keeps (0: the lock is free)."""
+    reply = yield release_call(keys, owner, held, request_id=request_id)
+    code, remaining = int(reply[0]), int(reply[1])
+    if code != codes.RELEASED:
+        raise LeaseLostError(
+            f"lock {keys.name!r}: owner {owner} no longer holds it "
+            "(its lease expired or it was force-released)",
+            name=keys.name,
+            owner=owner,
+        )
+    return remaining
+
+
+def force_release(keys: LockKeys) -> Operation[bool]:
+    reply = yield Call(scripts.LOCK_FORCE_RELEASE, (keys.name, keys.channel), (UNLOCK_MESSAGE,))
+    return bool(int(reply))
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Status:
+    """What the server says about a lock: TTL (seconds; ``None`` when free) and holders."""
+
+    ttl: float | None
+    holders: dict[str, int]
+
+    @property
+    def locked(self) -> bool:
+        return self.ttl is not None
+
+
+def status(keys: LockKeys) -> Operation[Status]:
+    reply = yield Call(scripts.LOCK_STATUS, (keys.name,), ())
+    ttl_ms = int(reply[0])
+    pairs = reply[1:]
+    holders = {_text(pairs[i]): int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+    if ttl_ms == -2:
+        return Status(ttl=None, holders={})
+    return Status(ttl=math.inf if ttl_ms == -1 else ttl_ms / 1000, holders=holders)
+
+
+# --- the local record of holds -------------------------------------------------------------
+
+
+@dataclass
+class Hold:
+    """One owner's holds on one lock: a lease per hold (``None``: renewed by the watchdog)."""
+
+    keys: LockKeys
+    owner: str
+    epoch: int
+    renewed_at: float
+    leases: list[float | None] = field(default_factory=list)
+    releasing: bool = False
+    """Set while the final release is on the wire, so the watchdog does not call it lost."""
+    listeners: list[Callable[[LeaseLostError], None]] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.leases)
+
+    @property
+    def watched(self) -> bool:
+        return any(lease is None for lease in self.leases)
+
+
+class HoldTable:
+    """Holds that the server confirmed, by (lock name, owner). Not thread-safe by itself."""
+
+    def __init__(self) -> None:
+        self._holds: dict[tuple[str, str], Hold] = {}
+        self._epochs = itertools.count(1)
+
+    def get(self, name: str, owner: str) -> Hold | None:
+        return self._holds.get((name, owner))
+
+    def count(self, name: str, owner: str) -> int:
+        hold = self._holds.get((name, owner))
+        return hold.count if hold else 0
+
+    def granted(
+        self, keys: LockKeys, owner: str, acquired: Acquired, lease: float | None
+    ) -> Hold:
+        count = acquired.count
+        hold = self._holds.get((keys.name, owner))
+        if hold is None:
+            hold = Hold(
+                keys=keys, owner=owner, epoch=next(self._epochs), renewed_at=acquired.requested_at
+            )
+            self._holds[(keys.name, owner)] = hold
+            self._holds[(keys.name, owner)] = hold
+        hold.leases.append(lease)
+        del hold.leases[: max(0, hold.count - count)]  # the server's count is the truth
+        return hold
+
+    def released(self, name: str, owner: str, remaining: int) -> None:
+        hold = self._holds.get((name, owner))
+        if hold is None:
+            return
+        hold.leases.pop()
+        if remaining <= 0 or not hold.leases:
+            del self._holds[(name, owner)]
+
+    def drop(self, name: str, owner: str, epoch: int | None = None) -> Hold | None:
+        """Forget a hold (lost or given up); with ``epoch``, only that acquisition episode."""
+        hold = self._holds.get((name, owner))
+        if hold is None or (epoch is not None and hold.epoch != epoch):
+            return None
+        del self._holds[(name, owner)]
+        return hold
+
+    def watched(self) -> list[Hold]:
+        return [h for h in self._holds.values() if h.watched and not h.releasing]
+
+    def holds(self) -> list[Hold]:
+        return list(self._holds.values())
+
+    def clear(self) -> None:
+        self._holds.clear()

@@ -1,0 +1,43 @@
+"""The I/O requests that core operations yield, and that each shell knows how to perform."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from .scripts import Script
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Call:
+    """Run ``script`` (EVALSHA, reloading it if the server lost its cache); reply: its result.
+
+    ``undo`` maps the reply to a call that takes the effect back, for a caller cancelled after
+    the request was sent: the shell waits for the reply and runs the undo before giving up.
+    """
+
+    script: Script
+    keys: tuple[str, ...]
+    args: tuple[str | int, ...]
+    undo: Callable[[Any], Call | None] | None = None
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """Listen on ``channel`` from now on (confirmed by the server); reply: ``None``."""
+
+    channel: str
+
+
+@dataclass(frozen=True)
+class WaitWake:
+    """Wait up to ``timeout`` seconds for a message on the subscribed channel; reply: woken?"""
+
+    timeout: float
+
+
+Request = Call | Subscribe | WaitWake
+Operation = Generator[Request, Any, T]

@@ -1,0 +1,30 @@
+"""Lua scripts: source read once from ``redlease/lua``, SHA-1 computed locally, run by EVALSHA."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from importlib import resources
+
+
+@dataclass(frozen=True)
+class Script:
+    """One server-side operation. Every key goes through KEYS; no value is put in the source."""
+
+    name: str
+    source: bytes = field(repr=False)
+    sha: str
+
+    @classmethod
+    def load(cls, name: str) -> Script:
+        source = resources.files("redlease").joinpath("lua", f"{name}.lua").read_bytes()
+        return cls(name=name, source=source, sha=hashlib.sha1(source).hexdigest())
+
+
+LOCK_ACQUIRE = Script.load("lock_acquire")
+LOCK_RELEASE = Script.load("lock_release")
+LOCK_RENEW = Script.load("lock_renew")
+LOCK_FORCE_RELEASE = Script.load("lock_force_release")
+LOCK_STATUS = Script.load("lock_status")
+
+ALL = (LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW, LOCK_FORCE_RELEASE, LOCK_STATUS)

@@ -1,0 +1,120 @@
+"""The part of ``Lock`` and ``AsyncLock`` that does no I/O: arguments, owner, local state."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ._core import lock as core
+from ._core.keys import LockKeys
+from ._core.requests import Operation
+from ._shell import ClientState
+from .errors import LeaseLostError, NotOwnedError
+from .options import Seconds, lock_name, optional_seconds, wait_args
+from .stats import Lease, LockStatistics
+
+
+@dataclass(frozen=True)
+class AcquirePlan:
+    owner: str
+    lease: float | None
+    op: Operation[core.Acquired | None]
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    owner: str
+    hold: core.Hold
+    op: Operation[int]
+
+
+class LockBase:
+    """Shared by both shells; each shell supplies the I/O and the owner of the caller."""
+
+    def __init__(
+        self,
+        state: ClientState,
+        name: str,
+        *,
+        lease: Seconds | None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None,
+    ) -> None:
+        self._state = state
+        self._keys = LockKeys.for_name(lock_name(name))
+        self._lease = optional_seconds(lease, "lease")
+        self._on_lease_lost = on_lease_lost
+
+    @property
+    def name(self) -> str:
+        return self._keys.name
+
+    def _plan_acquire(
+        self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
+    ) -> AcquirePlan:
+        wait = wait_args(blocking, timeout)
+        chosen = optional_seconds(lease, "lease")
+        if chosen is None:
+            chosen = self._lease
+        op = core.acquire(
+            self._keys,
+            owner,
+            held=self._state.count(self.name, owner),
+            lease=self._state.watchdog_timeout if chosen is None else chosen,
+            blocking=blocking,
+            timeout=wait,
+        )
+        return AcquirePlan(owner=owner, lease=chosen, op=op)
+
+    def _acquired(self, plan: AcquirePlan, result: core.Acquired | None) -> Lease | None:
+        """Record a grant (after the server confirmed it) and describe it."""
+        if result is None:
+            return None
+        self._state.granted(self._keys, plan.owner, result, plan.lease, self._on_lease_lost)
+        return Lease(
+            name=self.name,
+            owner=plan.owner,
+            hold_count=result.count,
+            lease=plan.lease,
+            ttl=result.ttl,
+        )
+
+    def _plan_release(self, owner: str) -> ReleasePlan:
+        hold = self._state.begin_release(self.name, owner)
+        if hold is None:
+            lost = self._state.take_lost(self.name, owner)
+            if lost is not None:
+                raise lost
+            raise NotOwnedError(
+                f"lock {self.name!r} is not held by owner {owner}: nothing to release",
+                name=self.name,
+                owner=owner,
+            )
+        op = core.release(self._keys, owner, held=hold.count, request_id=uuid.uuid4().hex)
+        return ReleasePlan(owner=owner, hold=hold, op=op)
+
+    def _released(self, plan: ReleasePlan, remaining: int) -> None:
+        self._state.released(self.name, plan.owner, remaining)
+
+    def _release_failed(self, plan: ReleasePlan, exc: BaseException) -> None:
+        if isinstance(exc, LeaseLostError):
+            self._state.forget(plan.hold)  # the server no longer has it
+        else:
+            self._state.abort_release(plan.hold)  # unknown outcome: keep it, retry is safe
+
+    def _statistics(
+        self, owner: str, status: core.Status, local_waiters: int
+    ) -> LockStatistics:
+        count = status.holders.get(owner, 0)
+        return LockStatistics(
+            name=self.name,
+            locked=status.locked,
+            owned=count > 0,
+            hold_count=count,
+            ttl=status.ttl,
+            holders=dict(status.holders),
+            local_waiters=local_waiters,
+        )
+
+    def _lease_lost(self, owner: str) -> bool:
+        return self._state.peek_lost(self.name, owner)

@@ -1,0 +1,208 @@
+"""What the sync and asyncio shells share: owner identity, the client's hold state, errors.
+
+Nothing here blocks or awaits; each shell adds only its own I/O around it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import threading
+import uuid
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import redis.exceptions
+
+from ._core.keys import LockKeys
+from ._core.lock import Acquired, Hold, HoldTable
+from .errors import LeaseLostError, ServerUnavailableError
+
+log = logging.getLogger("redlease")
+
+# --- owner identity -----------------------------------------------------------------------
+# A hold belongs to "<client-id>:<owner-id>", as in Redisson. The client id is random and is
+# minted again in a forked child; owner ids come from a process-wide counter, so neither a
+# recycled thread ident nor a recycled id(task) can ever make two owners look the same.
+
+_owner_ids = itertools.count(1)
+_fork_generation = 0
+
+
+def _after_fork_in_child() -> None:
+    global _fork_generation, _owner_ids
+    _fork_generation += 1
+    _owner_ids = itertools.count(1)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def fork_generation() -> int:
+    return _fork_generation
+
+
+def next_owner_id() -> int:
+    return next(_owner_ids)
+
+
+class ThreadOwners:
+    """A fresh owner id for each thread (sync side), never reused."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    def current(self) -> int:
+        gen = fork_generation()
+        if getattr(self._local, "generation", None) != gen:
+            self._local.generation = gen
+            self._local.owner = next_owner_id()
+        owner: int = self._local.owner
+        return owner
+
+
+class TaskOwners:
+    """A fresh owner id for each asyncio task (async side), never reused."""
+
+    def __init__(self) -> None:
+        self._ids: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._generation = fork_generation()
+
+    def current(self, task: Any) -> int:
+        if self._generation != fork_generation():
+            self._ids = weakref.WeakKeyDictionary()
+            self._generation = fork_generation()
+        owner = self._ids.get(task)
+        if owner is None:
+            owner = self._ids[task] = next_owner_id()
+        return owner
+
+
+# --- the client's state ---------------------------------------------------------------------
+
+
+class ClientState:
+    """A client's id and confirmed holds, safe to touch from any thread.
+
+    Local state changes only after the server confirmed (``granted``, ``released``); a lost
+    lease is remembered per owner until that owner's next release raises it.
+    """
+
+    def __init__(self, watchdog_timeout: float) -> None:
+        self.watchdog_timeout = watchdog_timeout
+        self.mutex = threading.Lock()
+        self._generation = fork_generation()
+        self.id = str(uuid.uuid4())
+        self.holds = HoldTable()
+        self._lost: dict[tuple[str, str], LeaseLostError] = {}
+
+    def check_fork(self) -> bool:
+        """In a forked child: new client id, no holds. Returns True when a fork was seen."""
+        if self._generation == fork_generation():
+            return False
+        with self.mutex:
+            self._generation = fork_generation()
+            self.id = str(uuid.uuid4())
+            self.holds = HoldTable()
+            self._lost.clear()
+        return True
+
+    def owner(self, owner_id: int) -> str:
+        return f"{self.id}:{owner_id}"
+
+    def count(self, name: str, owner: str) -> int:
+        with self.mutex:
+            return self.holds.count(name, owner)
+
+    def granted(
+        self,
+        keys: LockKeys,
+        owner: str,
+        acquired: Acquired,
+        lease: float | None,
+        listener: Callable[[LeaseLostError], None] | None,
+    ) -> Hold:
+        with self.mutex:
+            self._lost.pop((keys.name, owner), None)
+            hold = self.holds.granted(keys, owner, acquired, lease)
+            if listener is not None and listener not in hold.listeners:
+                hold.listeners.append(listener)
+        log.debug("acquired lock %r owner %s count %d", keys.name, owner, acquired.count)
+        return hold
+
+    def begin_release(self, name: str, owner: str) -> Hold | None:
+        """The hold about to be released (marked so the watchdog leaves a final one alone)."""
+        with self.mutex:
+            hold = self.holds.get(name, owner)
+            if hold is not None and hold.count == 1:
+                hold.releasing = True
+            return hold
+
+    def abort_release(self, hold: Hold) -> None:
+        with self.mutex:
+            hold.releasing = False
+
+    def released(self, name: str, owner: str, remaining: int) -> None:
+        with self.mutex:
+            self.holds.released(name, owner, remaining)
+        log.debug("released lock %r owner %s remaining %d", name, owner, remaining)
+
+    def peek_lost(self, name: str, owner: str) -> bool:
+        with self.mutex:
+            return (name, owner) in self._lost
+
+    def take_lost(self, name: str, owner: str) -> LeaseLostError | None:
+        with self.mutex:
+            return self._lost.pop((name, owner), None)
+
+    def lease_lost(self, hold: Hold, error: LeaseLostError) -> None:
+        """Record that ``hold`` is gone on the server and tell its listeners."""
+        with self.mutex:
+            if self.holds.drop(hold.keys.name, hold.owner, hold.epoch) is None:
+                return  # released or re-acquired meanwhile: not a loss
+            self._lost[(hold.keys.name, hold.owner)] = error
+        log.warning("%s", error)
+        for listener in hold.listeners:
+            try:
+                listener(error)
+            except Exception:
+                log.exception("lease-lost callback for lock %r failed", hold.keys.name)
+
+    def forget(self, hold: Hold) -> None:
+        with self.mutex:
+            self.holds.drop(hold.keys.name, hold.owner, hold.epoch)
+
+    def clear(self) -> None:
+        with self.mutex:
+            self.holds.clear()
+            self._lost.clear()
+
+
+def lost_error(hold: Hold, why: str) -> LeaseLostError:
+    return LeaseLostError(
+        f"lock {hold.keys.name!r}: lease of owner {hold.owner} lost ({why})",
+        name=hold.keys.name,
+        owner=hold.owner,
+    )
+
+
+# --- talking to redis -----------------------------------------------------------------------
+
+
+def address_of(connection_kwargs: dict[str, Any]) -> str:
+    """``host:port`` (or the socket path) of a connection, never with a password."""
+    if "path" in connection_kwargs:
+        return str(connection_kwargs["path"])
+    return f"{connection_kwargs.get('host', '?')}:{connection_kwargs.get('port', '?')}"
+
+
+CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+
+def unavailable(exc: BaseException, address: str, name: str | None) -> ServerUnavailableError:
+    what = f" for lock {name!r}" if name else ""
+    return ServerUnavailableError(
+        f"redis server {address} unavailable{what}: {exc}", address=address, name=name
+    )

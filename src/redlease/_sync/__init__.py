@@ -1,0 +1,1 @@
+"""The thread-based shell."""

@@ -1,0 +1,225 @@
+"""The thread-based client: runs core operations with redis-py, one watchdog, one subscriber."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import redis
+import redis.exceptions
+
+from .._core.lock import Hold
+from .._core.requests import Call, Operation, Subscribe, WaitWake
+from .._core.watchdog import RenewalPolicy
+from .._shell import (
+    CONNECTION_ERRORS,
+    ClientState,
+    ThreadOwners,
+    address_of,
+    log,
+    lost_error,
+    unavailable,
+)
+from ..errors import LeaseLostError, ServerUnavailableError
+from ..options import Seconds, lock_name, optional_seconds, seconds
+from .subscriber import Subscriber, Waiter
+
+T = TypeVar("T")
+
+_owners = ThreadOwners()
+
+
+class Client:
+    """A redlease client over one ``redis.Redis``: makes locks, renews their leases, wakes
+    their waiters. Thread-safe; share one per process (or per server).
+
+    ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; the watchdog
+    renews it every third of that for as long as the hold lasts.
+    """
+
+    def __init__(self, redis_client: redis.Redis, *, watchdog_timeout: Seconds = 30.0) -> None:
+        if not isinstance(redis_client, redis.Redis):
+            raise TypeError(
+                f"Client needs a redis.Redis, got {type(redis_client).__name__}"
+                " (use AsyncClient for redis.asyncio)"
+            )
+        self.redis = redis_client
+        self._state = ClientState(seconds(watchdog_timeout, "watchdog_timeout"))
+        self._policy = RenewalPolicy(self._state.watchdog_timeout)
+        self.address = address_of(redis_client.connection_pool.connection_kwargs)
+        self._owns_redis = False
+        self._subscriber: Subscriber | None = None
+        self._watchdog: _Watchdog | None = None
+        self._start_mutex = threading.Lock()
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, url: str, *, watchdog_timeout: Seconds = 30.0, **redis_kwargs: Any) -> Client:
+        """A client over ``redis.Redis.from_url(url, **redis_kwargs)``, closed with the client."""
+        client = cls(redis.Redis.from_url(url, **redis_kwargs), watchdog_timeout=watchdog_timeout)
+        client._owns_redis = True
+        return client
+
+    @property
+    def id(self) -> str:
+        """This client's id: the first half of every owner field it writes."""
+        self._state.check_fork()
+        return self._state.id
+
+    @property
+    def watchdog_timeout(self) -> float:
+        return self._state.watchdog_timeout
+
+    def lock(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> Lock:
+        """A reentrant lock named ``name`` (the Redis key), Redisson-compatible."""
+        return Lock(self, name, lease=lease, on_lease_lost=on_lease_lost)
+
+    def close(self) -> None:
+        """Stop the watchdog and the subscriber; close the redis client if this client made it.
+
+        Holds still held are not released: they expire with their lease.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.stop()
+        if self._subscriber is not None:
+            self._subscriber.close()
+        if self._owns_redis:
+            self.redis.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<redlease.Client {self.address} id={self._state.id}>"
+
+    # --- the driver -----------------------------------------------------------------------
+
+    def _owner(self) -> str:
+        if self._state.check_fork():
+            self._after_fork()
+        return self._state.owner(_owners.current())
+
+    def _after_fork(self) -> None:
+        # threads do not survive fork: start fresh ones on demand
+        self._subscriber = None
+        self._watchdog = None
+
+    def _call(self, call: Call, name: str | None) -> Any:
+        script = call.script
+        try:
+            try:
+                return self.redis.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+            except redis.exceptions.NoScriptError:
+                # a restarted server has an empty script cache
+                self.redis.script_load(script.source)
+                return self.redis.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self.address, name) from exc
+
+    def _run(self, op: Operation[T], name: str) -> T:
+        """Perform ``op``'s requests one by one until it returns."""
+        if self._closed:
+            raise RuntimeError("redlease client is closed")
+        waiter: Waiter | None = None
+        reply: Any = None
+        try:
+            while True:
+                request = op.send(reply)
+                if isinstance(request, Call):
+                    reply = self._call(request, name)
+                elif isinstance(request, Subscribe):
+                    waiter = self._subscriber_started().subscribe(request.channel, name=name)
+                    reply = None
+                elif isinstance(request, WaitWake):
+                    assert waiter is not None
+                    reply = waiter.wait(request.timeout)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        finally:
+            op.close()
+            if waiter is not None and self._subscriber is not None:
+                self._subscriber.unsubscribe(waiter)
+
+    def _subscriber_started(self) -> Subscriber:
+        with self._start_mutex:
+            if self._subscriber is None:
+                self._subscriber = Subscriber(self.redis)
+            return self._subscriber
+
+    def _watch(self) -> None:
+        with self._start_mutex:
+            if self._watchdog is None:
+                self._watchdog = _Watchdog(self)
+            self._watchdog.ensure_running()
+
+
+class _Watchdog:
+    """One thread per client that renews every watched hold, batched."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def ensure_running(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="redlease-watchdog", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        client, policy, state = self._client, self._client._policy, self._client._state
+        delay = policy.interval
+        while not self._stop.wait(delay):
+            with state.mutex:
+                holds = state.holds.watched()
+            ok = True
+            for batch, call in policy.calls(holds):
+                ok = self.renew(batch, call) and ok
+            delay = policy.next_delay(ok)
+
+    def renew(self, batch: list[Hold], call: Call) -> bool:
+        client, state = self._client, self._client._state
+        sent_at = time.monotonic()
+        try:
+            reply = client._call(call, None)
+        except ServerUnavailableError as exc:
+            log.warning("lease renewal failed: %s", exc)
+            for hold in batch:
+                if client._policy.expired(hold.renewed_at, time.monotonic()):
+                    state.lease_lost(hold, lost_error(hold, "not renewed for a whole lease"))
+            return False
+        for hold, renewed in zip(batch, reply, strict=True):
+            if int(renewed):
+                hold.renewed_at = sent_at
+            elif not hold.releasing:
+                state.lease_lost(hold, lost_error(hold, "the watchdog found it gone"))
+        return True
+
+
+from .lock import Lock  # noqa: E402  (Lock needs Client; Client.lock returns Lock)

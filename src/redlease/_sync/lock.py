@@ -1,0 +1,130 @@
+"""The thread-based reentrant lock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from .._core import lock as core
+from .._lockbase import LockBase
+from ..errors import LeaseLostError, LockTimeoutError
+from ..options import Seconds
+from ..stats import Lease, LockStatistics
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+class Lock(LockBase):
+    """A reentrant lease lock, owned per thread, in Redisson's RLock layout.
+
+    ``with lock:`` waits as long as it takes; ``lock.acquire(timeout=5, lease=10)`` is
+    Redisson's ``tryLock(5, 10, SECONDS)``; ``with lock.hold(timeout=5):`` raises
+    ``LockTimeoutError`` when the wait runs out.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> None:
+        super().__init__(client._state, name, lease=lease, on_lease_lost=on_lease_lost)
+        self.client = client
+
+    def acquire(
+        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> bool:
+        """Take a hold; ``False`` when ``timeout`` ran out (or the lock was held and
+        ``blocking`` is false). Without a ``lease`` the watchdog renews the hold."""
+        return self._acquire(blocking, timeout, lease) is not None
+
+    def _acquire(
+        self, blocking: bool, timeout: Seconds | None, lease: Seconds | None
+    ) -> Lease | None:
+        plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
+        got = self._acquired(plan, self.client._run(plan.op, self.name))
+        if got is not None and got.lease is None:
+            self.client._watch()
+        return got
+
+    def release(self) -> None:
+        """Give back one hold. Raises ``NotOwnedError`` when the calling thread holds none,
+        ``LeaseLostError`` when its lease was lost meanwhile."""
+        plan = self._plan_release(self.client._owner())
+        try:
+            remaining = self.client._run(plan.op, self.name)
+        except BaseException as exc:
+            self._release_failed(plan, exc)
+            raise
+        self._released(plan, remaining)
+
+    @contextmanager
+    def hold(
+        self, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> Iterator[Lease]:
+        """``with lock.hold(timeout=5) as lease:`` a bounded wait that raises
+        ``LockTimeoutError`` when it runs out, then releases on exit."""
+        got = self._acquire(True, timeout, lease)
+        if got is None:
+            raise LockTimeoutError(
+                f"lock {self.name!r} not acquired within {timeout} s",
+                name=self.name,
+                owner=self.client._owner(),
+            )
+        try:
+            yield got
+        finally:
+            self.release()
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock (asks the server)."""
+        return self._status().locked
+
+    def owned(self) -> bool:
+        """Whether the calling thread holds the lock (asks the server)."""
+        return self.hold_count() > 0
+
+    def hold_count(self) -> int:
+        """How many holds the calling thread has on the lock (asks the server)."""
+        return self._status().holders.get(self.client._owner(), 0)
+
+    def ttl(self) -> float | None:
+        """Seconds left on the lease; ``None`` when the lock is free."""
+        return self._status().ttl
+
+    def force_release(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; ``True`` if it was held."""
+        return self.client._run(core.force_release(self._keys), self.name)
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether the calling thread's hold was found lost and not yet reported by release."""
+        return self._lease_lost(self.client._owner())
+
+    def statistics(self) -> LockStatistics:
+        sub = self.client._subscriber
+        waiters = sub.waiting(self._keys.channel) if sub is not None else 0
+        return self._statistics(self.client._owner(), self._status(), waiters)
+
+    def _status(self) -> core.Status:
+        return self.client._run(core.status(self._keys), self.name)
+
+    def __enter__(self) -> Lock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<redlease.Lock {self.name!r} on {self.client.address}>"

@@ -1,0 +1,54 @@
+"""The whole exception hierarchy.
+
+Every error is a ``RedleaseError`` and also the builtin it resembles, so ``except TimeoutError``
+and ``except ConnectionError`` work as users expect. Lock errors carry the lock name and owner.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "InvalidArgumentError",
+    "LeaseLostError",
+    "LockTimeoutError",
+    "NotOwnedError",
+    "RedleaseError",
+    "ServerUnavailableError",
+]
+
+
+class RedleaseError(Exception):
+    """Base class of every error redlease raises."""
+
+
+class InvalidArgumentError(RedleaseError, ValueError):
+    """An argument was out of range or of the wrong kind (empty name, lease <= 0, ...)."""
+
+
+class _LockError(RedleaseError):
+    """An error about one lock; ``name`` and ``owner`` say which lock and which holder."""
+
+    def __init__(self, message: str, *, name: str, owner: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.owner = owner
+
+
+class NotOwnedError(_LockError, RuntimeError):
+    """The caller released (or renewed) a lock it does not hold."""
+
+
+class LeaseLostError(NotOwnedError):
+    """The caller's lease expired, or the lock was force-released or taken, while it was held."""
+
+
+class LockTimeoutError(_LockError, TimeoutError):
+    """A bounded wait for a lock ran out (``with lock.hold(timeout=...)``)."""
+
+
+class ServerUnavailableError(RedleaseError, ConnectionError):
+    """The server could not be reached or did not answer; ``address`` has no password in it."""
+
+    def __init__(self, message: str, *, address: str = "", name: str | None = None) -> None:
+        super().__init__(message)
+        self.address = address
+        self.name = name

@@ -1,0 +1,41 @@
+"""Validation of user-given times and names: one clear error naming what was wrong."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from .errors import InvalidArgumentError
+
+Seconds = float | int | timedelta
+
+
+def seconds(value: Seconds, what: str) -> float:
+    """``value`` as positive, finite seconds (``timedelta`` accepted)."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{what} must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidArgumentError(f"{what} must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def optional_seconds(value: Seconds | None, what: str) -> float | None:
+    return None if value is None else seconds(value, what)
+
+
+def lock_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"lock name must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidArgumentError("lock name must not be empty")
+    return name
+
+
+def wait_args(blocking: bool, timeout: Seconds | None) -> float | None:
+    """Check ``acquire(blocking, timeout)`` as ``threading.Lock.acquire`` would, and stricter:
+    a timeout must be positive (use ``blocking=False`` for a single try)."""
+    if not blocking and timeout is not None:
+        raise InvalidArgumentError("a timeout cannot be given with blocking=False")
+    return optional_seconds(timeout, "timeout")

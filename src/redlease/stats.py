@@ -1,0 +1,31 @@
+"""Frozen values handed to users."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A hold just acquired: what ``with lock.hold(...) as lease`` hands back."""
+
+    name: str
+    owner: str
+    hold_count: int
+    lease: float | None
+    """Seconds the hold lasts unless renewed; ``None`` when the watchdog renews it."""
+    ttl: float
+    """Seconds left on the key when the server granted the hold."""
+
+
+@dataclass(frozen=True)
+class LockStatistics:
+    """A lock as the server and this client see it, read in one round trip."""
+
+    name: str
+    locked: bool
+    owned: bool
+    hold_count: int
+    ttl: float | None
+    holders: dict[str, int]
+    local_waiters: int
