@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._async.client import AsyncClient
+from ._async.lock import AsyncLock
 from ._sync.client import Client
 from ._sync.lock import Lock
 from .errors import (
@@ -17,6 +19,8 @@ from .errors import (
 from .stats import Lease, LockStatistics
 
 __all__ = [
+    "AsyncClient",
+    "AsyncLock",
     "Client",
     "InvalidArgumentError",
     "Lease",

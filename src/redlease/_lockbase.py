@@ -102,9 +102,7 @@ class LockBase:
         else:
             self._state.abort_release(plan.hold)  # unknown outcome: keep it, retry is safe
 
-    def _statistics(
-        self, owner: str, status: core.Status, local_waiters: int
-    ) -> LockStatistics:
+    def _statistics(self, owner: str, status: core.Status, local_waiters: int) -> LockStatistics:
         count = status.holders.get(owner, 0)
         return LockStatistics(
             name=self.name,

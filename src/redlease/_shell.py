@@ -9,6 +9,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable
@@ -18,6 +19,7 @@ import redis.exceptions
 
 from ._core.keys import LockKeys
 from ._core.lock import Acquired, Hold, HoldTable
+from ._core.watchdog import RenewalPolicy
 from .errors import LeaseLostError, ServerUnavailableError
 
 log = logging.getLogger("redlease")
@@ -170,6 +172,22 @@ class ClientState:
             except Exception:
                 log.exception("lease-lost callback for lock %r failed", hold.keys.name)
 
+    def renewal_done(self, batch: list[Hold], reply: list[Any], sent_at: float) -> None:
+        """Apply a renewal reply: renewed holds count from ``sent_at``; gone ones are lost."""
+        for hold, renewed in zip(batch, reply, strict=True):
+            if int(renewed):
+                hold.renewed_at = sent_at
+            elif not hold.releasing:
+                self.lease_lost(hold, lost_error(hold, "the watchdog found it gone"))
+
+    def renewal_failed(self, batch: list[Hold], policy: RenewalPolicy, exc: Exception) -> None:
+        """A renewal round could not reach the server: holds past a whole lease are lost."""
+        log.warning("lease renewal failed: %s", exc)
+        now = time.monotonic()
+        for hold in batch:
+            if policy.expired(hold.renewed_at, now):
+                self.lease_lost(hold, lost_error(hold, "not renewed for a whole lease"))
+
     def forget(self, hold: Hold) -> None:
         with self.mutex:
             self.holds.drop(hold.keys.name, hold.owner, hold.epoch)
@@ -196,6 +214,18 @@ def address_of(connection_kwargs: dict[str, Any]) -> str:
     if "path" in connection_kwargs:
         return str(connection_kwargs["path"])
     return f"{connection_kwargs.get('host', '?')}:{connection_kwargs.get('port', '?')}"
+
+
+def subscriber_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Settings for a dedicated subscriber connection: the pool's own (host, TLS, ACL user,
+    password), in RESP2, with no read timeout, health checks or maintenance notifications."""
+    kwargs = {
+        key: value
+        for key, value in connection_kwargs.items()
+        if not key.startswith(("maint_notifications", "oss_cluster_maint"))
+    }
+    kwargs.update(health_check_interval=0, socket_timeout=None, protocol=2)
+    return kwargs
 
 
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)

@@ -174,11 +174,13 @@ class RedisServer:
             assert self.process is not None
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.binary.label} exited at start: {self.log_tail()}")
-            with contextlib.suppress(OSError):
-                with socket.create_connection((self.host, self.port), timeout=0.5) as s:
-                    s.sendall(b"PING\r\n")
-                    if s.recv(64).startswith(b"+PONG"):
-                        return
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection((self.host, self.port), timeout=0.5) as s,
+            ):
+                s.sendall(b"PING\r\n")
+                if s.recv(64).startswith(b"+PONG"):
+                    return
             time.sleep(0.01)
         self.stop()
         raise RuntimeError(f"{self.binary.label} did not answer on port {self.port} in time")

@@ -189,9 +189,7 @@ class HoldTable:
         hold = self._holds.get((name, owner))
         return hold.count if hold else 0
 
-    def granted(
-        self, keys: LockKeys, owner: str, acquired: Acquired, lease: float | None
-    ) -> Hold:
+    def granted(self, keys: LockKeys, owner: str, acquired: Acquired, lease: float | None) -> Hold:
         count = acquired.count
         hold = self._holds.get((keys.name, owner))
         if hold is None:

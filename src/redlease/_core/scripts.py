@@ -17,7 +17,7 @@ class Script:
 
     @classmethod
     def load(cls, name: str) -> Script:
-        source = resources.files("redlease").joinpath("lua", f"{name}.lua").read_bytes()
+        source = resources.files("redlease").joinpath("lua").joinpath(f"{name}.lua").read_bytes()
         return cls(name=name, source=source, sha=hashlib.sha1(source).hexdigest())
 
 

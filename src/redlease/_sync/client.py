@@ -19,12 +19,10 @@ from .._shell import (
     ClientState,
     ThreadOwners,
     address_of,
-    log,
-    lost_error,
     unavailable,
 )
 from ..errors import LeaseLostError, ServerUnavailableError
-from ..options import Seconds, lock_name, optional_seconds, seconds
+from ..options import Seconds, seconds
 from .subscriber import Subscriber, Waiter
 
 T = TypeVar("T")
@@ -184,7 +182,9 @@ class _Watchdog:
 
     def ensure_running(self) -> None:
         if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._loop, name="redlease-watchdog", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop, name="redlease-watchdog", daemon=True
+            )
             self._thread.start()
 
     def stop(self) -> None:
@@ -193,7 +193,7 @@ class _Watchdog:
             self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        client, policy, state = self._client, self._client._policy, self._client._state
+        policy, state = self._client._policy, self._client._state
         delay = policy.interval
         while not self._stop.wait(delay):
             with state.mutex:
@@ -204,21 +204,14 @@ class _Watchdog:
             delay = policy.next_delay(ok)
 
     def renew(self, batch: list[Hold], call: Call) -> bool:
-        client, state = self._client, self._client._state
+        state = self._client._state
         sent_at = time.monotonic()
         try:
-            reply = client._call(call, None)
+            reply = self._client._call(call, None)
         except ServerUnavailableError as exc:
-            log.warning("lease renewal failed: %s", exc)
-            for hold in batch:
-                if client._policy.expired(hold.renewed_at, time.monotonic()):
-                    state.lease_lost(hold, lost_error(hold, "not renewed for a whole lease"))
+            state.renewal_failed(batch, self._client._policy, exc)
             return False
-        for hold, renewed in zip(batch, reply, strict=True):
-            if int(renewed):
-                hold.renewed_at = sent_at
-            elif not hold.releasing:
-                state.lease_lost(hold, lost_error(hold, "the watchdog found it gone"))
+        state.renewal_done(batch, reply, sent_at)
         return True
 
 

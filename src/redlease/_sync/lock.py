@@ -64,9 +64,7 @@ class Lock(LockBase):
         self._released(plan, remaining)
 
     @contextmanager
-    def hold(
-        self, timeout: Seconds | None = None, lease: Seconds | None = None
-    ) -> Iterator[Lease]:
+    def hold(self, timeout: Seconds | None = None, lease: Seconds | None = None) -> Iterator[Lease]:
         """``with lock.hold(timeout=5) as lease:`` a bounded wait that raises
         ``LockTimeoutError`` when it runs out, then releases on exit."""
         got = self._acquire(True, timeout, lease)

@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from .._shell import CONNECTION_ERRORS, address_of, log, unavailable
+from .._shell import CONNECTION_ERRORS, address_of, log, subscriber_kwargs, unavailable
 
 LINGER = 5.0
 """Seconds a channel stays subscribed after its last waiter left."""
@@ -53,8 +53,7 @@ class _Channel:
 class Subscriber:
     def __init__(self, client: redis.Redis) -> None:
         pool = client.connection_pool
-        kwargs = dict(pool.connection_kwargs)
-        kwargs.update(health_check_interval=0, socket_timeout=None, protocol=2)
+        kwargs = subscriber_kwargs(pool.connection_kwargs)
         self._connection_class = pool.connection_class
         self._kwargs = kwargs
         self.address = address_of(kwargs)
@@ -167,7 +166,9 @@ class Subscriber:
                 del self._channels[ch]
             self._outbox = [("SUBSCRIBE", ch) for ch in channels]
         if channels:
-            log.debug("subscriber reconnected to %s; re-subscribing %d", self.address, len(channels))
+            log.debug(
+                "subscriber reconnected to %s; re-subscribing %d", self.address, len(channels)
+            )
 
     def _disconnected(self) -> None:
         conn, self._conn = self._conn, None

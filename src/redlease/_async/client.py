@@ -1,0 +1,228 @@
+"""The asyncio client: runs core operations with redis.asyncio, one watchdog task, one
+subscriber task. Not a wrapper around the sync client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+from typing import Any, TypeVar
+
+import redis.asyncio
+import redis.exceptions
+
+from .._core.lock import Hold
+from .._core.requests import Call, Operation, Subscribe, WaitWake
+from .._core.watchdog import RenewalPolicy
+from .._shell import (
+    CONNECTION_ERRORS,
+    ClientState,
+    TaskOwners,
+    address_of,
+    unavailable,
+)
+from ..errors import LeaseLostError, ServerUnavailableError
+from ..options import Seconds, seconds
+from .subscriber import Subscriber, Waiter
+
+T = TypeVar("T")
+
+_owners = TaskOwners()
+
+CANCEL_GRACE = 5.0
+"""How long a cancelled call may still take to finish (and be undone) before we give up."""
+
+
+async def finish_despite_cancel(awaitable: Awaitable[T], then: Callable[[T], Any]) -> T:
+    """Await ``awaitable``; if the caller is cancelled meanwhile, let it finish (bounded), run
+    ``then`` on its result, and re-raise the cancellation."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            result = await asyncio.wait_for(task, CANCEL_GRACE)
+            outcome = then(result)
+            if asyncio.iscoroutine(outcome):
+                await asyncio.wait_for(outcome, CANCEL_GRACE)
+        raise
+
+
+class AsyncClient:
+    """A redlease client over one ``redis.asyncio.Redis``: the asyncio twin of ``Client``.
+
+    Use it from one event loop. ``watchdog_timeout`` is the lease of a hold taken without an
+    explicit lease; the watchdog renews it every third of that while the hold lasts.
+    """
+
+    def __init__(
+        self, redis_client: redis.asyncio.Redis, *, watchdog_timeout: Seconds = 30.0
+    ) -> None:
+        if not isinstance(redis_client, redis.asyncio.Redis):
+            raise TypeError(
+                f"AsyncClient needs a redis.asyncio.Redis, got {type(redis_client).__name__}"
+                " (use Client for redis.Redis)"
+            )
+        self.redis = redis_client
+        self._state = ClientState(seconds(watchdog_timeout, "watchdog_timeout"))
+        self._policy = RenewalPolicy(self._state.watchdog_timeout)
+        self.address = address_of(redis_client.connection_pool.connection_kwargs)
+        self._owns_redis = False
+        self._subscriber: Subscriber | None = None
+        self._watchdog: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    def from_url(
+        cls, url: str, *, watchdog_timeout: Seconds = 30.0, **redis_kwargs: Any
+    ) -> AsyncClient:
+        """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)``."""
+        client = cls(
+            redis.asyncio.Redis.from_url(url, **redis_kwargs), watchdog_timeout=watchdog_timeout
+        )
+        client._owns_redis = True
+        return client
+
+    @property
+    def id(self) -> str:
+        self._state.check_fork()
+        return self._state.id
+
+    @property
+    def watchdog_timeout(self) -> float:
+        return self._state.watchdog_timeout
+
+    def lock(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> AsyncLock:
+        """A reentrant lock named ``name`` (the Redis key), Redisson-compatible."""
+        return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost)
+
+    async def close(self) -> None:
+        """Stop the watchdog and the subscriber; close the redis client if this client made it.
+
+        Holds still held are not released: they expire with their lease.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        task, self._watchdog = self._watchdog, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        if self._subscriber is not None:
+            await self._subscriber.close()
+        if self._owns_redis:
+            await self.redis.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<redlease.AsyncClient {self.address} id={self._state.id}>"
+
+    # --- the driver -----------------------------------------------------------------------
+
+    def _owner(self) -> str:
+        if self._state.check_fork():
+            self._subscriber = None
+            self._watchdog = None
+        return self._state.owner(_owners.current(asyncio.current_task()))
+
+    async def _call(self, call: Call, name: str | None) -> Any:
+        script = call.script
+        try:
+            try:
+                return await self.redis.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+            except redis.exceptions.NoScriptError:
+                await self.redis.script_load(script.source)
+                return await self.redis.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self.address, name) from exc
+
+    async def _perform(self, call: Call, name: str) -> Any:
+        if call.undo is None:
+            return await self._call(call, name)
+        undo = call.undo
+
+        async def take_back(reply: Any) -> None:
+            back = undo(reply)
+            if back is not None:
+                await self._call(back, name)
+
+        return await finish_despite_cancel(self._call(call, name), take_back)
+
+    async def _run(self, op: Operation[T], name: str) -> T:
+        """Perform ``op``'s requests one by one until it returns."""
+        if self._closed:
+            raise RuntimeError("redlease client is closed")
+        waiter: Waiter | None = None
+        reply: Any = None
+        try:
+            while True:
+                request = op.send(reply)
+                if isinstance(request, Call):
+                    reply = await self._perform(request, name)
+                elif isinstance(request, Subscribe):
+                    waiter = await self._subscriber_started().subscribe(request.channel, name=name)
+                    reply = None
+                elif isinstance(request, WaitWake):
+                    assert waiter is not None
+                    reply = await waiter.wait(request.timeout)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        finally:
+            op.close()
+            if waiter is not None and self._subscriber is not None:
+                self._subscriber.unsubscribe(waiter)
+
+    def _subscriber_started(self) -> Subscriber:
+        if self._subscriber is None:
+            self._subscriber = Subscriber(self.redis)
+        return self._subscriber
+
+    def _watch(self) -> None:
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(
+                self._watchdog_loop(), name="redlease-watchdog"
+            )
+
+    async def _watchdog_loop(self) -> None:
+        policy, state = self._policy, self._state
+        delay = policy.interval
+        while True:
+            await asyncio.sleep(delay)
+            ok = True
+            for batch, call in policy.calls(state.holds.watched()):
+                ok = await self._renew(batch, call) and ok
+            delay = policy.next_delay(ok)
+
+    async def _renew(self, batch: list[Hold], call: Call) -> bool:
+        state = self._state
+        sent_at = time.monotonic()
+        try:
+            reply = await self._call(call, None)
+        except ServerUnavailableError as exc:
+            state.renewal_failed(batch, self._policy, exc)
+            return False
+        state.renewal_done(batch, reply, sent_at)
+        return True
+
+
+from .lock import AsyncLock  # noqa: E402  (AsyncLock needs AsyncClient)

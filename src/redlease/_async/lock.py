@@ -1,0 +1,133 @@
+"""The asyncio reentrant lock: the same names and semantics as ``Lock``, owned per task."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from .._core import lock as core
+from .._lockbase import LockBase
+from ..errors import LeaseLostError, LockTimeoutError
+from ..options import Seconds
+from ..stats import Lease, LockStatistics
+from .client import finish_despite_cancel
+
+if TYPE_CHECKING:
+    from .client import AsyncClient
+
+
+class AsyncLock(LockBase):
+    """A reentrant lease lock, owned per asyncio task, in Redisson's RLock layout.
+
+    Cancelling ``acquire`` after the server granted the hold gives it back; a cancelled
+    ``release`` still completes (bounded) before the cancellation propagates.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> None:
+        super().__init__(client._state, name, lease=lease, on_lease_lost=on_lease_lost)
+        self.client = client
+
+    async def acquire(
+        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> bool:
+        """Take a hold; ``False`` when ``timeout`` ran out (or the lock was held and
+        ``blocking`` is false). Without a ``lease`` the watchdog renews the hold."""
+        return await self._acquire(blocking, timeout, lease) is not None
+
+    async def _acquire(
+        self, blocking: bool, timeout: Seconds | None, lease: Seconds | None
+    ) -> Lease | None:
+        plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
+        got = self._acquired(plan, await self.client._run(plan.op, self.name))
+        if got is not None and got.lease is None:
+            self.client._watch()
+        return got
+
+    async def release(self) -> None:
+        """Give back one hold. Raises ``NotOwnedError`` when the calling task holds none,
+        ``LeaseLostError`` when its lease was lost meanwhile."""
+        plan = self._plan_release(self.client._owner())
+        try:
+            remaining = await finish_despite_cancel(
+                self.client._run(plan.op, self.name),
+                lambda remaining: self._released(plan, remaining),
+            )
+        except BaseException as exc:
+            self._release_failed(plan, exc)
+            raise
+        self._released(plan, remaining)
+
+    @asynccontextmanager
+    async def hold(
+        self, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> AsyncIterator[Lease]:
+        """``async with lock.hold(timeout=5) as lease:`` a bounded wait that raises
+        ``LockTimeoutError`` when it runs out, then releases on exit."""
+        got = await self._acquire(True, timeout, lease)
+        if got is None:
+            raise LockTimeoutError(
+                f"lock {self.name!r} not acquired within {timeout} s",
+                name=self.name,
+                owner=self.client._owner(),
+            )
+        try:
+            yield got
+        finally:
+            await self.release()
+
+    async def locked(self) -> bool:
+        """Whether anyone holds the lock (asks the server)."""
+        return (await self._status()).locked
+
+    async def owned(self) -> bool:
+        """Whether the calling task holds the lock (asks the server)."""
+        return await self.hold_count() > 0
+
+    async def hold_count(self) -> int:
+        """How many holds the calling task has on the lock (asks the server)."""
+        return (await self._status()).holders.get(self.client._owner(), 0)
+
+    async def ttl(self) -> float | None:
+        """Seconds left on the lease; ``None`` when the lock is free."""
+        return (await self._status()).ttl
+
+    async def force_release(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; ``True`` if it was held."""
+        return await self.client._run(core.force_release(self._keys), self.name)
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether the calling task's hold was found lost and not yet reported by release."""
+        return self._lease_lost(self.client._owner())
+
+    async def statistics(self) -> LockStatistics:
+        sub = self.client._subscriber
+        waiters = sub.waiting(self._keys.channel) if sub is not None else 0
+        return self._statistics(self.client._owner(), await self._status(), waiters)
+
+    async def _status(self) -> core.Status:
+        return await self.client._run(core.status(self._keys), self.name)
+
+    async def __aenter__(self) -> AsyncLock:
+        await self.acquire()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+    def __repr__(self) -> str:
+        return f"<redlease.AsyncLock {self.name!r} on {self.client.address}>"
