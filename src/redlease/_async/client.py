@@ -14,7 +14,7 @@ import redis.asyncio
 import redis.exceptions
 
 from .._core.lock import Hold
-from .._core.requests import Call, Operation, Subscribe, WaitWake
+from .._core.requests import Call, Operation, Sleep, Subscribe, WaitWake
 from .._core.watchdog import RenewalPolicy
 from .._shell import (
     CONNECTION_ERRORS,
@@ -173,17 +173,25 @@ class AsyncClient:
             raise RuntimeError("redlease client is closed")
         waiter: Waiter | None = None
         reply: Any = None
+        resume = op.send
         try:
             while True:
-                request = op.send(reply)
+                request = resume(reply)
+                resume = op.send
                 if isinstance(request, Call):
-                    reply = await self._perform(request, name)
+                    try:
+                        reply = await self._perform(request, name)
+                    except ServerUnavailableError as exc:
+                        reply, resume = exc, op.throw
                 elif isinstance(request, Subscribe):
                     waiter = await self._subscriber_started().subscribe(request.channel, name=name)
                     reply = None
                 elif isinstance(request, WaitWake):
                     assert waiter is not None
                     reply = await waiter.wait(request.timeout)
+                elif isinstance(request, Sleep):
+                    await asyncio.sleep(request.seconds)
+                    reply = None
         except StopIteration as stop:
             result: T = stop.value
             return result

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LeaseLostError
+from ..errors import LeaseLostError, ServerUnavailableError
 from . import codes, scripts
+from .backoff import full_jitter
 from .keys import UNLOCK_MESSAGE, LockKeys
-from .requests import Call, Operation, Subscribe, WaitWake
+from .requests import Call, Operation, Sleep, Subscribe, WaitWake
 
 RECEIPT_MS = 30_000
 """How long a final release stays recognisable to a retry of the same request."""
 
 NO_EXPIRY_RECHECK = 5.0
 """A waiter on a lock with no TTL (set by someone else) re-checks at least this often."""
+
+OUTAGE_TOLERANCE = 10.0
+"""A waiter rides out a server outage (restart, failover) for this long before it raises."""
 
 
 def drift(lease: float) -> float:
@@ -72,12 +77,28 @@ def acquire(
     Success needs lease time left by the local clock, counted from before the request was
     sent, minus the drift allowance; a grant that arrives too late is given back.
     A wake-up is only a hint: every wait is bounded by the holder's TTL and our own deadline.
+    A waiter (one that has seen the lock held) retries through a server outage of up to
+    ``OUTAGE_TOLERANCE``; a retried request never counts a second hold.
     """
     deadline = None if timeout is None else clock() + timeout
     subscribed = False
+    failing_since: float | None = None
+    failures = 0
     while True:
         sent_at = clock()
-        reply = yield _acquire_call(keys, owner, held, lease)
+        try:
+            reply = yield _acquire_call(keys, owner, held, lease)
+        except ServerUnavailableError:
+            now = clock()
+            failing_since = now if failing_since is None else failing_since
+            out_of_time = deadline is not None and now >= deadline
+            if not subscribed or out_of_time or now - failing_since >= OUTAGE_TOLERANCE:
+                raise
+            failures += 1
+            pause = full_jitter(failures, base=0.02, cap=0.5, random=random.random)
+            yield Sleep(pause if deadline is None else min(pause, deadline - now))
+            continue
+        failing_since, failures = None, 0
         code, count, ttl_ms = int(reply[0]), int(reply[1]), int(reply[2])
         if code == codes.GRANTED:
             if clock() - sent_at < lease - drift(lease):

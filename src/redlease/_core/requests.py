@@ -15,6 +15,9 @@ T = TypeVar("T")
 class Call:
     """Run ``script`` (EVALSHA, reloading it if the server lost its cache); reply: its result.
 
+    When the server cannot be reached the shell throws ``ServerUnavailableError`` into the
+    operation at this point, so the operation decides whether to retry.
+
     ``undo`` maps the reply to a call that takes the effect back, for a caller cancelled after
     the request was sent: the shell waits for the reply and runs the undo before giving up.
     """
@@ -39,5 +42,12 @@ class WaitWake:
     timeout: float
 
 
-Request = Call | Subscribe | WaitWake
+@dataclass(frozen=True)
+class Sleep:
+    """Pause for ``seconds`` (a back-off); reply: ``None``."""
+
+    seconds: float
+
+
+Request = Call | Subscribe | WaitWake | Sleep
 Operation = Generator[Request, Any, T]

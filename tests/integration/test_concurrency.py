@@ -1,0 +1,289 @@
+"""Mutual exclusion between threads, tasks and processes; crashes, restarts, fork, cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import redis
+
+import redlease
+from redlease import NotOwnedError, ServerUnavailableError
+
+from .helpers import eventually
+
+WORKER = str(Path(__file__).with_name("worker.py"))
+
+
+def _counter(url: str, name: str) -> int:
+    raw = redis.Redis.from_url(url)
+    try:
+        return int(raw.get(name + ":counter") or 0)
+    finally:
+        raw.close()
+
+
+def test_threads_exclude_each_other(server, name):
+    raw = redis.Redis.from_url(server.url)
+    inside = 0
+    overlaps = 0
+    with redlease.Client.from_url(server.url) as client:
+        lock = client.lock(name)
+
+        def work() -> None:
+            nonlocal inside, overlaps
+            for _ in range(50):
+                with lock:
+                    inside += 1
+                    overlaps += inside > 1
+                    value = int(raw.get(name + ":counter") or 0)
+                    raw.set(name + ":counter", value + 1)
+                    inside -= 1
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert overlaps == 0
+    assert _counter(server.url, name) == 200
+    raw.close()
+
+
+async def test_tasks_exclude_each_other(server, name):
+    raw = redis.asyncio.Redis.from_url(server.url)
+    inside = 0
+    overlaps = 0
+    async with redlease.AsyncClient.from_url(server.url) as client:
+        lock = client.lock(name)
+
+        async def work() -> None:
+            nonlocal inside, overlaps
+            for _ in range(50):
+                async with lock:
+                    inside += 1
+                    overlaps += inside > 1
+                    value = int(await raw.get(name + ":counter") or 0)
+                    await raw.set(name + ":counter", value + 1)
+                    inside -= 1
+
+        await asyncio.wait_for(asyncio.gather(*(work() for _ in range(4))), 60)
+    assert overlaps == 0
+    assert _counter(server.url, name) == 200
+    await raw.aclose()
+
+
+async def test_tasks_own_their_holds(server, name):
+    async with redlease.AsyncClient.from_url(server.url) as client:
+        lock = client.lock(name)
+        assert await lock.acquire()
+
+        async def other_task() -> tuple[bool, bool]:
+            return await lock.owned(), await lock.acquire(blocking=False)
+
+        assert await asyncio.create_task(other_task()) == (False, False)
+        with pytest.raises(NotOwnedError):
+            await asyncio.create_task(lock.release())
+        await lock.release()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_processes_exclude_each_other(server, name, kind):
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER, "count", kind, server.url, name, "60"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    for proc in procs:
+        out, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 0 and "done" in out
+    assert _counter(server.url, name) == 180
+
+
+async def test_killed_holder_frees_the_lock_within_its_lease(side, server, name):
+    proc = subprocess.Popen(
+        [sys.executable, WORKER, "hold", side.kind, server.url, name, "1.5"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "held"
+        lock = side.client(server.url).lock(name)
+        assert not await side(lock.acquire(blocking=False))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        killed_at = time.monotonic()
+        assert await side(lock.acquire(timeout=20))
+        # the watchdog lease is 1.5 s: the lock frees within it (generous bound)
+        assert time.monotonic() - killed_at < 1.5 + 3
+        await side(lock.release())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+
+async def test_server_restart_mid_hold(side, private_server, name):
+    client = side.client(private_server.url, watchdog_timeout=1)
+    lost = threading.Event()
+    lock = client.lock(name, on_lease_lost=lambda _e: lost.set())
+    assert await side(lock.acquire())
+    private_server.kill()
+    with pytest.raises(ServerUnavailableError):
+        await side(client.lock(name + ":other").acquire(blocking=False))
+    private_server.start()  # same port, data lost, script cache empty
+    await eventually(lost.is_set, timeout=15)
+    with pytest.raises(redlease.LeaseLostError):
+        await side(lock.release())
+    assert await side(lock.acquire(timeout=5))  # recovered: scripts reloaded
+    await side(lock.release())
+
+
+async def test_waiter_recovers_after_server_restart(side, private_server, name):
+    holder = side.client(private_server.url).lock(name)
+    waiter_client = side.client(private_server.url)
+    assert await side(holder.acquire(lease=60))
+    result: list[bool] = []
+    if side.is_async:
+        task = asyncio.create_task(waiter_client.lock(name).acquire(timeout=30))
+    else:
+        thread = threading.Thread(
+            target=lambda: result.append(waiter_client.lock(name).acquire(timeout=30))
+        )
+        thread.start()
+    sub_ready = lambda: (  # noqa: E731
+        waiter_client._subscriber is not None
+        and waiter_client._subscriber.waiting(f"redisson_lock__channel:{{{name}}}") > 0
+    )
+    await eventually(sub_ready)
+    restarted_at = time.monotonic()
+    private_server.restart()  # the 60 s hold is gone with the data
+    if side.is_async:
+        assert await asyncio.wait_for(task, 40)
+    else:
+        thread.join(40)
+        assert result == [True]
+    assert time.monotonic() - restarted_at < 20, "re-subscribed and re-checked, not 60 s"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_never_owns_parent_holds(server, name):
+    with redlease.Client.from_url(server.url) as client:
+        lock = client.lock(name)
+        assert lock.acquire()
+        parent_id = client.id
+        pid = os.fork()
+        if pid == 0:  # child: report through the exit status
+            code = 0
+            try:
+                if client.id == parent_id:
+                    code = 1
+                elif lock.owned():
+                    code = 2
+                elif lock.acquire(blocking=False):
+                    code = 3
+                else:
+                    try:
+                        lock.release()
+                        code = 4
+                    except NotOwnedError:
+                        code = 0
+            except BaseException:
+                code = 5
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert lock.owned()
+        lock.release()
+
+
+async def test_cancelled_acquire_never_leaves_a_hold(server, name):
+    async with redlease.AsyncClient.from_url(server.url) as client:
+        lock = client.lock(name)
+        for i in range(60):
+            task = asyncio.create_task(lock.acquire())
+            # cancel at varying points: before sending, in flight, after the grant
+            for _ in range(i % 4):
+                await asyncio.sleep(0)
+            await asyncio.sleep((i % 7) * 0.0002)
+            task.cancel()
+            try:
+                granted = await task
+            except asyncio.CancelledError:
+                granted = False
+            if granted:  # finished before the cancel landed: the hold is that task's
+                assert await lock.force_release()
+                continue
+            assert not await lock.locked(), f"iteration {i}: a cancelled acquire left a hold"
+
+
+async def test_cancelled_waiting_acquire_leaves_nothing(server, name):
+    async with (
+        redlease.AsyncClient.from_url(server.url) as holder_client,
+        redlease.AsyncClient.from_url(server.url) as client,
+    ):
+        holder = holder_client.lock(name)
+        assert await holder.acquire()
+        task = asyncio.create_task(client.lock(name).acquire())
+        await eventually(
+            lambda: (
+                client._subscriber is not None
+                and client._subscriber.waiting(f"redisson_lock__channel:{{{name}}}") > 0
+            )
+        )
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await holder.release()
+        assert not await client.lock(name).locked()
+
+
+async def test_cancelled_release_still_completes(server, name):
+    async with redlease.AsyncClient.from_url(server.url) as client:
+        lock = client.lock(name)
+        for i in range(20):
+            acquired = asyncio.Event()
+
+            async def cycle() -> None:
+                assert await lock.acquire()
+                acquired.set()
+                await lock.release()
+
+            task = asyncio.create_task(cycle())
+            await acquired.wait()
+            for _ in range(i % 3):
+                await asyncio.sleep(0)
+            task.cancel()  # lands while the release is on the wire (or just after)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert not await lock.locked(), f"iteration {i}: a cancelled release left a hold"
+
+
+def test_sync_and_async_apis_match():
+    pairs = [
+        (redlease.Client, redlease.AsyncClient),
+        (redlease.Lock, redlease.AsyncLock),
+    ]
+    for sync_cls, async_cls in pairs:
+        sync_api = {n for n in dir(sync_cls) if not n.startswith("_")}
+        async_api = {n for n in dir(async_cls) if not n.startswith("_")}
+        assert sync_api == async_api, (sync_cls, sync_api ^ async_api)
+        for attr in sync_api:
+            s, a = getattr(sync_cls, attr), getattr(async_cls, attr)
+            if callable(s) and not isinstance(s, type):
+                sp = list(inspect.signature(s).parameters)
+                ap = list(inspect.signature(a).parameters)
+                assert sp == ap, (sync_cls.__name__, attr, sp, ap)

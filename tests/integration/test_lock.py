@@ -1,0 +1,296 @@
+"""The reentrant lock's behaviour on a real server, each test on the sync and asyncio side."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+
+import pytest
+import redis
+
+import redlease
+from redlease import InvalidArgumentError, LeaseLostError, LockTimeoutError, NotOwnedError
+
+from .helpers import eventually
+
+
+async def test_acquire_release_and_queries(side, server, name):
+    client = side.client(server.url)
+    lock = client.lock(name)
+    assert not await side(lock.locked())
+    assert await side(lock.ttl()) is None
+    assert await side(lock.acquire(timeout=5, lease=10))
+    assert await side(lock.locked())
+    assert await side(lock.owned())
+    assert await side(lock.hold_count()) == 1
+    assert 9 < await side(lock.ttl()) <= 10
+    await side(lock.release())
+    assert not await side(lock.locked())
+    assert not await side(lock.owned())
+
+
+async def test_redisson_data_layout(side, server, name):
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    pubsub = raw.pubsub()
+    pubsub.subscribe(f"redisson_lock__channel:{{{name}}}")
+    pubsub.get_message(timeout=5)  # subscribe confirmation
+    client = side.client(server.url)
+    lock = client.lock(name)
+    assert await side(lock.acquire(lease=20))
+    fields = raw.hgetall(name)
+    assert len(fields) == 1
+    ((field, count),) = fields.items()
+    assert field.startswith(client.id + ":") and count == "1"
+    assert 19_000 < raw.pttl(name) <= 20_000
+    await side(lock.release())
+    assert raw.exists(name) == 0
+    message = pubsub.get_message(timeout=5)
+    assert message is not None and message["data"] == "0"
+    pubsub.close()
+    raw.close()
+
+
+async def test_excludes_a_redisson_holder_and_wakes_on_its_unlock(side, server, name):
+    raw = redis.Redis.from_url(server.url)
+    # what Redisson writes for a Java thread holding the lock
+    raw.hset(name, "5d1a3c4e-0000-4000-8000-000000000000:1", 1)
+    raw.pexpire(name, 30_000)
+    client = side.client(server.url)
+    lock = client.lock(name)
+    assert not await side(lock.acquire(blocking=False))
+
+    async def redisson_unlock() -> None:
+        await asyncio.sleep(0.2)
+        raw.delete(name)
+        raw.publish(f"redisson_lock__channel:{{{name}}}", "0")
+
+    started = time.monotonic()
+    if side.is_async:
+        unlock = asyncio.create_task(redisson_unlock())
+        assert await lock.acquire(timeout=20)
+        await unlock
+    else:
+        thread = threading.Thread(target=asyncio.run, args=(redisson_unlock(),))
+        thread.start()
+        assert lock.acquire(timeout=20)
+        thread.join()
+    assert time.monotonic() - started < 10, "woken by the unlock message, not by the 30 s TTL"
+    await side(lock.release())
+    raw.close()
+
+
+async def test_reentrant_counts_and_last_release_frees(side, server, name):
+    client = side.client(server.url)
+    other = side.client(server.url)
+    lock = client.lock(name)
+    for expected in (1, 2, 3):
+        assert await side(lock.acquire())
+        assert await side(lock.hold_count()) == expected
+    for remaining in (2, 1):
+        await side(lock.release())
+        assert await side(lock.hold_count()) == remaining
+        assert not await side(other.lock(name).acquire(blocking=False))
+    await side(lock.release())
+    assert await side(other.lock(name).acquire(blocking=False))
+
+
+async def test_two_lock_objects_share_the_owner_holds(side, server, name):
+    client = side.client(server.url)
+    first, second = client.lock(name), client.lock(name)
+    assert await side(first.acquire())
+    assert await side(second.acquire(blocking=False))  # same thread/task: re-entry
+    assert await side(first.hold_count()) == 2
+    await side(second.release())
+    await side(first.release())
+    assert not await side(first.locked())
+
+
+async def test_release_without_holding_raises_not_owned(side, server, name):
+    client = side.client(server.url)
+    lock = client.lock(name)
+    with pytest.raises(NotOwnedError) as info:
+        await side(lock.release())
+    assert name in str(info.value) and client.id in str(info.value)
+    assert isinstance(info.value, RuntimeError)
+
+
+async def test_another_client_cannot_release_or_take(side, server, name):
+    holder = side.client(server.url).lock(name)
+    other = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    with pytest.raises(NotOwnedError):
+        await side(other.release())
+    assert not await side(other.acquire(timeout=0.2))
+    assert await side(holder.owned())
+    await side(holder.release())
+
+
+async def test_bounded_wait_in_with_raises_timeout(side, server, name):
+    holder = side.client(server.url).lock(name)
+    other = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    with pytest.raises(LockTimeoutError) as info:
+        async with side.hold(other, timeout=0.2):
+            pass
+    assert isinstance(info.value, TimeoutError) and info.value.name == name
+    await side(holder.release())
+    async with side.hold(other, timeout=5, lease=3) as lease:
+        assert lease.name == name and lease.hold_count == 1 and lease.lease == 3
+        assert await side(other.owned())
+    assert not await side(other.locked())
+
+
+async def test_with_statement_waits_and_releases(side, server, name):
+    lock = side.client(server.url).lock(name)
+    if side.is_async:
+        async with lock:
+            assert await lock.owned()
+    else:
+        with lock:
+            assert lock.owned()
+    assert not await side(lock.locked())
+
+
+async def test_lease_expires_and_release_reports_it(side, server, name):
+    client = side.client(server.url)
+    lock = client.lock(name)
+    assert await side(lock.acquire(lease=0.3))
+    await eventually(lambda: _free(side, lock))
+    # someone else can take it now
+    assert await side(side.client(server.url).lock(name).acquire(blocking=False))
+    with pytest.raises(LeaseLostError) as info:
+        await side(lock.release())
+    assert isinstance(info.value, NotOwnedError) and info.value.name == name
+
+
+async def _free(side, lock) -> bool:
+    return not await side(lock.locked())
+
+
+async def test_watchdog_renews_past_several_leases(side, server, name):
+    client = side.client(server.url, watchdog_timeout=0.6)
+    lock = client.lock(name)
+    assert await side(lock.acquire())
+    # the hold must outlive five leases: time has to pass here
+    await asyncio.sleep(3.0) if side.is_async else time.sleep(3.0)
+    assert await side(lock.owned())
+    assert 0 < await side(lock.ttl()) <= 0.6
+    await side(lock.release())
+    assert not await side(lock.locked())
+
+
+async def test_explicit_lease_is_not_renewed(side, server, name):
+    client = side.client(server.url, watchdog_timeout=0.6)
+    lock = client.lock(name)
+    assert await side(lock.acquire(lease=0.5))
+    await eventually(lambda: _free(side, lock))
+
+
+async def test_lost_lease_is_signalled(side, server, name):
+    lost: list[LeaseLostError] = []
+    seen = threading.Event()
+
+    def on_lost(error: LeaseLostError) -> None:
+        lost.append(error)
+        seen.set()
+
+    client = side.client(server.url, watchdog_timeout=0.6)
+    lock = client.lock(name, on_lease_lost=on_lost)
+    assert await side(lock.acquire())
+    raw = redis.Redis.from_url(server.url)
+    raw.delete(name)  # the hold vanishes behind the holder's back
+    raw.close()
+    await eventually(seen.is_set, timeout=10)
+    assert lost[0].name == name and lost[0].owner is not None
+    assert lock.lease_lost
+    with pytest.raises(LeaseLostError):
+        await side(lock.release())
+    assert not lock.lease_lost
+
+
+async def test_force_release_wakes_a_waiter(side, server, name):
+    holder = side.client(server.url).lock(name)
+    waiter_client = side.client(server.url)
+    assert await side(holder.acquire(lease=30))
+    started = time.monotonic()
+    if side.is_async:
+        waiter = asyncio.create_task(waiter_client.lock(name).acquire(timeout=25))
+        await eventually(lambda: _waiting(waiter_client, name))
+        assert await side(waiter_client.lock(name).force_release())
+        assert await waiter
+    else:
+        result: list[bool] = []
+        thread = threading.Thread(
+            target=lambda: result.append(waiter_client.lock(name).acquire(timeout=25))
+        )
+        thread.start()
+        await eventually(lambda: _waiting(waiter_client, name))
+        assert waiter_client.lock(name).force_release()
+        thread.join(30)
+        assert result == [True]
+    assert time.monotonic() - started < 10, "woken by pub/sub, not by the 30 s lease"
+    holders = (await side(holder.statistics())).holders
+    assert [owner.split(":")[0] for owner in holders] == [waiter_client.id]
+
+
+def _waiting(client, name) -> bool:
+    sub = client._subscriber
+    return sub is not None and sub.waiting(f"redisson_lock__channel:{{{name}}}") > 0
+
+
+async def test_statistics(side, server, name):
+    client = side.client(server.url)
+    lock = client.lock(name)
+    assert await side(lock.acquire(lease=10))
+    stats = await side(lock.statistics())
+    assert stats.name == name and stats.locked and stats.owned and stats.hold_count == 1
+    assert 9 < stats.ttl <= 10 and len(stats.holders) == 1
+    await side(lock.release())
+    stats = await side(lock.statistics())
+    assert not stats.locked and stats.ttl is None and stats.holders == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "what"),
+    [
+        ({"lease": 0}, "lease"),
+        ({"lease": -1}, "lease"),
+        ({"timeout": 0}, "timeout"),
+        ({"timeout": -2}, "timeout"),
+        ({"timeout": math.nan}, "timeout"),
+        ({"blocking": False, "timeout": 1}, "timeout"),
+        ({"lease": "10"}, "lease"),
+    ],
+)
+async def test_bad_acquire_arguments(side, server, name, kwargs, what):
+    lock = side.client(server.url).lock(name)
+    with pytest.raises(InvalidArgumentError) as info:
+        await side(lock.acquire(**kwargs))
+    assert what in str(info.value) and isinstance(info.value, ValueError)
+    assert not await side(lock.locked())
+
+
+async def test_bad_names_and_options(side, server):
+    client = side.client(server.url)
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        client.lock("")
+    with pytest.raises(InvalidArgumentError, match="str"):
+        client.lock(42)
+    with pytest.raises(InvalidArgumentError, match="lease"):
+        client.lock("x", lease=0)
+    with pytest.raises(InvalidArgumentError, match="watchdog_timeout"):
+        side.client(server.url, watchdog_timeout=-1)
+
+
+async def test_server_down_is_a_clear_connection_error(side):
+    from redlease.testing import free_port
+
+    url = f"redis://:hunter2secret@127.0.0.1:{free_port()}/0"
+    client = side.client(url)
+    with pytest.raises(redlease.ServerUnavailableError) as info:
+        await side(client.lock("x").acquire())
+    assert isinstance(info.value, ConnectionError)
+    assert "127.0.0.1" in str(info.value) and "hunter2secret" not in str(info.value)
+    assert "'x'" in str(info.value)
