@@ -257,12 +257,12 @@ async def test_cancelled_release_still_completes(server, name):
         for i in range(20):
             acquired = asyncio.Event()
 
-            async def cycle() -> None:
+            async def cycle(acquired: asyncio.Event) -> None:
                 assert await lock.acquire()
                 acquired.set()
                 await lock.release()
 
-            task = asyncio.create_task(cycle())
+            task = asyncio.create_task(cycle(acquired))
             await acquired.wait()
             for _ in range(i % 3):
                 await asyncio.sleep(0)
