@@ -43,10 +43,10 @@ def same_slot_key(name: str, prefix: str, suffix: str = "") -> str:
     A plain name is wrapped in braces (``prefix{name}``), whose tag is then the whole name; a
     name with a hash tag of its own keeps it (``prefix + name``).
     """
-    slot = hash_slot(name)
-    for key in (f"{prefix}{{{name}}}{suffix}", f"{prefix}{name}{suffix}"):
-        if hash_slot(key) == slot:
-            return key
+    # Either way the key's tag closes before the suffix, so anything appended keeps the slot.
+    key = f"{prefix}{name}{suffix}" if hash_tag(name) != name else f"{prefix}{{{name}}}{suffix}"
+    if hash_slot(key) == hash_slot(name) and hash_tag(key) == hash_tag(name):
+        return key
     # Braces that do not form a tag ("a}b{") cannot be wrapped without changing the slot.
     raise ValueError(
         f"lock name {name!r} has braces that do not form a hash tag; use '{{tag}}' or none"

@@ -6,6 +6,7 @@ import itertools
 import math
 import random
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +49,7 @@ def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float) -> Call:
     def undo(reply: Any) -> Call | None:
         code, count = int(reply[0]), int(reply[1])
         if code == codes.GRANTED and count == held + 1:
-            return release_call(keys, owner, count, request_id=f"undo:{owner}:{count}")
+            return release_call(keys, owner, count, request_id=uuid.uuid4().hex)
         return None
 
     return Call(scripts.LOCK_ACQUIRE, (keys.name,), (to_ms(lease), owner, held), undo=undo)
@@ -103,7 +104,7 @@ def acquire(
         if code == codes.GRANTED:
             if clock() - sent_at < lease - drift(lease):
                 return Acquired(count=count, ttl=ttl_ms / 1000, requested_at=sent_at)
-            yield release_call(keys, owner, count, request_id=f"late:{owner}:{sent_at}")
+            yield release_call(keys, owner, count, request_id=uuid.uuid4().hex)
             ttl_ms = 0
         elif code == codes.LOST:
             raise LeaseLostError(
@@ -218,7 +219,6 @@ class HoldTable:
                 keys=keys, owner=owner, epoch=next(self._epochs), renewed_at=acquired.requested_at
             )
             self._holds[(keys.name, owner)] = hold
-            self._holds[(keys.name, owner)] = hold
         hold.leases.append(lease)
         del hold.leases[: max(0, hold.count - count)]  # the server's count is the truth
         return hold
@@ -228,7 +228,8 @@ class HoldTable:
         if hold is None:
             return
         hold.leases.pop()
-        if remaining <= 0 or not hold.leases:
+        del hold.leases[: max(0, hold.count - remaining)]  # the server's count is the truth
+        if not hold.leases:
             del self._holds[(name, owner)]
 
     def drop(self, name: str, owner: str, epoch: int | None = None) -> Hold | None:

@@ -1,0 +1,388 @@
+"""The lock operations (lock.py), driven by hand with a fake clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from redlease._core import codes, scripts
+from redlease._core.keys import UNLOCK_MESSAGE
+from redlease._core.lock import (
+    NO_EXPIRY_RECHECK,
+    RECEIPT_MS,
+    Acquired,
+    Status,
+    acquire,
+    drift,
+    force_release,
+    release,
+    release_call,
+    status,
+    to_ms,
+)
+from redlease._core.requests import Call, Subscribe, WaitWake
+from redlease.errors import LeaseLostError, NotOwnedError
+
+from ._fakes import KEYS, OWNER, FakeClock, Finished, finish, step
+
+GRANTED, HELD, LOST = codes.GRANTED, codes.HELD, codes.LOST
+
+
+def start(
+    clock: FakeClock,
+    *,
+    held: int = 0,
+    lease: float = 30.0,
+    blocking: bool = True,
+    timeout: float | None = None,
+) -> tuple:
+    op = acquire(
+        KEYS, OWNER, held=held, lease=lease, blocking=blocking, timeout=timeout, clock=clock
+    )
+    return op, step(op, first=True)
+
+
+def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
+    assert isinstance(call, Call)
+    assert call.script is scripts.LOCK_ACQUIRE
+    assert call.keys == (KEYS.name,)
+    assert call.args == (to_ms(lease), OWNER, held)
+
+
+def assert_release_call(call: object, *, held: int) -> str:
+    assert isinstance(call, Call)
+    assert call.script is scripts.LOCK_RELEASE
+    assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipt(OWNER))
+    owner, count, request_id, receipt_ms, message = call.args
+    assert (owner, count, receipt_ms, message) == (OWNER, held, RECEIPT_MS, UNLOCK_MESSAGE)
+    assert isinstance(request_id, str) and request_id
+    return request_id
+
+
+# --- acquire ---------------------------------------------------------------------------------
+
+
+def test_helpers() -> None:
+    assert to_ms(30) == 30_000
+    assert to_ms(0.0001) == 1
+    assert to_ms(1.0001) == 1001  # rounds up: a lease is never shortened
+    assert drift(10.0) == pytest.approx(0.102)
+
+
+def test_granted_on_first_try() -> None:
+    clock = FakeClock(500.0)
+    op, call = start(clock, lease=30.0)
+    assert_acquire_call(call, held=0, lease=30.0)
+    clock.advance(0.004)
+    assert finish(op, [GRANTED, 1, 30000]) == Acquired(count=1, ttl=30.0, requested_at=500.0)
+
+
+def test_reentry_sends_the_held_count_and_returns_the_new_count() -> None:
+    clock = FakeClock()
+    op, call = start(clock, held=2, lease=7.5)
+    assert_acquire_call(call, held=2, lease=7.5)
+    result = finish(op, [GRANTED, 3, 9000])
+    assert (result.count, result.ttl) == (3, 9.0)
+
+
+def test_held_subscribes_retries_then_waits_for_the_holders_ttl() -> None:
+    clock = FakeClock()
+    op, _ = start(clock, timeout=None)
+    assert step(op, [HELD, 0, 12000]) == Subscribe(KEYS.channel)
+    # Right after subscribing it tries again, without waiting.
+    assert_acquire_call(step(op, None), held=0, lease=30.0)
+    assert step(op, [HELD, 0, 8000]) == WaitWake(8.0)
+    assert_acquire_call(step(op, True), held=0, lease=30.0)  # woken: try again
+    assert step(op, [HELD, 0, 2500]) == WaitWake(2.5)  # no second Subscribe
+    assert_acquire_call(step(op, False), held=0, lease=30.0)  # wait ran out: try again too
+    clock.advance(0.01)
+    result = finish(op, [GRANTED, 1, 30000])
+    assert result.count == 1
+    assert result.requested_at == clock.now - 0.01
+
+
+def test_wait_is_bounded_by_the_remaining_timeout() -> None:
+    clock = FakeClock(10.0)
+    op, _ = start(clock, timeout=5.0)
+    step(op, [HELD, 0, 60000])  # Subscribe
+    step(op, None)
+    clock.advance(1.0)
+    wait = step(op, [HELD, 0, 60000])
+    assert isinstance(wait, WaitWake)
+    assert wait.timeout == pytest.approx(4.0)
+    step(op, False)
+    clock.advance(3.5)
+    wait = step(op, [HELD, 0, 200])
+    assert wait == WaitWake(0.2)  # the holder's TTL is shorter than the 0.5 s left
+
+
+def test_non_blocking_tries_once() -> None:
+    op, _ = start(FakeClock(), blocking=False)
+    assert finish(op, [HELD, 0, 5000]) is None
+
+
+def test_non_blocking_ignores_a_timeout() -> None:
+    op, _ = start(FakeClock(), blocking=False, timeout=10.0)
+    assert finish(op, [HELD, 0, 5000]) is None
+
+
+def test_zero_timeout_tries_once_without_subscribing() -> None:
+    op, _ = start(FakeClock(), timeout=0.0)
+    assert finish(op, [HELD, 0, 5000]) is None
+
+
+def test_timeout_exhausted_returns_none() -> None:
+    clock = FakeClock()
+    op, _ = start(clock, timeout=2.0)
+    assert isinstance(step(op, [HELD, 0, 10000]), Subscribe)
+    step(op, None)
+    assert step(op, [HELD, 0, 10000]) == WaitWake(2.0)
+    clock.advance(2.0)
+    assert_acquire_call(step(op, False), held=0, lease=30.0)  # one last try
+    assert finish(op, [HELD, 0, 8000]) is None
+
+
+def test_timeout_exhausted_but_last_try_granted() -> None:
+    clock = FakeClock()
+    op, _ = start(clock, timeout=2.0)
+    step(op, [HELD, 0, 10000])
+    step(op, None)
+    step(op, [HELD, 0, 10000])
+    clock.advance(2.5)
+    step(op, True)
+    assert finish(op, [GRANTED, 1, 30000]) is not None
+
+
+def test_no_expiry_holder_is_rechecked() -> None:
+    clock = FakeClock()
+    op, _ = start(clock, timeout=None)
+    step(op, [HELD, 0, -1])
+    step(op, None)
+    assert step(op, [HELD, 0, -1]) == WaitWake(NO_EXPIRY_RECHECK)
+    assert 0 < NO_EXPIRY_RECHECK < math.inf
+
+    op, _ = start(clock, timeout=1.5)
+    step(op, [HELD, 0, -1])
+    step(op, None)
+    assert step(op, [HELD, 0, -1]) == WaitWake(1.5)
+
+
+def test_lost_hold_on_reentry_raises_naming_lock_and_owner() -> None:
+    op, _ = start(FakeClock(), held=2)
+    with pytest.raises(LeaseLostError) as info:
+        step(op, [LOST, 0, -2])
+    err = info.value
+    assert isinstance(err, NotOwnedError)
+    assert (err.name, err.owner) == (KEYS.name, OWNER)
+    assert KEYS.name in str(err) and OWNER in str(err)
+
+
+def test_lost_raises_even_when_non_blocking() -> None:
+    op, _ = start(FakeClock(), held=1, blocking=False)
+    with pytest.raises(LeaseLostError):
+        step(op, [LOST, 3, 1000])
+
+
+def test_grant_just_in_time_is_kept() -> None:
+    clock = FakeClock()
+    op, _ = start(clock, lease=10.0, blocking=False)
+    clock.advance(10.0 - drift(10.0) - 0.01)
+    assert finish(op, [GRANTED, 1, 10000]) is not None
+
+
+@pytest.mark.parametrize("late_by", [0.0, 0.01, 5.0])
+def test_late_grant_is_given_back_non_blocking(late_by: float) -> None:
+    clock = FakeClock()
+    op, _ = start(clock, lease=10.0, blocking=False)
+    clock.advance(10.0 - drift(10.0) + late_by)
+    give_back = step(op, [GRANTED, 1, 10000])
+    assert_release_call(give_back, held=1)
+    assert finish(op, [codes.RELEASED, 0]) is None
+
+
+def test_late_reentry_gives_back_only_the_new_hold() -> None:
+    clock = FakeClock()
+    op, _ = start(clock, held=2, lease=1.0, blocking=False)
+    clock.advance(1.0)
+    assert_release_call(step(op, [GRANTED, 3, 1000]), held=3)
+    assert finish(op, [codes.RELEASED, 2]) is None
+
+
+def test_late_grant_while_blocking_tries_again() -> None:
+    clock = FakeClock()
+    op, _ = start(clock, lease=1.0, timeout=60.0)
+    clock.advance(2.0)
+    first_id = assert_release_call(step(op, [GRANTED, 1, 1000]), held=1)
+    assert step(op, [codes.RELEASED, 0]) == Subscribe(KEYS.channel)
+    assert_acquire_call(step(op, None), held=0, lease=1.0)
+    clock.advance(2.0)
+    second_id = assert_release_call(step(op, [GRANTED, 1, 1000]), held=1)
+    assert second_id != first_id  # a new give-back must not look like a retry of the first
+    wait = step(op, [codes.RELEASED, 0])
+    assert isinstance(wait, WaitWake) and wait.timeout <= 56.0
+    assert_acquire_call(step(op, True), held=0, lease=1.0)
+    assert finish(op, [GRANTED, 1, 1000]).count == 1
+
+
+def test_late_grant_with_timeout_exhausted_fails() -> None:
+    clock = FakeClock()
+    op, _ = start(clock, lease=1.0, timeout=1.5)
+    clock.advance(2.0)
+    step(op, [GRANTED, 1, 1000])
+    assert finish(op, [codes.RELEASED, 0]) is None
+
+
+def test_acquire_undo_releases_only_a_counted_grant() -> None:
+    _, call = start(FakeClock(), held=0)
+    assert call.undo is not None
+    assert_release_call(call.undo([GRANTED, 1, 30000]), held=1)
+    assert call.undo([HELD, 0, 5000]) is None
+    assert call.undo([LOST, 0, -2]) is None
+    assert call.undo([GRANTED, 3, 30000]) is None  # not the hold this request counted
+
+    _, call = start(FakeClock(), held=4)
+    assert_release_call(call.undo([GRANTED, 5, 30000]), held=5)
+    assert call.undo([GRANTED, 4, 30000]) is None
+    assert call.undo([LOST, 2, 100]) is None
+
+
+def test_undo_accepts_reply_values_as_bytes() -> None:
+    _, call = start(FakeClock(), held=0)
+    assert call.undo is not None
+    assert call.undo([b"1", b"1", b"30000"]) is not None
+
+
+def test_only_the_acquire_call_has_an_undo() -> None:
+    assert next(release(KEYS, OWNER, held=1, request_id="r")).undo is None
+    assert next(status(KEYS)).undo is None
+    assert release_call(KEYS, OWNER, 1, request_id="x").undo is None
+
+
+replies = st.one_of(
+    st.tuples(st.just(HELD), st.just(0), st.integers(-1, 120_000)),
+    st.tuples(st.just(GRANTED), st.just(1), st.integers(1, 120_000)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    timeout=st.one_of(st.none(), st.floats(0, 30)),
+    lease=st.floats(0.05, 60),
+    steps=st.lists(st.tuples(replies, st.floats(0, 10), st.booleans()), max_size=30),
+)
+def test_acquire_never_waits_past_its_deadline(
+    timeout: float | None, lease: float, steps: list
+) -> None:
+    clock = FakeClock(100.0)
+    deadline = None if timeout is None else clock.now + timeout
+    op, request = start(clock, lease=lease, timeout=timeout)
+    subscribes = 0
+    pending_release = False
+    try:
+        for reply, elapsed, woken in steps:
+            if isinstance(request, Call) and request.script is scripts.LOCK_ACQUIRE:
+                assert_acquire_call(request, held=0, lease=lease)
+                clock.advance(elapsed)
+                request = step(op, list(reply))
+            elif isinstance(request, Call):
+                assert pending_release
+                assert_release_call(request, held=1)
+                pending_release = False
+                request = step(op, [codes.RELEASED, 0])
+            elif isinstance(request, Subscribe):
+                subscribes += 1
+                assert subscribes == 1
+                request = step(op, None)
+                assert isinstance(request, Call)  # subscribing is followed by a try at once
+            else:
+                assert isinstance(request, WaitWake)
+                assert subscribes == 1  # never wait before listening
+                assert request.timeout >= 0
+                if deadline is not None:
+                    assert request.timeout <= deadline - clock.now + 1e-9
+                clock.advance(request.timeout if not woken else request.timeout / 2)
+                request = step(op, woken)
+            if isinstance(request, Call) and request.script is scripts.LOCK_RELEASE:
+                pending_release = True
+    except Finished as done:
+        result = done.value
+        if result is None:
+            assert deadline is not None and clock.now >= deadline
+        else:
+            assert isinstance(result, Acquired)
+            assert clock.now - result.requested_at < lease - drift(lease)
+
+
+# --- release, force_release, status ----------------------------------------------------------
+
+
+def test_release_returns_remaining_holds() -> None:
+    op = release(KEYS, OWNER, held=3, request_id="req-9")
+    call = next(op)
+    assert call == release_call(KEYS, OWNER, 3, request_id="req-9")
+    assert call.args == (OWNER, 3, "req-9", RECEIPT_MS, "0")
+    assert finish(op, [codes.RELEASED, 2]) == 2
+
+
+def test_final_release_returns_zero() -> None:
+    op = release(KEYS, OWNER, held=1, request_id="r")
+    next(op)
+    assert finish(op, [b"1", b"0"]) == 0
+
+
+def test_release_of_a_lost_hold_raises() -> None:
+    op = release(KEYS, OWNER, held=1, request_id="r")
+    next(op)
+    with pytest.raises(LeaseLostError) as info:
+        op.send([LOST, 0])
+    assert (info.value.name, info.value.owner) == (KEYS.name, OWNER)
+    assert KEYS.name in str(info.value)
+
+
+def test_force_release() -> None:
+    op = force_release(KEYS)
+    call = next(op)
+    assert call.script is scripts.LOCK_FORCE_RELEASE
+    assert (call.keys, call.args) == ((KEYS.name, KEYS.channel), (UNLOCK_MESSAGE,))
+    assert finish(op, 1) is True
+    op = force_release(KEYS)
+    next(op)
+    assert finish(op, 0) is False
+
+
+def run_status(reply: list) -> Status:
+    op = status(KEYS)
+    call = next(op)
+    assert call.script is scripts.LOCK_STATUS
+    assert (call.keys, call.args) == ((KEYS.name,), ())
+    return finish(op, reply)
+
+
+def test_status_free() -> None:
+    st_ = run_status([-2])
+    assert st_ == Status(ttl=None, holders={})
+    assert not st_.locked
+
+
+def test_status_no_expiry_is_infinite() -> None:
+    st_ = run_status([-1, b"c1:7", 2])
+    assert st_.ttl == math.inf and st_.locked
+    assert st_.holders == {"c1:7": 2}
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        [1500, "a:1", 1, "b:2", 3],
+        [b"1500", b"a:1", b"1", b"b:2", b"3"],
+        [1500, b"a:1", "1", "b:2", b"3"],
+    ],
+)
+def test_status_decodes_bytes_and_str(reply: list) -> None:
+    st_ = run_status(reply)
+    assert st_.ttl == 1.5 and st_.locked
+    assert st_.holders == {"a:1": 1, "b:2": 3}
+    assert all(type(k) is str for k in st_.holders)

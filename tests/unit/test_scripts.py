@@ -1,0 +1,214 @@
+"""The Lua scripts: identity, documented interface, and how the core calls them."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from redlease._core import lock, scripts, watchdog
+from redlease._core.lock import Acquired, HoldTable
+from redlease._core.requests import Call
+from redlease._core.watchdog import BATCH, RenewalPolicy
+
+from ._fakes import KEYS, OWNER
+
+LUA_DIR = Path(str(resources.files("redlease").joinpath("lua")))
+LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
+
+
+def _source(name: str) -> str:
+    return (LUA_DIR / f"{name}.lua").read_text()
+
+
+def test_there_are_lua_files() -> None:
+    assert len(LUA_FILES) >= 5
+
+
+@pytest.mark.parametrize("script", scripts.ALL, ids=lambda s: s.name)
+def test_sha_is_sha1_of_the_source(script: scripts.Script) -> None:
+    on_disk = (LUA_DIR / f"{script.name}.lua").read_bytes()
+    assert script.source == on_disk
+    assert script.sha == hashlib.sha1(on_disk).hexdigest()
+    assert re.fullmatch(r"[0-9a-f]{40}", script.sha)
+
+
+def test_every_lua_file_is_a_loaded_script_and_names_are_unique() -> None:
+    names = [s.name for s in scripts.ALL]
+    assert len(set(names)) == len(names)
+    assert len({s.sha for s in scripts.ALL}) == len(names)
+    assert sorted(names) == sorted(p.stem for p in LUA_FILES)
+
+
+# --- the header comment ---------------------------------------------------------------------
+
+_ENTRY = re.compile(r"\b(KEYS|ARGV)\[(\d+)(?:\.\.n(?:\+(\d+))?)?\]")
+
+
+def _header(text: str) -> list[str]:
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("--"):
+            break
+        lines.append(line[2:].strip())
+    return lines
+
+
+def _documented(text: str, which: str) -> tuple[list[int], int | None]:
+    """Fixed indices documented for KEYS/ARGV, and the ``+k`` of a variadic ``[i..n+k]``."""
+    fixed: list[int] = []
+    variadic: int | None = None
+    for line in _header(text):
+        m = _ENTRY.match(line)
+        if m is None or m.group(1) != which:
+            continue
+        if ".." in line.split()[0]:
+            assert variadic is None, f"two variadic {which} entries"
+            variadic = int(m.group(3) or 0)
+            # A range must follow the fixed entries without a gap.
+            assert int(m.group(2)) == len(fixed) + 1
+        else:
+            fixed.append(int(m.group(2)))
+    assert fixed == list(range(1, len(fixed) + 1)), f"{which} entries {fixed} are not 1..n"
+    return fixed, variadic
+
+
+def header_arity(name: str, n: int) -> tuple[int, int]:
+    """The number of KEYS and ARGV that the header of ``name``.lua documents, for ``n`` locks."""
+    text = _source(name)
+    counts = []
+    for which in ("KEYS", "ARGV"):
+        fixed, variadic = _documented(text, which)
+        counts.append(len(fixed) if variadic is None else n + variadic)
+    return counts[0], counts[1]
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.stem)
+def test_header_states_keys_argv_and_reply(path: Path) -> None:
+    text = path.read_text()
+    header = _header(text)
+    assert header, "no header comment"
+    assert header[0] and not _ENTRY.match(header[0]), "first line should say what the script does"
+    assert any(line.startswith("KEYS[") for line in header)
+    assert any(line.startswith("Reply") for line in header)
+    body = "\n".join(text.splitlines()[len(header) :])
+    if "ARGV" in body:
+        assert any(line.startswith("ARGV[") for line in header)
+    else:
+        assert not any(line.startswith("ARGV[") for line in header)
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.stem)
+def test_body_uses_only_documented_indices(path: Path) -> None:
+    text = path.read_text()
+    body = "\n".join(text.splitlines()[len(_header(text)) :])
+    for which in ("KEYS", "ARGV"):
+        fixed, variadic = _documented(text, which)
+        used = {int(i) for i in re.findall(rf"\b{which}\[(\d+)\]", body)}
+        if variadic is None:
+            assert used <= set(fixed), f"{which}{sorted(used - set(fixed))} not documented"
+            assert set(fixed) <= used, f"{which}{sorted(set(fixed) - used)} documented, unused"
+
+
+def _hold(name: str, owner: str, table: HoldTable) -> lock.Hold:
+    keys = lock.LockKeys.for_name(name)
+    return table.granted(keys, owner, Acquired(count=1, ttl=30.0, requested_at=0.0), None)
+
+
+def _core_calls() -> list[tuple[Call, int]]:
+    """Every kind of Call the core builds, with the number of locks it is about."""
+    calls: list[tuple[Call, int]] = []
+    acq = lock.acquire(KEYS, OWNER, held=0, lease=30.0, blocking=False, timeout=None)
+    calls.append((next(acq), 1))
+    reentry = lock.acquire(KEYS, OWNER, held=2, lease=0.5, blocking=True, timeout=1.0)
+    calls.append((next(reentry), 1))
+    calls.append((next(lock.release(KEYS, OWNER, held=1, request_id="r")), 1))
+    calls.append((next(lock.force_release(KEYS)), 1))
+    calls.append((next(lock.status(KEYS)), 1))
+    undo = calls[0][0].undo
+    assert undo is not None
+    undo_call = undo([1, 1, 30000])
+    assert undo_call is not None
+    calls.append((undo_call, 1))
+    table = HoldTable()
+    policy = RenewalPolicy(30.0)
+    for n in (1, 2, 7, BATCH, BATCH + 3):
+        holds = [_hold(f"lock-{i}", f"owner-{i % 3}", table) for i in range(n)]
+        for batch, call in policy.calls(holds):
+            calls.append((call, len(batch)))
+    return calls
+
+
+def test_calls_cover_every_script() -> None:
+    assert {c.script.name for c, _ in _core_calls()} == {s.name for s in scripts.ALL}
+
+
+@pytest.mark.parametrize(
+    ("call", "n"), _core_calls(), ids=lambda v: v.script.name if isinstance(v, Call) else str(v)
+)
+def test_calls_match_the_script_headers(call: Call, n: int) -> None:
+    assert header_arity(call.script.name, n) == (len(call.keys), len(call.args))
+    assert all(isinstance(k, str) and k for k in call.keys)
+    assert all(isinstance(a, (str, int)) and not isinstance(a, bool) for a in call.args)
+
+
+def test_known_arities() -> None:
+    """The brief's table, so that a header edit alone cannot change the interface silently."""
+    assert header_arity("lock_acquire", 1) == (1, 3)
+    assert header_arity("lock_release", 1) == (3, 5)
+    assert header_arity("lock_force_release", 1) == (2, 1)
+    assert header_arity("lock_status", 1) == (1, 0)
+    assert header_arity("lock_renew", 4) == (4, 5)
+
+
+def test_watchdog_uses_the_renew_script() -> None:
+    assert watchdog.scripts.LOCK_RENEW is scripts.LOCK_RENEW
+
+
+# --- what the scripts do with keys ----------------------------------------------------------
+
+
+def _redis_calls(text: str) -> list[tuple[str, list[str]]]:
+    """(command, argument texts) of every redis.call / redis.pcall, with nested parentheses."""
+    out = []
+    for m in re.finditer(r"redis\.p?call\s*\(", text):
+        depth, i, args, start = 1, m.end(), [], m.end()
+        while depth:
+            ch = text[i]
+            if ch in "({[":
+                depth += 1
+            elif ch in ")}]":
+                depth -= 1
+            elif ch == "," and depth == 1:
+                args.append(text[start:i].strip())
+                start = i + 1
+            i += 1
+        args.append(text[start : i - 1].strip())
+        command = args[0].strip("'\"").lower()
+        out.append((command, args[1:]))
+    return out
+
+
+FORBIDDEN = {"keys", "scan", "randomkey", "flushall", "flushdb", "eval", "evalsha", "select"}
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.stem)
+def test_every_key_comes_from_KEYS(path: Path) -> None:
+    calls = _redis_calls(path.read_text())
+    assert calls, "the script calls nothing"
+    for command, args in calls:
+        assert re.fullmatch(r"[a-z]+", command), f"command {command!r} is not a literal"
+        assert command not in FORBIDDEN
+        assert args, f"{command} without a key"
+        assert re.fullmatch(r"KEYS\[[^\]]+\]", args[0]), f"{command} on {args[0]!r}"
+        for arg in args:
+            assert ".." not in arg, f"{command} builds a name: {arg!r}"
+
+
+def test_redis_call_parser_sees_nested_calls() -> None:
+    calls = _redis_calls(_source("lock_status"))
+    assert [c for c, _ in calls] == ["pttl", "hgetall"]
+    assert _redis_calls("redis.call('get', 'x' .. KEYS[1])") == [("get", ["'x' .. KEYS[1]"])]
