@@ -79,7 +79,7 @@ class LockBase:
             ttl=result.ttl,
         )
 
-    def _plan_release(self, owner: str) -> ReleasePlan:
+    def _plan_release(self, owner: str, lingering: int) -> ReleasePlan:
         hold = self._state.begin_release(self.name, owner)
         if hold is None:
             lost = self._state.take_lost(self.name, owner)
@@ -90,7 +90,14 @@ class LockBase:
                 name=self.name,
                 owner=owner,
             )
-        op = core.release(self._keys, owner, held=hold.count, request_id=uuid.uuid4().hex)
+        op = core.release(
+            self._keys,
+            owner,
+            held=hold.count,
+            request_id=uuid.uuid4().hex,
+            handoff_ms=self._state.handoff_ms,
+            lingering=lingering,
+        )
         return ReleasePlan(owner=owner, hold=hold, op=op)
 
     def _released(self, plan: ReleasePlan, remaining: int) -> None:

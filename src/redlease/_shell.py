@@ -85,6 +85,10 @@ class TaskOwners:
 # --- the client's state ---------------------------------------------------------------------
 
 
+HANDOFF_WINDOW = 0.05
+"""Default seconds a released lock stays reserved for a waiter its unlock message woke."""
+
+
 class ClientState:
     """A client's id and confirmed holds, safe to touch from any thread.
 
@@ -92,8 +96,9 @@ class ClientState:
     lease is remembered per owner until that owner's next release raises it.
     """
 
-    def __init__(self, watchdog_timeout: float) -> None:
+    def __init__(self, watchdog_timeout: float, handoff_window: float) -> None:
         self.watchdog_timeout = watchdog_timeout
+        self.handoff_ms = round(handoff_window * 1000)
         self.mutex = threading.Lock()
         self._generation = fork_generation()
         self.id = str(uuid.uuid4())
@@ -218,13 +223,13 @@ def address_of(connection_kwargs: dict[str, Any]) -> str:
 
 def subscriber_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
     """Settings for a dedicated subscriber connection: the pool's own (host, TLS, ACL user,
-    password), in RESP2, with no read timeout, health checks or maintenance notifications."""
+    password, protocol), with no read timeout, health checks or maintenance notifications."""
     kwargs = {
         key: value
         for key, value in connection_kwargs.items()
         if not key.startswith(("maint_notifications", "oss_cluster_maint"))
     }
-    kwargs.update(health_check_interval=0, socket_timeout=None, protocol=2)
+    kwargs.update(health_check_interval=0, socket_timeout=None)
     return kwargs
 
 

@@ -21,6 +21,13 @@ def seconds(value: Seconds, what: str) -> float:
     return float(value)
 
 
+def window(value: Seconds | None, what: str) -> float:
+    """A time window where 0 or ``None`` means off."""
+    if value is None or (not isinstance(value, timedelta) and value == 0):
+        return 0.0
+    return seconds(value, what)
+
+
 def optional_seconds(value: Seconds | None, what: str) -> float | None:
     return None if value is None else seconds(value, what)
 

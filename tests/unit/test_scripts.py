@@ -212,3 +212,9 @@ def test_redis_call_parser_sees_nested_calls() -> None:
     calls = _redis_calls(_source("lock_status"))
     assert [c for c, _ in calls] == ["pttl", "hgetall"]
     assert _redis_calls("redis.call('get', 'x' .. KEYS[1])") == [("get", ["'x' .. KEYS[1]"])]
+
+
+def test_release_receipt_lifetime_matches_the_core_constant() -> None:
+    from redlease._core.lock import RECEIPT_MS
+
+    assert f"'px', {RECEIPT_MS})" in scripts.LOCK_RELEASE.source.decode()

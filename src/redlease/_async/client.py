@@ -13,19 +13,21 @@ from typing import Any, TypeVar
 import redis.asyncio
 import redis.exceptions
 
+from .._channels import Waiter
 from .._core.lock import Hold
 from .._core.requests import Call, Operation, Sleep, Subscribe, WaitWake
 from .._core.watchdog import RenewalPolicy
 from .._shell import (
     CONNECTION_ERRORS,
+    HANDOFF_WINDOW,
     ClientState,
     TaskOwners,
     address_of,
     unavailable,
 )
 from ..errors import LeaseLostError, ServerUnavailableError
-from ..options import Seconds, seconds
-from .subscriber import Subscriber, Waiter
+from ..options import Seconds, seconds, window
+from .subscriber import Subscriber, wait
 
 T = TypeVar("T")
 
@@ -53,12 +55,16 @@ async def finish_despite_cancel(awaitable: Awaitable[T], then: Callable[[T], Any
 class AsyncClient:
     """A redlease client over one ``redis.asyncio.Redis``: the asyncio twin of ``Client``.
 
-    Use it from one event loop. ``watchdog_timeout`` is the lease of a hold taken without an
-    explicit lease; the watchdog renews it every third of that while the hold lasts.
+    Use it from one event loop. ``watchdog_timeout`` and ``handoff_window`` are as for
+    ``Client``.
     """
 
     def __init__(
-        self, redis_client: redis.asyncio.Redis, *, watchdog_timeout: Seconds = 30.0
+        self,
+        redis_client: redis.asyncio.Redis,
+        *,
+        watchdog_timeout: Seconds = 30.0,
+        handoff_window: Seconds | None = HANDOFF_WINDOW,
     ) -> None:
         if not isinstance(redis_client, redis.asyncio.Redis):
             raise TypeError(
@@ -66,7 +72,9 @@ class AsyncClient:
                 " (use Client for redis.Redis)"
             )
         self.redis = redis_client
-        self._state = ClientState(seconds(watchdog_timeout, "watchdog_timeout"))
+        self._state = ClientState(
+            seconds(watchdog_timeout, "watchdog_timeout"), window(handoff_window, "handoff_window")
+        )
         self._policy = RenewalPolicy(self._state.watchdog_timeout)
         self.address = address_of(redis_client.connection_pool.connection_kwargs)
         self._owns_redis = False
@@ -76,11 +84,18 @@ class AsyncClient:
 
     @classmethod
     def from_url(
-        cls, url: str, *, watchdog_timeout: Seconds = 30.0, **redis_kwargs: Any
+        cls,
+        url: str,
+        *,
+        watchdog_timeout: Seconds = 30.0,
+        handoff_window: Seconds | None = HANDOFF_WINDOW,
+        **redis_kwargs: Any,
     ) -> AsyncClient:
         """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)``."""
         client = cls(
-            redis.asyncio.Redis.from_url(url, **redis_kwargs), watchdog_timeout=watchdog_timeout
+            redis.asyncio.Redis.from_url(url, **redis_kwargs),
+            watchdog_timeout=watchdog_timeout,
+            handoff_window=handoff_window,
         )
         client._owns_redis = True
         return client
@@ -188,7 +203,7 @@ class AsyncClient:
                     reply = None
                 elif isinstance(request, WaitWake):
                     assert waiter is not None
-                    reply = await waiter.wait(request.timeout)
+                    reply = await wait(waiter, request.timeout)
                 elif isinstance(request, Sleep):
                     await asyncio.sleep(request.seconds)
                     reply = None
@@ -199,6 +214,10 @@ class AsyncClient:
             op.close()
             if waiter is not None and self._subscriber is not None:
                 self._subscriber.unsubscribe(waiter)
+
+    def _lingering(self, channel: str) -> int:
+        sub = self._subscriber
+        return sub.lingering(channel) if sub is not None else 0
 
     def _subscriber_started(self) -> Subscriber:
         if self._subscriber is None:

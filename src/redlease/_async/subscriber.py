@@ -10,95 +10,72 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
 import time
 from typing import Any
 
 import redis.asyncio
 
+from .._channels import ChannelTable, Waiter, text
+from .._core.backoff import full_jitter
 from .._shell import CONNECTION_ERRORS, address_of, log, subscriber_kwargs, unavailable
-
-LINGER = 5.0
-SUBSCRIBE_TIMEOUT = 10.0
+from .._sync.subscriber import LINGER, SUBSCRIBE_TIMEOUT
 
 
-class Waiter:
-    """One waiting task's wake-up flag."""
-
-    __slots__ = ("channel", "event")
-
-    def __init__(self, channel: str) -> None:
-        self.channel = channel
-        self.event = asyncio.Event()
-
-    async def wait(self, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(self.event.wait(), timeout)
-            woken = True
-        except asyncio.TimeoutError:
-            woken = False
-        self.event.clear()
-        return woken
-
-
-class _Channel:
-    __slots__ = ("confirmed", "idle_since", "rewake", "waiters")
-
-    def __init__(self) -> None:
-        self.waiters: set[Waiter] = set()
-        self.confirmed = asyncio.Event()
-        self.idle_since: float | None = None
-        self.rewake = False
+async def wait(waiter: Waiter, timeout: float) -> bool:
+    """Wait until ``waiter`` is woken or ``timeout`` passes; consume the wake-up."""
+    try:
+        await asyncio.wait_for(waiter.event.wait(), timeout)
+        woken = True
+    except asyncio.TimeoutError:
+        woken = False
+    waiter.event.clear()
+    return woken
 
 
 class Subscriber:
     def __init__(self, client: redis.asyncio.Redis) -> None:
         pool = client.connection_pool
-        kwargs = subscriber_kwargs(pool.connection_kwargs)
         self._connection_class = pool.connection_class
-        self._kwargs = kwargs
-        self.address = address_of(kwargs)
-        self._channels: dict[str, _Channel] = {}
+        self._kwargs = subscriber_kwargs(pool.connection_kwargs)
+        self.address = address_of(self._kwargs)
+        self._table = ChannelTable(asyncio.Event)
         self._conn: Any = None
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._last_error: BaseException | None = None
 
     async def subscribe(self, channel: str, *, name: str | None = None) -> Waiter:
         """Register a waiter on ``channel`` and return once the server confirmed it."""
         if self._closed:
             raise RuntimeError("redlease client is closed")
         self._ensure_task()
-        waiter = Waiter(channel)
-        entry = self._channels.get(channel)
-        if entry is None:
-            entry = self._channels[channel] = _Channel()
-            if self._conn is not None:
-                await self._send("SUBSCRIBE", channel)
-        entry.waiters.add(waiter)
-        entry.idle_since = None
+        waiter = Waiter(channel, asyncio.Event())
+        entry, new = self._table.add(waiter)
         try:
+            if new:
+                await self._send("SUBSCRIBE", channel)
             await asyncio.wait_for(entry.confirmed.wait(), SUBSCRIBE_TIMEOUT)
         except asyncio.TimeoutError:
             self.unsubscribe(waiter)
-            raise unavailable(
-                TimeoutError("subscription not confirmed"), self.address, name
-            ) from None
+            why = self._last_error or TimeoutError("subscription not confirmed")
+            raise unavailable(why, self.address, name) from None
         except BaseException:
             self.unsubscribe(waiter)
             raise
         return waiter
 
     def unsubscribe(self, waiter: Waiter) -> None:
-        entry = self._channels.get(waiter.channel)
-        if entry is not None:
-            entry.waiters.discard(waiter)
-            if not entry.waiters:
-                entry.idle_since = time.monotonic()
-                loop = asyncio.get_running_loop()
-                loop.call_later(LINGER, lambda: loop.create_task(self._drop_idle()))
+        self._table.remove(waiter, time.monotonic())
+        if not self._table.waiting(waiter.channel):
+            loop = asyncio.get_running_loop()
+            loop.call_later(LINGER, lambda: loop.create_task(self._drop_idle()))
 
     def waiting(self, channel: str) -> int:
-        entry = self._channels.get(channel)
-        return len(entry.waiters) if entry else 0
+        return self._table.waiting(channel)
+
+    def lingering(self, channel: str) -> int:
+        return self._table.lingering(channel)
 
     async def close(self) -> None:
         self._closed = True
@@ -131,28 +108,33 @@ class Subscriber:
                 if self._conn is None:
                     await self._connect()
                     failures = 0
+                conn = self._conn
+                push = {"push_request": True} if str(getattr(conn, "protocol", 2)) == "3" else {}
                 # never cancelled mid-reply (that would tear the connection down)
-                self._dispatch(await self._conn.read_response())
+                message = await conn.read_response(**push)
+                kind, channel = text(message[0]), text(message[1])
+                if kind == "message":
+                    self._table.on_message(channel)
+                elif kind == "subscribe":
+                    self._table.on_subscribed(channel)
             except CONNECTION_ERRORS as exc:
                 failures += 1
+                self._last_error = exc
                 log.debug("subscriber connection to %s failed: %s", self.address, exc)
                 await self._disconnect()
-                await asyncio.sleep(min(1.0, 0.05 * 2**failures))
+                await asyncio.sleep(full_jitter(failures, base=0.05, cap=2.0, random=random.random))
 
     async def _connect(self) -> None:
         conn = self._connection_class(**self._kwargs)
         await conn.connect()  # type: ignore[no-untyped-call]
         self._conn = conn
-        for ch in [ch for ch, entry in self._channels.items() if not entry.waiters]:
-            del self._channels[ch]
-        for ch, entry in self._channels.items():
-            entry.rewake = True
-            await conn.send_command("SUBSCRIBE", ch)
+        self._last_error = None
+        for channel in self._table.resubscribe():
+            await conn.send_command("SUBSCRIBE", channel)
 
     async def _disconnect(self) -> None:
         conn, self._conn = self._conn, None
-        for entry in self._channels.values():
-            entry.confirmed.clear()
+        self._table.disconnected()
         if conn is not None:
             with contextlib.suppress(Exception):
                 await conn.disconnect()
@@ -160,31 +142,6 @@ class Subscriber:
     async def _drop_idle(self) -> None:
         if self._closed:
             return
-        now = time.monotonic()
-        idle = [
-            ch
-            for ch, entry in self._channels.items()
-            if entry.idle_since is not None and now - entry.idle_since >= LINGER - 0.05
-        ]
-        for ch in idle:
-            del self._channels[ch]
-            await self._send("UNSUBSCRIBE", ch)
-
-    def _dispatch(self, message: Any) -> None:
-        kind = _text(message[0])
-        entry = self._channels.get(_text(message[1]))
-        if entry is None:
-            return
-        if kind == "subscribe":
-            entry.confirmed.set()
-            if entry.rewake:
-                entry.rewake = False
-                for waiter in entry.waiters:
-                    waiter.event.set()
-        elif kind == "message":
-            for waiter in entry.waiters:
-                waiter.event.set()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+        # a little slack: call_later may fire a hair before LINGER by the monotonic clock
+        for channel in self._table.drop_idle(time.monotonic() + 0.05, LINGER):
+            await self._send("UNSUBSCRIBE", channel)

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 UNLOCK_MESSAGE = "0"
 """What Redisson publishes on the unlock channel when a lock is released."""
 
+HANDOFF_FIELD = "redlease:handoff"
+"""Hash field of a released lock reserved for a woken waiter (see lock_release.lua)."""
+
 _CRC16_TABLE: list[int] = []
 for _byte in range(256):
     _crc = _byte << 8

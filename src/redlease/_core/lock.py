@@ -14,11 +14,11 @@ from typing import Any
 from ..errors import LeaseLostError, ServerUnavailableError
 from . import codes, scripts
 from .backoff import full_jitter
-from .keys import UNLOCK_MESSAGE, LockKeys
+from .keys import HANDOFF_FIELD, UNLOCK_MESSAGE, LockKeys
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
 
 RECEIPT_MS = 30_000
-"""How long a final release stays recognisable to a retry of the same request."""
+"""How long a final release stays recognisable to a retry (a literal in lock_release.lua)."""
 
 NO_EXPIRY_RECHECK = 5.0
 """A waiter on a lock with no TTL (set by someone else) re-checks at least this often."""
@@ -55,11 +55,21 @@ def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float) -> Call:
     return Call(scripts.LOCK_ACQUIRE, (keys.name,), (to_ms(lease), owner, held), undo=undo)
 
 
-def release_call(keys: LockKeys, owner: str, held: int, *, request_id: str) -> Call:
+def release_call(
+    keys: LockKeys,
+    owner: str,
+    held: int,
+    *,
+    request_id: str,
+    handoff_ms: int = 0,
+    lingering: int = 0,
+) -> Call:
+    """The release script call; ``handoff_ms`` reserves a freed lock for a woken waiter,
+    ``lingering`` says our own idle subscription is among the channel's subscribers."""
     return Call(
         scripts.LOCK_RELEASE,
         (keys.name, keys.channel, keys.receipt(owner)),
-        (owner, held, request_id, RECEIPT_MS, UNLOCK_MESSAGE),
+        (owner, held, request_id, handoff_ms, lingering),
     )
 
 
@@ -127,9 +137,19 @@ def acquire(
         yield WaitWake(min(remaining, holder_left))
 
 
-def release(keys: LockKeys, owner: str, *, held: int, request_id: str) -> Operation[int]:
+def release(
+    keys: LockKeys,
+    owner: str,
+    *,
+    held: int,
+    request_id: str,
+    handoff_ms: int = 0,
+    lingering: int = 0,
+) -> Operation[int]:
     """Release one hold; returns how many holds the owner keeps (0: the lock is free)."""
-    reply = yield release_call(keys, owner, held, request_id=request_id)
+    reply = yield release_call(
+        keys, owner, held, request_id=request_id, handoff_ms=handoff_ms, lingering=lingering
+    )
     code, remaining = int(reply[0]), int(reply[1])
     if code != codes.RELEASED:
         raise LeaseLostError(
@@ -166,8 +186,10 @@ def status(keys: LockKeys) -> Operation[Status]:
     reply = yield Call(scripts.LOCK_STATUS, (keys.name,), ())
     ttl_ms = int(reply[0])
     pairs = reply[1:]
-    holders = {_text(pairs[i]): int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
-    if ttl_ms == -2:
+    fields = {_text(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
+    fields.pop(HANDOFF_FIELD, None)  # a reservation for a woken waiter is not a holder
+    holders = {owner: int(count) for owner, count in fields.items()}
+    if ttl_ms == -2 or not holders:
         return Status(ttl=None, holders={})
     return Status(ttl=math.inf if ttl_ms == -1 else ttl_ms / 1000, holders=holders)
 

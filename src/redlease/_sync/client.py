@@ -11,19 +11,21 @@ from typing import Any, TypeVar
 import redis
 import redis.exceptions
 
+from .._channels import Waiter
 from .._core.lock import Hold
 from .._core.requests import Call, Operation, Sleep, Subscribe, WaitWake
 from .._core.watchdog import RenewalPolicy
 from .._shell import (
     CONNECTION_ERRORS,
+    HANDOFF_WINDOW,
     ClientState,
     ThreadOwners,
     address_of,
     unavailable,
 )
 from ..errors import LeaseLostError, ServerUnavailableError
-from ..options import Seconds, seconds
-from .subscriber import Subscriber, Waiter
+from ..options import Seconds, seconds, window
+from .subscriber import Subscriber, wait
 
 T = TypeVar("T")
 
@@ -35,17 +37,27 @@ class Client:
     their waiters. Thread-safe; share one per process (or per server).
 
     ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; the watchdog
-    renews it every third of that for as long as the hold lasts.
+    renews it every third of that for as long as the hold lasts. ``handoff_window`` is how long
+    a lock released while others wait stays reserved for them, so the releasing thread cannot
+    barge straight back in (``0`` turns it off: Redisson's unfair behaviour).
     """
 
-    def __init__(self, redis_client: redis.Redis, *, watchdog_timeout: Seconds = 30.0) -> None:
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        *,
+        watchdog_timeout: Seconds = 30.0,
+        handoff_window: Seconds | None = HANDOFF_WINDOW,
+    ) -> None:
         if not isinstance(redis_client, redis.Redis):
             raise TypeError(
                 f"Client needs a redis.Redis, got {type(redis_client).__name__}"
                 " (use AsyncClient for redis.asyncio)"
             )
         self.redis = redis_client
-        self._state = ClientState(seconds(watchdog_timeout, "watchdog_timeout"))
+        self._state = ClientState(
+            seconds(watchdog_timeout, "watchdog_timeout"), window(handoff_window, "handoff_window")
+        )
         self._policy = RenewalPolicy(self._state.watchdog_timeout)
         self.address = address_of(redis_client.connection_pool.connection_kwargs)
         self._owns_redis = False
@@ -55,9 +67,20 @@ class Client:
         self._closed = False
 
     @classmethod
-    def from_url(cls, url: str, *, watchdog_timeout: Seconds = 30.0, **redis_kwargs: Any) -> Client:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        watchdog_timeout: Seconds = 30.0,
+        handoff_window: Seconds | None = HANDOFF_WINDOW,
+        **redis_kwargs: Any,
+    ) -> Client:
         """A client over ``redis.Redis.from_url(url, **redis_kwargs)``, closed with the client."""
-        client = cls(redis.Redis.from_url(url, **redis_kwargs), watchdog_timeout=watchdog_timeout)
+        client = cls(
+            redis.Redis.from_url(url, **redis_kwargs),
+            watchdog_timeout=watchdog_timeout,
+            handoff_window=handoff_window,
+        )
         client._owns_redis = True
         return client
 
@@ -155,7 +178,7 @@ class Client:
                     reply = None
                 elif isinstance(request, WaitWake):
                     assert waiter is not None
-                    reply = waiter.wait(request.timeout)
+                    reply = wait(waiter, request.timeout)
                 elif isinstance(request, Sleep):
                     time.sleep(request.seconds)
                     reply = None
@@ -166,6 +189,10 @@ class Client:
             op.close()
             if waiter is not None and self._subscriber is not None:
                 self._subscriber.unsubscribe(waiter)
+
+    def _lingering(self, channel: str) -> int:
+        sub = self._subscriber
+        return sub.lingering(channel) if sub is not None else 0
 
     def _subscriber_started(self) -> Subscriber:
         with self._start_mutex:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import select
 import threading
 import time
@@ -17,48 +18,31 @@ from typing import Any
 
 import redis
 
+from .._channels import ChannelTable, Waiter, text
+from .._core.backoff import full_jitter
 from .._shell import CONNECTION_ERRORS, address_of, log, subscriber_kwargs, unavailable
 
-LINGER = 5.0
+LINGER = 2.0
 """Seconds a channel stays subscribed after its last waiter left."""
 
 SUBSCRIBE_TIMEOUT = 10.0
 
 
-class Waiter:
-    """One waiting caller's wake-up flag."""
-
-    __slots__ = ("channel", "event")
-
-    def __init__(self, channel: str) -> None:
-        self.channel = channel
-        self.event = threading.Event()
-
-    def wait(self, timeout: float) -> bool:
-        woken = self.event.wait(timeout)
-        self.event.clear()
-        return woken
-
-
-class _Channel:
-    __slots__ = ("confirmed", "idle_since", "rewake", "waiters")
-
-    def __init__(self) -> None:
-        self.waiters: set[Waiter] = set()
-        self.confirmed = threading.Event()
-        self.idle_since: float | None = None
-        self.rewake = False  # wake the waiters once re-subscribed after a reconnect
+def wait(waiter: Waiter, timeout: float) -> bool:
+    """Block until ``waiter`` is woken or ``timeout`` passes; consume the wake-up."""
+    woken: bool = waiter.event.wait(timeout)
+    waiter.event.clear()
+    return woken
 
 
 class Subscriber:
     def __init__(self, client: redis.Redis) -> None:
         pool = client.connection_pool
-        kwargs = subscriber_kwargs(pool.connection_kwargs)
         self._connection_class = pool.connection_class
-        self._kwargs = kwargs
-        self.address = address_of(kwargs)
+        self._kwargs = subscriber_kwargs(pool.connection_kwargs)
+        self.address = address_of(self._kwargs)
         self._mutex = threading.Lock()
-        self._channels: dict[str, _Channel] = {}
+        self._table = ChannelTable(threading.Event)
         self._outbox: list[tuple[str, str]] = []
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -66,38 +50,36 @@ class Subscriber:
         self._conn: Any = None
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._last_error: BaseException | None = None
 
     # --- callers' side --------------------------------------------------------------------
 
     def subscribe(self, channel: str, *, name: str | None = None) -> Waiter:
         """Register a waiter on ``channel`` and return once the server confirmed it."""
-        waiter = Waiter(channel)
+        waiter = Waiter(channel, threading.Event())
         with self._mutex:
             self._ensure_thread()
-            entry = self._channels.get(channel)
-            if entry is None:
-                entry = self._channels[channel] = _Channel()
+            entry, new = self._table.add(waiter)
+            if new:
                 self._outbox.append(("SUBSCRIBE", channel))
-            entry.waiters.add(waiter)
-            entry.idle_since = None
         self._wake()
         if not entry.confirmed.wait(SUBSCRIBE_TIMEOUT):
             self.unsubscribe(waiter)
-            raise unavailable(TimeoutError("subscription not confirmed"), self.address, name)
+            why = self._last_error or TimeoutError("subscription not confirmed")
+            raise unavailable(why, self.address, name)
         return waiter
 
     def unsubscribe(self, waiter: Waiter) -> None:
         with self._mutex:
-            entry = self._channels.get(waiter.channel)
-            if entry is not None:
-                entry.waiters.discard(waiter)
-                if not entry.waiters:
-                    entry.idle_since = time.monotonic()
+            self._table.remove(waiter, time.monotonic())
 
     def waiting(self, channel: str) -> int:
         with self._mutex:
-            entry = self._channels.get(channel)
-            return len(entry.waiters) if entry else 0
+            return self._table.waiting(channel)
+
+    def lingering(self, channel: str) -> int:
+        with self._mutex:
+            return self._table.lingering(channel)
 
     def close(self) -> None:
         self._closed = True
@@ -135,40 +117,37 @@ class Subscriber:
                 self._send_outbox()
                 self._read_available()
                 self._drop_idle()
-                sock = self._conn._sock
-                select.select([sock, self._wake_r], [], [], 1.0)
-                with contextlib.suppress(OSError):
-                    while os.read(self._wake_r, 4096):
-                        pass
+                self._pause([self._conn._sock, self._wake_r], 1.0)
             except CONNECTION_ERRORS as exc:
                 if self._closed:
                     break
                 failures += 1
+                self._last_error = exc
                 log.debug("subscriber connection to %s failed: %s", self.address, exc)
                 self._disconnected()
-                # bounded, interruptible back-off before reconnecting
-                select.select([self._wake_r], [], [], min(1.0, 0.05 * 2**failures))
+                self._pause(
+                    [self._wake_r], full_jitter(failures, base=0.05, cap=2.0, random=random.random)
+                )
             except Exception:
                 log.exception("redlease subscriber failed; restarting it")
                 self._disconnected()
-                time.sleep(0.1)
+                self._pause([self._wake_r], 0.1)
         self._disconnected()
+
+    def _pause(self, readable: list[Any], timeout: float) -> None:
+        """Sleep until one of ``readable`` can be read or ``timeout``; empty the wake pipe."""
+        select.select(readable, [], [], timeout)
+        with contextlib.suppress(OSError):
+            while os.read(self._wake_r, 4096):
+                pass
 
     def _connect(self) -> None:
         conn = self._connection_class(**self._kwargs)
         conn.connect()
         self._conn = conn
+        self._last_error = None
         with self._mutex:
-            channels = [ch for ch, entry in self._channels.items() if entry.waiters]
-            for ch in channels:
-                self._channels[ch].rewake = True
-            for ch in [ch for ch, entry in self._channels.items() if not entry.waiters]:
-                del self._channels[ch]
-            self._outbox = [("SUBSCRIBE", ch) for ch in channels]
-        if channels:
-            log.debug(
-                "subscriber reconnected to %s; re-subscribing %d", self.address, len(channels)
-            )
+            self._outbox = [("SUBSCRIBE", ch) for ch in self._table.resubscribe()]
 
     def _disconnected(self) -> None:
         conn, self._conn = self._conn, None
@@ -176,9 +155,7 @@ class Subscriber:
             with contextlib.suppress(Exception):
                 conn.disconnect()
         with self._mutex:
-            entries = list(self._channels.values())
-        for entry in entries:
-            entry.confirmed.clear()
+            self._table.disconnected()
 
     def _send_outbox(self) -> None:
         with self._mutex:
@@ -187,41 +164,19 @@ class Subscriber:
             self._conn.send_command(command, channel)
 
     def _drop_idle(self) -> None:
-        now = time.monotonic()
         with self._mutex:
-            idle = [
-                ch
-                for ch, entry in self._channels.items()
-                if entry.idle_since is not None and now - entry.idle_since >= LINGER
-            ]
-            for ch in idle:
-                del self._channels[ch]
-        for ch in idle:
-            self._conn.send_command("UNSUBSCRIBE", ch)
+            idle = self._table.drop_idle(time.monotonic(), LINGER)
+        for channel in idle:
+            self._conn.send_command("UNSUBSCRIBE", channel)
 
     def _read_available(self) -> None:
         conn = self._conn
+        push = {"push_request": True} if str(getattr(conn, "protocol", 2)) == "3" else {}
         while conn.can_read(timeout=0):
-            self._dispatch(conn.read_response())
-
-    def _dispatch(self, message: Any) -> None:
-        kind = _text(message[0])
-        channel = _text(message[1])
-        with self._mutex:
-            entry = self._channels.get(channel)
-            waiters = list(entry.waiters) if entry else []
-        if entry is None:
-            return
-        if kind == "subscribe":
-            entry.confirmed.set()
-            if entry.rewake:
-                entry.rewake = False
-                for waiter in waiters:
-                    waiter.event.set()
-        elif kind == "message":
-            for waiter in waiters:
-                waiter.event.set()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+            message = conn.read_response(**push)
+            kind, channel = text(message[0]), text(message[1])
+            with self._mutex:
+                if kind == "message":
+                    self._table.on_message(channel)
+                elif kind == "subscribe":
+                    self._table.on_subscribed(channel)
