@@ -3,9 +3,11 @@
 No I/O and no locking here; the sync subscriber calls it under its mutex, the asyncio one from
 its loop. Events are ``threading.Event`` or ``asyncio.Event`` (both have ``set``/``is_set``).
 
-A message wakes one local waiter, the one that has waited longest (as Redisson releases one
-permit per unlock message), so the waiters of a process are served in order and do not stampede
-the server. A woken waiter that leaves without taking its turn passes the wake on.
+A release by redlease publishes the owner field of the waiter whose turn it is, then "0": the
+first wakes that waiter only and the "0" after it is ignored. A "0" alone (a Redisson release,
+or a redlease one with nobody in line) wakes one local waiter, the one that has waited longest
+(as Redisson releases one permit per unlock message). A woken waiter that leaves without taking
+its turn passes the wake on.
 """
 
 from __future__ import annotations
@@ -23,21 +25,23 @@ class Event(Protocol):
 class Waiter:
     """One waiting caller: the channel it listens on and its wake-up flag."""
 
-    __slots__ = ("channel", "event")
+    __slots__ = ("channel", "event", "owner")
 
-    def __init__(self, channel: str, event: Any) -> None:
+    def __init__(self, channel: str, owner: str, event: Any) -> None:
         self.channel = channel
+        self.owner = owner
         self.event: Any = event
 
 
 class Entry:
-    __slots__ = ("confirmed", "idle_since", "rewake", "waiters")
+    __slots__ = ("confirmed", "idle_since", "rewake", "skip_unlock", "waiters")
 
     def __init__(self, confirmed: Any) -> None:
         self.waiters: dict[Waiter, None] = {}  # insertion order: longest waiting first
         self.confirmed: Any = confirmed
         self.idle_since: float | None = None
         self.rewake = False  # wake every waiter once re-subscribed after a reconnect
+        self.skip_unlock = False  # the next "0" follows a targeted wake-up: ignore it
 
 
 class ChannelTable:
@@ -55,20 +59,46 @@ class ChannelTable:
         entry.idle_since = None
         return entry, new
 
+    def add_if_live(self, waiter: Waiter) -> bool:
+        """Register ``waiter`` only if its channel is already subscribed and confirmed."""
+        entry = self.entries.get(waiter.channel)
+        if entry is None or not entry.confirmed.is_set():
+            return False
+        entry.waiters[waiter] = None
+        entry.idle_since = None
+        return True
+
     def remove(self, waiter: Waiter, now: float) -> None:
         entry = self.entries.get(waiter.channel)
         if entry is None or waiter not in entry.waiters:
             return
         del entry.waiters[waiter]
         if waiter.event.is_set():
-            self.on_message(waiter.channel)  # it was woken but leaves: pass the turn on
+            self._wake_one(entry)  # it was woken but leaves: pass the turn on
         if not entry.waiters:
             entry.idle_since = now
 
-    def on_message(self, channel: str) -> None:
+    def on_message(self, channel: str, payload: str) -> None:
         entry = self.entries.get(channel)
         if entry is None:
             return
+        if payload == "0":
+            if entry.skip_unlock:
+                entry.skip_unlock = False
+            else:
+                self._wake_one(entry)
+        elif ":" in payload:  # the owner field of the waiter whose turn it is
+            entry.skip_unlock = True
+            for waiter in entry.waiters:
+                if waiter.owner == payload:
+                    waiter.event.set()
+                    break
+        else:  # another Redisson message (a read-write lock's "1"): everyone re-checks
+            for waiter in entry.waiters:
+                waiter.event.set()
+
+    @staticmethod
+    def _wake_one(entry: Entry) -> None:
         for waiter in entry.waiters:
             if not waiter.event.is_set():
                 waiter.event.set()
@@ -110,11 +140,6 @@ class ChannelTable:
     def waiting(self, channel: str) -> int:
         entry = self.entries.get(channel)
         return len(entry.waiters) if entry else 0
-
-    def lingering(self, channel: str) -> int:
-        """1 when this connection is subscribed to ``channel`` with nobody waiting on it."""
-        entry = self.entries.get(channel)
-        return int(entry is not None and not entry.waiters and entry.confirmed.is_set())
 
 
 def text(value: Any) -> str:

@@ -79,7 +79,7 @@ class LockBase:
             ttl=result.ttl,
         )
 
-    def _plan_release(self, owner: str, lingering: int) -> ReleasePlan:
+    def _plan_release(self, owner: str) -> ReleasePlan:
         hold = self._state.begin_release(self.name, owner)
         if hold is None:
             lost = self._state.take_lost(self.name, owner)
@@ -96,7 +96,6 @@ class LockBase:
             held=hold.count,
             request_id=uuid.uuid4().hex,
             handoff_ms=self._state.handoff_ms,
-            lingering=lingering,
         )
         return ReleasePlan(owner=owner, hold=hold, op=op)
 
@@ -118,6 +117,7 @@ class LockBase:
             hold_count=count,
             ttl=status.ttl,
             holders=dict(status.holders),
+            waiters=status.waiters,
             local_waiters=local_waiters,
         )
 

@@ -1,18 +1,25 @@
-"""The ``redlease`` command line: ``redlease demo`` now; ``run``, ``status``, ``list``,
-``release`` and ``bench`` slot in as further subcommands (one ``_add_*`` function each).
+"""The ``redlease`` command line: ``run`` (a distributed flock), ``status``, ``list``,
+``release --force``, ``demo`` and ``bench``, one ``_add_*`` function each.
 
 Errors a user can cause end in one line on stderr, never a traceback: exit 2 for usage errors
-(argparse's convention), 1 for runtime errors (server down, wrong password). A password in a
-URL is never printed: commands show ``host:port`` and every error message is scrubbed.
+(argparse's convention, and no server given), 1 for runtime errors (server down, wrong
+password). A password in a URL is never printed: commands show ``host:port`` and every message
+is scrubbed of the passwords of every URL on the command line and in ``REDLEASE_URL``.
+
+``run`` lives in ``_cli_run.py``, ``status``/``list``/``release`` in ``_cli_locks.py``; both
+import from here, and are imported only when their command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import unquote, urlsplit
 
 import redis.exceptions
@@ -20,15 +27,44 @@ from redis.connection import parse_url as _untyped_parse_url
 
 from .errors import RedleaseError
 
-__all__ = ["build_parser", "main"]
+if TYPE_CHECKING:
+    from ._sync.client import Client
+
+__all__ = ["EX_LEASE_LOST", "EX_NOT_ACQUIRED", "build_parser", "main"]
 
 PROG = "redlease"
+URL_ENV = "REDLEASE_URL"
+EX_NOT_ACQUIRED = 75
+"""``run``: the lock was not acquired within ``--wait`` (EX_TEMPFAIL, as ``flock -E`` users
+often choose)."""
+EX_LEASE_LOST = 76
+"""``run``: the lease was lost while the command ran."""
 _parse_url: Callable[[str], dict[str, Any]] = _untyped_parse_url  # redis-py leaves it untyped
 Handler = Callable[[argparse.Namespace], int]
+
+_known_urls: list[str] = []
+"""Every URL-like word of this invocation (argv, ``REDLEASE_URL``): their passwords are scrubbed
+from everything printed, including argparse's own messages."""
 
 
 class CommandError(Exception):
     """A runtime failure a command reports as one line on stderr (exit status 1)."""
+
+
+class UsageError(Exception):
+    """A usage mistake argparse cannot see (no server given): one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``redlease run: error: ...``), passwords scrubbed."""
+
+    def error(self, message: str) -> NoReturn:
+        hint = f" (see {self.prog} --help)"
+        self.exit(2, f"{self.prog}: error: {_one_line(_scrub(message))}{hint}\n")
+
+
+if TYPE_CHECKING:
+    Commands = argparse._SubParsersAction[_Parser]
 
 
 def _version() -> str:
@@ -50,11 +86,22 @@ def secrets_of(url: str) -> list[str]:
 
 
 def redact(text: str, url: str | None) -> str:
-    """``text`` with the URL's password replaced by ``***``."""
-    if url:
-        for secret in secrets_of(url):
-            text = text.replace(secret, "***")
+    """``text`` with the URL's password (and those of this invocation's URLs) as ``***``."""
+    for each in (url, *_known_urls):
+        if each:
+            for secret in secrets_of(each):
+                text = text.replace(secret, "***")
     return text
+
+
+def _scrub(text: str) -> str:
+    return redact(text, None)
+
+
+def _remember_urls(argv: Sequence[str]) -> None:
+    """Note the URLs of this invocation (``--url X``, ``--url=X``, ``REDLEASE_URL``)."""
+    words = [w.partition("=")[2] if w.startswith("--") else w for w in argv]
+    _known_urls[:] = [w for w in (*words, os.environ.get(URL_ENV, "")) if "://" in w]
 
 
 def address_of(url: str) -> str:
@@ -96,6 +143,77 @@ def int_range(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def seconds_arg(*, zero: bool) -> Callable[[str], float]:
+    """argparse type: finite seconds, positive (``zero=False``) or non-negative."""
+    what = "a non-negative" if zero else "a positive"
+
+    def parse(value: str) -> float:
+        try:
+            number = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+        if not math.isfinite(number) or number < 0 or (number == 0 and not zero):
+            raise argparse.ArgumentTypeError(f"{value} is not {what} number of seconds")
+        return number
+
+    parse.__name__ = "seconds"
+    return parse
+
+
+def server_url(args: argparse.Namespace) -> str:
+    """``--url``, else ``REDLEASE_URL``; a ``UsageError`` when neither is given or valid."""
+    if args.url is not None:
+        return str(args.url)
+    from_env = os.environ.get(URL_ENV, "").strip()
+    if not from_env:
+        raise UsageError(
+            f"no server given: use --url URL or set {URL_ENV} (e.g. redis://127.0.0.1:6379/0)"
+        )
+    try:
+        return redis_url(from_env)
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"{URL_ENV}: {exc}") from None
+
+
+def add_url_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        type=redis_url,
+        metavar="URL",
+        help=f"the server: redis://[[user]:password@]host[:port][/db], rediss://... or"
+        f" unix:///path (default: ${URL_ENV})",
+    )
+
+
+CONNECT_TIMEOUT = 5.0
+COMMAND_TIMEOUT = 10.0
+
+
+def connect(url: str, **client_kwargs: Any) -> Client:
+    """A ``redlease.Client`` on ``url`` that has answered a PING, or a one-line
+    ``CommandError`` naming ``host:port`` (never the password)."""
+    from ._sync.client import Client
+
+    address = address_of(url)
+    client_kwargs.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
+    client_kwargs.setdefault("socket_timeout", COMMAND_TIMEOUT)
+    client = Client.from_url(url, **client_kwargs)
+    try:
+        client.redis.ping()
+    except redis.exceptions.AuthenticationError as exc:
+        client.close()
+        raise CommandError(
+            f"authentication failed at {address} (check the user and password in the URL): {exc}"
+        ) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError) as exc:
+        client.close()
+        raise CommandError(f"cannot reach a Redis server at {address}: {exc}") from None
+    except redis.exceptions.ResponseError as exc:
+        client.close()
+        raise CommandError(f"the server at {address} refused the connection: {exc}") from None
+    return client
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo on ``--url``, or on a private server started (and stopped) for it."""
     from .demo import DemoError, run_demo
@@ -128,7 +246,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         raise CommandError(str(exc)) from None
 
 
-def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_demo(commands: Commands) -> None:
     parser = commands.add_parser(
         "demo",
         help="show lost updates without a lock and exact results with one",
@@ -162,15 +280,252 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.set_defaults(handler=_cmd_demo)
 
 
+RUN_EPILOG = f"""\
+The lock is taken before COMMAND starts and released when it ends. Without --lease
+the watchdog renews the lease while COMMAND runs (every third of --watchdog); with
+--lease the hold simply lasts that long, and COMMAND is treated as having lost it
+when the lease runs out. A lost lease (expired, force-released, server restarted
+empty, not renewable for a whole lease) stops COMMAND: SIGTERM, then SIGKILL after
+--grace seconds; with --keep-going COMMAND may finish.
+
+SIGINT, SIGTERM and SIGHUP sent to redlease are passed on to COMMAND (SIGINT not
+when redlease runs in the foreground of a terminal: Ctrl-C reaches COMMAND there
+already). redlease waits for COMMAND to end, then releases the lock.
+
+exit status:
+  N    COMMAND's own exit status (128+S when a signal S ended it)
+  {EX_NOT_ACQUIRED}   the lock was not acquired within --wait (EX_TEMPFAIL)
+  {EX_LEASE_LOST}   the lease was lost while COMMAND ran (whether COMMAND was stopped
+       or, with --keep-going, finished)
+  126  COMMAND could not be started; 127 COMMAND was not found
+  1    error: server unreachable, authentication failed, ...
+  2    usage error, or no server given (--url or ${URL_ENV})
+  128+S  interrupted by signal S while waiting for the lock
+
+example:
+  redlease run --wait 0 jobs:nightly -- ./nightly.sh --full
+"""
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ._cli_run import RunOptions, run
+
+    if not args.argv:
+        raise UsageError(f"no COMMAND given: {PROG} run NAME [options] -- COMMAND [ARGS...]")
+    if args.name == "":
+        raise UsageError("the lock NAME must not be empty")
+    url = server_url(args)
+    options = RunOptions(
+        name=args.name,
+        argv=list(args.argv),
+        wait=args.wait,
+        lease=args.lease,
+        watchdog=args.watchdog,
+        keep_going=args.keep_going,
+        grace=args.grace,
+    )
+    return run(url, options)
+
+
+def _add_run(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "run",
+        help="run a command only while holding a lock (a flock(1) across machines)",
+        usage=f"{PROG} run [options] NAME -- COMMAND [ARGS...]",
+        description="Run COMMAND while holding the lock NAME, then release it.",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("name", metavar="NAME", help="the lock (its Redis key)")
+    parser.add_argument("argv", nargs="*", metavar="COMMAND", help="the command and its arguments")
+    parser.add_argument(
+        "--wait",
+        type=seconds_arg(zero=True),
+        metavar="SECONDS",
+        help=f"give up after waiting this long for the lock (exit {EX_NOT_ACQUIRED});"
+        " 0 tries once; default: wait as long as it takes",
+    )
+    lease = parser.add_mutually_exclusive_group()
+    lease.add_argument(
+        "--lease",
+        type=seconds_arg(zero=False),
+        metavar="SECONDS",
+        help="hold the lock this long at most, without renewal (default: renewed by the"
+        " watchdog while COMMAND runs)",
+    )
+    lease.add_argument(
+        "--watchdog",
+        type=seconds_arg(zero=False),
+        default=30.0,
+        metavar="SECONDS",
+        help="the lease the watchdog keeps renewing, every third of it (default 30);"
+        " a server unreachable this long means the lease is lost",
+    )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help=f"when the lease is lost, let COMMAND finish (still exit {EX_LEASE_LOST})",
+    )
+    parser.add_argument(
+        "--grace",
+        type=seconds_arg(zero=True),
+        default=10.0,
+        metavar="SECONDS",
+        help="after a lost lease, seconds between SIGTERM and SIGKILL (default 10)",
+    )
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_run)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from ._cli_locks import status
+
+    return status(server_url(args), args.names, as_json=args.json)
+
+
+def _add_status(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "status",
+        help="show whether locks are held, by whom, and for how long",
+        description="For each NAME: held or free, the holders with their hold counts, and the"
+        " lease left (TTL). Exit 1 if a NAME is a key that is not a lock.",
+    )
+    parser.add_argument("names", nargs="+", metavar="NAME", help="a lock (its Redis key)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print a JSON list of {"name", "locked", "ttl", "holders"} (ttl in seconds,'
+        " null when free, -1 when the key has no expiry; holders: owner -> hold count)",
+    )
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_status)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from ._cli_locks import list_locks
+
+    return list_locks(server_url(args), args.pattern, limit=args.limit, as_json=args.json)
+
+
+def _add_list(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "list",
+        help="list the locks held now (found with SCAN, never KEYS)",
+        description="List the held locks whose names match PATTERN, found with SCAN: a key"
+        " counts as a lock when it is a hash whose fields are all '<uuid>:<number>' owners"
+        " (the Redisson layout). Stops at --limit locks and after a bounded number of SCAN"
+        " calls (a note on stderr says when).",
+    )
+    parser.add_argument(
+        "pattern",
+        nargs="?",
+        default="*",
+        metavar="PATTERN",
+        help="a SCAN MATCH glob, e.g. 'jobs:*' (default: every key)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int_range(1, 1_000_000),
+        default=1000,
+        metavar="N",
+        help="show at most N locks (default 1000)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list, as status does")
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_list)
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    from ._cli_locks import force_release
+
+    return force_release(server_url(args), args.name, yes=args.yes)
+
+
+def _add_release(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "release",
+        help="force-release a lock whoever holds it (wakes its waiters)",
+        usage=f"{PROG} release --force [--yes] [--url URL] NAME",
+        description="Delete the lock NAME whoever holds it and wake its waiters. Its holder"
+        " is not told until its watchdog or its release finds the lock gone, so it may still"
+        " be running. Asks for confirmation unless --yes. Exit 0 when the lock was held and"
+        " is now released, 1 when it was free (or is not a lock).",
+    )
+    parser.add_argument("name", metavar="NAME", help="the lock (its Redis key)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        required=True,
+        help="required: the only release possible from outside is a forced one",
+    )
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="do not ask for confirmation (needed when stdin is not a terminal)",
+    )
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_release)
+
+
+def bench_script() -> Path:
+    """Where ``benchmarks/bench.py`` is in a source checkout (it is not installed)."""
+    return Path(__file__).resolve().parents[2] / "benchmarks" / "bench.py"
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    script = bench_script()
+    if not script.is_file():
+        raise CommandError(
+            f"bench needs a source checkout of redlease: {script} not found"
+            " (benchmarks/ is not part of the installed package; clone the repository and"
+            " `pip install -e '.[bench]'`)"
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, str(script), *args.bench_args])
+
+
+def _add_bench(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "bench",
+        add_help=False,  # `redlease bench --help` is the benchmark's own help
+        help="run benchmarks/bench.py (source checkout only); `bench --help` for its options",
+        description="Run benchmarks/bench.py with this Python, passing every argument on.",
+    )
+    parser.set_defaults(handler=_cmd_bench, bench_args=[])
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``redlease`` parser with one subparser per command."""
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Redisson-compatible distributed locks on Redis and Valkey."
+    parser = _Parser(
+        prog=PROG,
+        description="Redisson-compatible distributed locks on Redis and Valkey.",
+        epilog=f"Commands that need a server take --url URL or ${URL_ENV}.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_run(commands)
+    _add_status(commands)
+    _add_list(commands)
+    _add_release(commands)
     _add_demo(commands)
+    _add_bench(commands)
     return parser
+
+
+def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """``(to parse, passed on)``: for ``run``, what follows the first ``--`` (COMMAND, whose
+    options argparse must not see); for ``bench``, everything after ``bench``."""
+    for i, word in enumerate(argv):
+        if word.startswith("-"):
+            continue  # a top-level option (none takes a value)
+        if word == "bench":
+            return argv[: i + 1], argv[i + 1 :]
+        if word == "run" and "--" in argv[i + 1 :]:
+            cut = argv.index("--", i + 1)
+            return argv[:cut], argv[cut + 1 :]
+        break
+    return argv, None
 
 
 def _one_line(text: str) -> str:
@@ -188,11 +543,19 @@ def _fail(message: str, url: str | None) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (default ``sys.argv[1:]``), run the command, return the exit status."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    _remember_urls(words)
+    to_parse, passed_on = _split_passthrough(words)
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(to_parse)
     except SystemExit as exc:  # usage error (2), --help or --version (0)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    if passed_on is not None:
+        if args.command == "bench":
+            args.bench_args = passed_on
+        else:  # run: a "--" after COMMAND's first word belongs to COMMAND
+            args.argv = [*args.argv, "--", *passed_on] if args.argv else passed_on
     handler: Handler = args.handler
     url: str | None = getattr(args, "url", None)
     try:
@@ -200,6 +563,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except UsageError as exc:
+        _fail(str(exc), url)
+        return 2
     except CommandError as exc:
         return _fail(str(exc), url)
     except redis.exceptions.AuthenticationError as exc:

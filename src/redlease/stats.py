@@ -28,4 +28,7 @@ class LockStatistics:
     hold_count: int
     ttl: float | None
     holders: dict[str, int]
+    waiters: int
+    """Waiters in line on the server (blocking acquires of redlease clients)."""
     local_waiters: int
+    """Threads or tasks of this client waiting for the lock now."""

@@ -12,6 +12,7 @@ import redis
 
 import redlease
 from redlease import InvalidArgumentError, LeaseLostError, LockTimeoutError, NotOwnedError
+from redlease._core.keys import LockKeys
 
 from .helpers import eventually
 
@@ -52,27 +53,82 @@ async def test_redisson_data_layout(side, server, name):
     raw.close()
 
 
-async def test_release_with_waiters_reserves_the_lock_for_them(side, server, name):
+async def test_release_reserves_the_lock_for_the_first_waiter_in_line(side, server, name):
+    keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url, decode_responses=True)
-    pubsub = raw.pubsub()  # someone else waits on the unlock channel
-    pubsub.subscribe(f"redisson_lock__channel:{{{name}}}")
-    pubsub.get_message(timeout=5)
-    client = side.client(server.url, handoff_window=5)
+    # a live waiter in line that is slow to claim its turn
+    raw.zadd(keys.queue, {"slow-waiter:1": 1})
+    raw.hset(keys.deadlines, "slow-waiter:1", int(time.time() * 1000) + 60_000)
+    client = side.client(server.url, handoff_window=0.5)
     lock = client.lock(name)
     assert await side(lock.acquire())
     await side(lock.release())
-    fields = raw.hgetall(name)
-    assert list(fields) == ["redlease:handoff"]
-    assert fields["redlease:handoff"].startswith(client.id + ":")  # who may not take it
-    assert 0 < raw.pttl(name) <= 5000
+    assert raw.hgetall(name) == {"redlease:handoff": "slow-waiter:1"}
+    assert 0 < raw.pttl(name) <= 500
     assert not await side(lock.locked())  # a reservation is not a holder
-    assert not await side(lock.acquire(blocking=False))  # the releasing owner waits its turn
+    assert not await side(lock.acquire(blocking=False))  # the releaser cannot barge back
     other = side.client(server.url).lock(name)
-    assert await side(other.acquire(blocking=False))  # anyone else takes it at once
+    assert not await side(other.acquire(blocking=False))  # nor can anyone else
+    # the waiter never claims it: the reservation lapses and the lock is anyone's again
+    assert await side(other.acquire(timeout=10))
     assert list(raw.hgetall(name).values()) == ["1"]
     await side(other.release())
-    pubsub.close()
     raw.close()
+
+
+async def test_waiters_are_served_in_arrival_order(side, server, name):
+    holder = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    order: list[int] = []
+    clients = [side.client(server.url) for _ in range(3)]
+
+    async def queued(count: int) -> bool:
+        return (await side(holder.statistics())).waiters == count
+
+    if side.is_async:
+
+        async def wait_turn(i: int) -> None:
+            lock = clients[i].lock(name)
+            assert await lock.acquire(timeout=30)
+            order.append(i)
+            await lock.release()
+
+        tasks = []
+        for i in range(3):
+            tasks.append(asyncio.create_task(wait_turn(i)))
+            await eventually(lambda i=i: queued(i + 1))
+        await holder.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    else:
+
+        def wait_turn(i: int) -> None:
+            lock = clients[i].lock(name)
+            assert lock.acquire(timeout=30)
+            order.append(i)
+            lock.release()
+
+        threads = []
+        for i in range(3):
+            threads.append(threading.Thread(target=wait_turn, args=(i,)))
+            threads[-1].start()
+            await eventually(lambda i=i: queued(i + 1))
+        holder.release()
+        for t in threads:
+            t.join(60)
+    assert order == [0, 1, 2]
+    assert (await side(holder.statistics())).waiters == 0
+
+
+async def test_a_waiter_that_gives_up_leaves_the_line(side, server, name):
+    holder = side.client(server.url).lock(name)
+    waiter = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    assert not await side(waiter.acquire(timeout=0.3))
+    assert (await side(holder.statistics())).waiters == 0
+    await side(holder.release())
+    assert not await side(holder.locked())
+    assert await side(waiter.acquire(blocking=False))  # nothing reserved for a gone waiter
+    await side(waiter.release())
 
 
 async def test_excludes_a_redisson_holder_and_wakes_on_its_unlock(side, server, name):

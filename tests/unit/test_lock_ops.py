@@ -11,12 +11,14 @@ from hypothesis import strategies as st
 from redlease._core import codes, scripts
 from redlease._core.keys import UNLOCK_MESSAGE
 from redlease._core.lock import (
-    NO_EXPIRY_RECHECK,
+    PLACE_MS,
+    RECHECK,
     Acquired,
     Status,
     acquire,
     drift,
     force_release,
+    leave_call,
     release,
     release_call,
     status,
@@ -41,23 +43,29 @@ def start(
     op = acquire(
         KEYS, OWNER, held=held, lease=lease, blocking=blocking, timeout=timeout, clock=clock
     )
-    return op, step(op, first=True)
+    first = step(op, first=True)
+    if blocking:  # a blocking caller first listens, if its client already does (here: not)
+        assert first == Subscribe(KEYS.channel, OWNER, leave_call(KEYS, OWNER), only_if_live=True)
+        first = step(op, False)
+    return op, first
 
 
 def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_ACQUIRE
-    assert call.keys == (KEYS.name,)
-    assert call.args == (to_ms(lease), OWNER, held)
+    assert call.keys == (KEYS.name, KEYS.queue, KEYS.deadlines)
+    place_ms = call.args[3]
+    assert call.args == (to_ms(lease), OWNER, held, place_ms)
+    assert place_ms in (0, PLACE_MS)
 
 
 def assert_release_call(call: object, *, held: int) -> str:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_RELEASE
-    assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipt(OWNER))
-    owner, count, request_id, handoff_ms, lingering = call.args
+    assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipt(OWNER), KEYS.queue, KEYS.deadlines)
+    owner, count, request_id, handoff_ms = call.args
     assert (owner, count) == (OWNER, held)
-    assert (handoff_ms, lingering) == (0, 0)  # a give-back reserves nothing
+    assert handoff_ms == 0  # a give-back reserves nothing
     assert isinstance(request_id, str) and request_id
     return request_id
 
@@ -91,10 +99,14 @@ def test_reentry_sends_the_held_count_and_returns_the_new_count() -> None:
 def test_held_subscribes_retries_then_waits_for_the_holders_ttl() -> None:
     clock = FakeClock()
     op, _ = start(clock, timeout=None)
-    assert step(op, [HELD, 0, 12000]) == Subscribe(KEYS.channel)
+    assert step(op, [HELD, 0, 12000]) == Subscribe(
+        KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER)
+    )
     # Right after subscribing it tries again, without waiting.
     assert_acquire_call(step(op, None), held=0, lease=30.0)
-    assert step(op, [HELD, 0, 8000]) == WaitWake(8.0)
+    assert step(op, [HELD, 0, 4000]) == WaitWake(4.0)
+    assert_acquire_call(step(op, True), held=0, lease=30.0)
+    assert step(op, [HELD, 0, 60000]) == WaitWake(RECHECK)  # re-checks keep its place alive
     assert_acquire_call(step(op, True), held=0, lease=30.0)  # woken: try again
     assert step(op, [HELD, 0, 2500]) == WaitWake(2.5)  # no second Subscribe
     assert_acquire_call(step(op, False), held=0, lease=30.0)  # wait ran out: try again too
@@ -129,9 +141,18 @@ def test_non_blocking_ignores_a_timeout() -> None:
     assert finish(op, [HELD, 0, 5000]) is None
 
 
+def test_a_live_subscription_spares_the_subscribe_and_retry() -> None:
+    clock = FakeClock()
+    op = acquire(KEYS, OWNER, held=0, lease=30.0, blocking=True, timeout=None, clock=clock)
+    assert isinstance(step(op, first=True), Subscribe)
+    assert_acquire_call(step(op, True), held=0, lease=30.0)  # listening before the try
+    assert step(op, [HELD, 0, 3000]) == WaitWake(3.0)  # so: no Subscribe, no second try
+
+
 def test_zero_timeout_tries_once_without_subscribing() -> None:
     op, _ = start(FakeClock(), timeout=0.0)
-    assert finish(op, [HELD, 0, 5000]) is None
+    assert step(op, [HELD, 0, 5000]) == leave_call(KEYS, OWNER)  # no wait: give the place up
+    assert finish(op, 0) is None
 
 
 def test_timeout_exhausted_returns_none() -> None:
@@ -142,7 +163,8 @@ def test_timeout_exhausted_returns_none() -> None:
     assert step(op, [HELD, 0, 10000]) == WaitWake(2.0)
     clock.advance(2.0)
     assert_acquire_call(step(op, False), held=0, lease=30.0)  # one last try
-    assert finish(op, [HELD, 0, 8000]) is None
+    assert step(op, [HELD, 0, 8000]) == leave_call(KEYS, OWNER)  # gives its place up
+    assert finish(op, 0) is None
 
 
 def test_timeout_exhausted_but_last_try_granted() -> None:
@@ -161,8 +183,8 @@ def test_no_expiry_holder_is_rechecked() -> None:
     op, _ = start(clock, timeout=None)
     step(op, [HELD, 0, -1])
     step(op, None)
-    assert step(op, [HELD, 0, -1]) == WaitWake(NO_EXPIRY_RECHECK)
-    assert 0 < NO_EXPIRY_RECHECK < math.inf
+    assert step(op, [HELD, 0, -1]) == WaitWake(RECHECK)
+    assert 0 < RECHECK < math.inf
 
     op, _ = start(clock, timeout=1.5)
     step(op, [HELD, 0, -1])
@@ -216,7 +238,9 @@ def test_late_grant_while_blocking_tries_again() -> None:
     op, _ = start(clock, lease=1.0, timeout=60.0)
     clock.advance(2.0)
     first_id = assert_release_call(step(op, [GRANTED, 1, 1000]), held=1)
-    assert step(op, [codes.RELEASED, 0]) == Subscribe(KEYS.channel)
+    assert step(op, [codes.RELEASED, 0]) == Subscribe(
+        KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER)
+    )
     assert_acquire_call(step(op, None), held=0, lease=1.0)
     clock.advance(2.0)
     second_id = assert_release_call(step(op, [GRANTED, 1, 1000]), held=1)
@@ -232,7 +256,8 @@ def test_late_grant_with_timeout_exhausted_fails() -> None:
     op, _ = start(clock, lease=1.0, timeout=1.5)
     clock.advance(2.0)
     step(op, [GRANTED, 1, 1000])
-    assert finish(op, [codes.RELEASED, 0]) is None
+    assert step(op, [codes.RELEASED, 0]) == leave_call(KEYS, OWNER)
+    assert finish(op, 0) is None
 
 
 def test_acquire_undo_releases_only_a_counted_grant() -> None:
@@ -287,6 +312,10 @@ def test_acquire_never_waits_past_its_deadline(
                 assert_acquire_call(request, held=0, lease=lease)
                 clock.advance(elapsed)
                 request = step(op, list(reply))
+            elif isinstance(request, Call) and request.script is scripts.LOCK_LEAVE:
+                assert deadline is not None and clock.now >= deadline  # leaves only when done
+                assert request == leave_call(KEYS, OWNER)
+                request = step(op, 0)
             elif isinstance(request, Call):
                 assert pending_release
                 assert_release_call(request, held=1)
@@ -320,10 +349,10 @@ def test_acquire_never_waits_past_its_deadline(
 
 
 def test_release_returns_remaining_holds() -> None:
-    op = release(KEYS, OWNER, held=3, request_id="req-9", handoff_ms=50, lingering=1)
+    op = release(KEYS, OWNER, held=3, request_id="req-9", handoff_ms=50)
     call = next(op)
-    assert call == release_call(KEYS, OWNER, 3, request_id="req-9", handoff_ms=50, lingering=1)
-    assert call.args == (OWNER, 3, "req-9", 50, 1)
+    assert call == release_call(KEYS, OWNER, 3, request_id="req-9", handoff_ms=50)
+    assert call.args == (OWNER, 3, "req-9", 50)
     assert finish(op, [codes.RELEASED, 2]) == 2
 
 
@@ -357,18 +386,18 @@ def run_status(reply: list) -> Status:
     op = status(KEYS)
     call = next(op)
     assert call.script is scripts.LOCK_STATUS
-    assert (call.keys, call.args) == ((KEYS.name,), ())
+    assert (call.keys, call.args) == ((KEYS.name, KEYS.queue), ())
     return finish(op, reply)
 
 
 def test_status_free() -> None:
-    st_ = run_status([-2])
-    assert st_ == Status(ttl=None, holders={})
+    st_ = run_status([-2, 0])
+    assert st_ == Status(ttl=None, holders={}, waiters=0)
     assert not st_.locked
 
 
 def test_status_no_expiry_is_infinite() -> None:
-    st_ = run_status([-1, b"c1:7", 2])
+    st_ = run_status([-1, 0, b"c1:7", 2])
     assert st_.ttl == math.inf and st_.locked
     assert st_.holders == {"c1:7": 2}
 
@@ -376,13 +405,18 @@ def test_status_no_expiry_is_infinite() -> None:
 @pytest.mark.parametrize(
     "reply",
     [
-        [1500, "a:1", 1, "b:2", 3],
-        [b"1500", b"a:1", b"1", b"b:2", b"3"],
-        [1500, b"a:1", "1", "b:2", b"3"],
+        [1500, 4, "a:1", 1, "b:2", 3],
+        [b"1500", b"4", b"a:1", b"1", b"b:2", b"3"],
+        [1500, 4, b"a:1", "1", "b:2", b"3"],
     ],
 )
 def test_status_decodes_bytes_and_str(reply: list) -> None:
     st_ = run_status(reply)
     assert st_.ttl == 1.5 and st_.locked
-    assert st_.holders == {"a:1": 1, "b:2": 3}
+    assert st_.holders == {"a:1": 1, "b:2": 3} and st_.waiters == 4
     assert all(type(k) is str for k in st_.holders)
+
+
+def test_status_hides_a_reservation() -> None:
+    st_ = run_status([800, 2, "redlease:handoff", "c1:9"])
+    assert st_ == Status(ttl=None, holders={}, waiters=2)

@@ -187,6 +187,7 @@ class AsyncClient:
         if self._closed:
             raise RuntimeError("redlease client is closed")
         waiter: Waiter | None = None
+        leave: Call | None = None  # run if the operation is abandoned while in line
         reply: Any = None
         resume = op.send
         try:
@@ -199,8 +200,15 @@ class AsyncClient:
                     except ServerUnavailableError as exc:
                         reply, resume = exc, op.throw
                 elif isinstance(request, Subscribe):
-                    waiter = await self._subscriber_started().subscribe(request.channel, name=name)
-                    reply = None
+                    leave = request.leave
+                    if request.only_if_live:
+                        sub = self._subscriber
+                        waiter = sub.listen_if_live(request.channel, request.owner) if sub else None
+                    else:
+                        waiter = await self._subscriber_started().subscribe(
+                            request.channel, request.owner, name=name
+                        )
+                    reply = waiter is not None
                 elif isinstance(request, WaitWake):
                     assert waiter is not None
                     reply = await wait(waiter, request.timeout)
@@ -208,16 +216,16 @@ class AsyncClient:
                     await asyncio.sleep(request.seconds)
                     reply = None
         except StopIteration as stop:
+            leave = None
             result: T = stop.value
             return result
         finally:
             op.close()
             if waiter is not None and self._subscriber is not None:
                 self._subscriber.unsubscribe(waiter)
-
-    def _lingering(self, channel: str) -> int:
-        sub = self._subscriber
-        return sub.lingering(channel) if sub is not None else 0
+            if leave is not None:
+                with contextlib.suppress(Exception, asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(self._call(leave, name)), CANCEL_GRACE)
 
     def _subscriber_started(self) -> Subscriber:
         if self._subscriber is None:

@@ -55,7 +55,7 @@ class AsyncLock(LockBase):
     async def release(self) -> None:
         """Give back one hold. Raises ``NotOwnedError`` when the calling task holds none,
         ``LeaseLostError`` when its lease was lost meanwhile."""
-        plan = self._plan_release(self.client._owner(), self.client._lingering(self._keys.channel))
+        plan = self._plan_release(self.client._owner())
         try:
             remaining = await finish_despite_cancel(
                 self.client._run(plan.op, self.name),

@@ -45,12 +45,12 @@ class Subscriber:
         self._closed = False
         self._last_error: BaseException | None = None
 
-    async def subscribe(self, channel: str, *, name: str | None = None) -> Waiter:
-        """Register a waiter on ``channel`` and return once the server confirmed it."""
+    async def subscribe(self, channel: str, owner: str, *, name: str | None = None) -> Waiter:
+        """Register ``owner`` as a waiter on ``channel``; return once the server confirmed it."""
         if self._closed:
             raise RuntimeError("redlease client is closed")
         self._ensure_task()
-        waiter = Waiter(channel, asyncio.Event())
+        waiter = Waiter(channel, owner, asyncio.Event())
         entry, new = self._table.add(waiter)
         try:
             if new:
@@ -65,6 +65,11 @@ class Subscriber:
             raise
         return waiter
 
+    def listen_if_live(self, channel: str, owner: str) -> Waiter | None:
+        """A waiter on ``channel`` if this connection already listens there, else ``None``."""
+        waiter = Waiter(channel, owner, asyncio.Event())
+        return waiter if self._table.add_if_live(waiter) else None
+
     def unsubscribe(self, waiter: Waiter) -> None:
         self._table.remove(waiter, time.monotonic())
         if not self._table.waiting(waiter.channel):
@@ -73,9 +78,6 @@ class Subscriber:
 
     def waiting(self, channel: str) -> int:
         return self._table.waiting(channel)
-
-    def lingering(self, channel: str) -> int:
-        return self._table.lingering(channel)
 
     async def close(self) -> None:
         self._closed = True
@@ -114,7 +116,7 @@ class Subscriber:
                 message = await conn.read_response(**push)
                 kind, channel = text(message[0]), text(message[1])
                 if kind == "message":
-                    self._table.on_message(channel)
+                    self._table.on_message(channel, text(message[2]))
                 elif kind == "subscribe":
                     self._table.on_subscribed(channel)
             except CONNECTION_ERRORS as exc:

@@ -8,7 +8,7 @@ UNLOCK_MESSAGE = "0"
 """What Redisson publishes on the unlock channel when a lock is released."""
 
 HANDOFF_FIELD = "redlease:handoff"
-"""Hash field of a released lock reserved for a woken waiter (see lock_release.lua)."""
+"""Hash field of a released lock reserved for the first waiter in line (lock_release.lua)."""
 
 _CRC16_TABLE: list[int] = []
 for _byte in range(256):
@@ -62,6 +62,8 @@ class LockKeys:
 
     name: str
     channel: str
+    queue: str
+    deadlines: str
     receipt_prefix: str
 
     @classmethod
@@ -70,6 +72,8 @@ class LockKeys:
             name=name,
             # Redisson: "redisson_lock__channel" + ":{" + name + "}"
             channel=f"redisson_lock__channel:{{{name}}}",
+            queue=same_slot_key(name, "redlease:queue:"),
+            deadlines=same_slot_key(name, "redlease:queue-deadlines:"),
             receipt_prefix=same_slot_key(name, "redlease:released:", ":"),
         )
 

@@ -20,8 +20,13 @@ from .requests import Call, Operation, Sleep, Subscribe, WaitWake
 RECEIPT_MS = 30_000
 """How long a final release stays recognisable to a retry (a literal in lock_release.lua)."""
 
-NO_EXPIRY_RECHECK = 5.0
-"""A waiter on a lock with no TTL (set by someone else) re-checks at least this often."""
+RECHECK = 5.0
+"""A waiter re-checks at least this often, whatever the holder's TTL: it keeps its place in
+line alive and bounds the cost of a lost wake-up or a waiter that died on its turn."""
+
+PLACE_MS = 4 * int(RECHECK * 1000)
+"""How long a waiter's place in line lasts without a re-check (then it lapses: a dead waiter
+never blocks the line for longer)."""
 
 OUTAGE_TOLERANCE = 10.0
 """A waiter rides out a server outage (restart, failover) for this long before it raises."""
@@ -45,32 +50,35 @@ class Acquired:
     requested_at: float
 
 
-def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float) -> Call:
+def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float, queue: bool) -> Call:
     def undo(reply: Any) -> Call | None:
         code, count = int(reply[0]), int(reply[1])
         if code == codes.GRANTED and count == held + 1:
             return release_call(keys, owner, count, request_id=uuid.uuid4().hex)
         return None
 
-    return Call(scripts.LOCK_ACQUIRE, (keys.name,), (to_ms(lease), owner, held), undo=undo)
+    return Call(
+        scripts.LOCK_ACQUIRE,
+        (keys.name, keys.queue, keys.deadlines),
+        (to_ms(lease), owner, held, PLACE_MS if queue else 0),
+        undo=undo,
+    )
 
 
 def release_call(
-    keys: LockKeys,
-    owner: str,
-    held: int,
-    *,
-    request_id: str,
-    handoff_ms: int = 0,
-    lingering: int = 0,
+    keys: LockKeys, owner: str, held: int, *, request_id: str, handoff_ms: int = 0
 ) -> Call:
-    """The release script call; ``handoff_ms`` reserves a freed lock for a woken waiter,
-    ``lingering`` says our own idle subscription is among the channel's subscribers."""
+    """The release script call; ``handoff_ms`` reserves a freed lock for the first waiter."""
     return Call(
         scripts.LOCK_RELEASE,
-        (keys.name, keys.channel, keys.receipt(owner)),
-        (owner, held, request_id, handoff_ms, lingering),
+        (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines),
+        (owner, held, request_id, handoff_ms),
     )
+
+
+def leave_call(keys: LockKeys, owner: str) -> Call:
+    """A waiter leaves the line (and gives back a reservation made for it)."""
+    return Call(scripts.LOCK_LEAVE, (keys.name, keys.channel, keys.queue, keys.deadlines), (owner,))
 
 
 def acquire(
@@ -85,20 +93,25 @@ def acquire(
 ) -> Operation[Acquired | None]:
     """Try, and while allowed wait for a wake-up and try again; ``None`` when not acquired.
 
+    A blocking caller that finds the lock held takes a place in line (server side, by arrival);
+    a release reserves the lock for the first live waiter and wakes only that one.
     Success needs lease time left by the local clock, counted from before the request was
     sent, minus the drift allowance; a grant that arrives too late is given back.
-    A wake-up is only a hint: every wait is bounded by the holder's TTL and our own deadline.
-    A waiter (one that has seen the lock held) retries through a server outage of up to
-    ``OUTAGE_TOLERANCE``; a retried request never counts a second hold.
+    A wake-up is only a hint: every wait is bounded by the holder's TTL, ``RECHECK`` and our
+    own deadline. A waiter rides out a server outage of up to ``OUTAGE_TOLERANCE``; a retried
+    request never counts a second hold. Giving up leaves the line.
     """
     deadline = None if timeout is None else clock() + timeout
-    subscribed = False
+    leave = leave_call(keys, owner)
+    # Listening before the first try costs nothing when the channel is already subscribed,
+    # and spares a waiter the subscribe-then-retry round trips.
+    subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
     failing_since: float | None = None
     failures = 0
     while True:
         sent_at = clock()
         try:
-            reply = yield _acquire_call(keys, owner, held, lease)
+            reply = yield _acquire_call(keys, owner, held, lease, queue=blocking)
         except ServerUnavailableError:
             now = clock()
             failing_since = now if failing_since is None else failing_since
@@ -126,30 +139,23 @@ def acquire(
             return None
         remaining = math.inf if deadline is None else deadline - clock()
         if remaining <= 0:
+            yield leave
             return None
         if not subscribed:
             # Subscribe, then try again at once: a release between our try and the
             # subscription would otherwise go unheard until the TTL ran out.
-            yield Subscribe(keys.channel)
+            yield Subscribe(keys.channel, owner, leave)  # listens, or raises
             subscribed = True
             continue
-        holder_left = NO_EXPIRY_RECHECK if ttl_ms < 0 else ttl_ms / 1000
-        yield WaitWake(min(remaining, holder_left))
+        holder_left = RECHECK if ttl_ms < 0 else ttl_ms / 1000
+        yield WaitWake(min(remaining, holder_left, RECHECK))
 
 
 def release(
-    keys: LockKeys,
-    owner: str,
-    *,
-    held: int,
-    request_id: str,
-    handoff_ms: int = 0,
-    lingering: int = 0,
+    keys: LockKeys, owner: str, *, held: int, request_id: str, handoff_ms: int = 0
 ) -> Operation[int]:
     """Release one hold; returns how many holds the owner keeps (0: the lock is free)."""
-    reply = yield release_call(
-        keys, owner, held, request_id=request_id, handoff_ms=handoff_ms, lingering=lingering
-    )
+    reply = yield release_call(keys, owner, held, request_id=request_id, handoff_ms=handoff_ms)
     code, remaining = int(reply[0]), int(reply[1])
     if code != codes.RELEASED:
         raise LeaseLostError(
@@ -172,10 +178,12 @@ def _text(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Status:
-    """What the server says about a lock: TTL (seconds; ``None`` when free) and holders."""
+    """What the server says about a lock: TTL (seconds; ``None`` when free), holders and how
+    many waiters are in line."""
 
     ttl: float | None
     holders: dict[str, int]
+    waiters: int = 0
 
     @property
     def locked(self) -> bool:
@@ -183,15 +191,16 @@ class Status:
 
 
 def status(keys: LockKeys) -> Operation[Status]:
-    reply = yield Call(scripts.LOCK_STATUS, (keys.name,), ())
-    ttl_ms = int(reply[0])
-    pairs = reply[1:]
+    reply = yield Call(scripts.LOCK_STATUS, (keys.name, keys.queue), ())
+    ttl_ms, waiters = int(reply[0]), int(reply[1])
+    pairs = reply[2:]
     fields = {_text(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
-    fields.pop(HANDOFF_FIELD, None)  # a reservation for a woken waiter is not a holder
+    fields.pop(HANDOFF_FIELD, None)  # a reservation for the next waiter is not a holder
     holders = {owner: int(count) for owner, count in fields.items()}
     if ttl_ms == -2 or not holders:
-        return Status(ttl=None, holders={})
-    return Status(ttl=math.inf if ttl_ms == -1 else ttl_ms / 1000, holders=holders)
+        return Status(ttl=None, holders={}, waiters=waiters)
+    ttl = math.inf if ttl_ms == -1 else ttl_ms / 1000
+    return Status(ttl=ttl, holders=holders, waiters=waiters)
 
 
 # --- the local record of holds -------------------------------------------------------------

@@ -30,9 +30,17 @@ class Call:
 
 @dataclass(frozen=True)
 class Subscribe:
-    """Listen on ``channel`` from now on (confirmed by the server); reply: ``None``."""
+    """Listen on ``channel`` for ``owner`` from now on; reply: whether it listens now.
+
+    With ``only_if_live`` it listens only if the client's connection is already subscribed
+    (no round trip); otherwise it subscribes and waits for the server's confirmation. If the
+    operation is abandoned (an error, a cancellation) after this, the shell runs ``leave`` to
+    take the owner out of the line."""
 
     channel: str
+    owner: str
+    leave: Call | None = None
+    only_if_live: bool = False
 
 
 @dataclass(frozen=True)

@@ -26,5 +26,6 @@ LOCK_RELEASE = Script.load("lock_release")
 LOCK_RENEW = Script.load("lock_renew")
 LOCK_FORCE_RELEASE = Script.load("lock_force_release")
 LOCK_STATUS = Script.load("lock_status")
+LOCK_LEAVE = Script.load("lock_leave")
 
-ALL = (LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW, LOCK_FORCE_RELEASE, LOCK_STATUS)
+ALL = (LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW, LOCK_FORCE_RELEASE, LOCK_STATUS, LOCK_LEAVE)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from .._shell import (
     address_of,
     unavailable,
 )
-from ..errors import LeaseLostError, ServerUnavailableError
+from ..errors import LeaseLostError, RedleaseError, ServerUnavailableError
 from ..options import Seconds, seconds, window
 from .subscriber import Subscriber, wait
 
@@ -162,6 +163,7 @@ class Client:
         if self._closed:
             raise RuntimeError("redlease client is closed")
         waiter: Waiter | None = None
+        leave: Call | None = None  # run if the operation is abandoned while in line
         reply: Any = None
         resume = op.send
         try:
@@ -174,8 +176,15 @@ class Client:
                     except ServerUnavailableError as exc:
                         reply, resume = exc, op.throw
                 elif isinstance(request, Subscribe):
-                    waiter = self._subscriber_started().subscribe(request.channel, name=name)
-                    reply = None
+                    leave = request.leave
+                    if request.only_if_live:
+                        sub = self._subscriber
+                        waiter = sub.listen_if_live(request.channel, request.owner) if sub else None
+                    else:
+                        waiter = self._subscriber_started().subscribe(
+                            request.channel, request.owner, name=name
+                        )
+                    reply = waiter is not None
                 elif isinstance(request, WaitWake):
                     assert waiter is not None
                     reply = wait(waiter, request.timeout)
@@ -183,16 +192,16 @@ class Client:
                     time.sleep(request.seconds)
                     reply = None
         except StopIteration as stop:
+            leave = None
             result: T = stop.value
             return result
         finally:
             op.close()
             if waiter is not None and self._subscriber is not None:
                 self._subscriber.unsubscribe(waiter)
-
-    def _lingering(self, channel: str) -> int:
-        sub = self._subscriber
-        return sub.lingering(channel) if sub is not None else 0
+            if leave is not None:
+                with contextlib.suppress(RedleaseError):
+                    self._call(leave, name)
 
     def _subscriber_started(self) -> Subscriber:
         with self._start_mutex:

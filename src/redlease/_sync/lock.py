@@ -55,7 +55,7 @@ class Lock(LockBase):
     def release(self) -> None:
         """Give back one hold. Raises ``NotOwnedError`` when the calling thread holds none,
         ``LeaseLostError`` when its lease was lost meanwhile."""
-        plan = self._plan_release(self.client._owner(), self.client._lingering(self._keys.channel))
+        plan = self._plan_release(self.client._owner())
         try:
             remaining = self.client._run(plan.op, self.name)
         except BaseException as exc:

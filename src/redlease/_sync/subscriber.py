@@ -54,9 +54,9 @@ class Subscriber:
 
     # --- callers' side --------------------------------------------------------------------
 
-    def subscribe(self, channel: str, *, name: str | None = None) -> Waiter:
-        """Register a waiter on ``channel`` and return once the server confirmed it."""
-        waiter = Waiter(channel, threading.Event())
+    def subscribe(self, channel: str, owner: str, *, name: str | None = None) -> Waiter:
+        """Register ``owner`` as a waiter on ``channel``; return once the server confirmed it."""
+        waiter = Waiter(channel, owner, threading.Event())
         with self._mutex:
             self._ensure_thread()
             entry, new = self._table.add(waiter)
@@ -69,6 +69,12 @@ class Subscriber:
             raise unavailable(why, self.address, name)
         return waiter
 
+    def listen_if_live(self, channel: str, owner: str) -> Waiter | None:
+        """A waiter on ``channel`` if this connection already listens there, else ``None``."""
+        waiter = Waiter(channel, owner, threading.Event())
+        with self._mutex:
+            return waiter if self._table.add_if_live(waiter) else None
+
     def unsubscribe(self, waiter: Waiter) -> None:
         with self._mutex:
             self._table.remove(waiter, time.monotonic())
@@ -76,10 +82,6 @@ class Subscriber:
     def waiting(self, channel: str) -> int:
         with self._mutex:
             return self._table.waiting(channel)
-
-    def lingering(self, channel: str) -> int:
-        with self._mutex:
-            return self._table.lingering(channel)
 
     def close(self) -> None:
         self._closed = True
@@ -177,6 +179,6 @@ class Subscriber:
             kind, channel = text(message[0]), text(message[1])
             with self._mutex:
                 if kind == "message":
-                    self._table.on_message(channel)
+                    self._table.on_message(channel, text(message[2]))
                 elif kind == "subscribe":
                     self._table.on_subscribed(channel)

@@ -1,12 +1,15 @@
 -- Acquire or re-enter a reentrant lock, in Redisson's RLock layout.
 -- KEYS[1]  lock key: a hash {owner field -> hold count}; the lease is the key's TTL
+-- KEYS[2]  wait queue: zset {owner field -> arrival time in microseconds (server clock)}
+-- KEYS[3]  queue deadlines: hash {owner field -> when its place lapses, ms (server clock)}
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client-id>:<thread-id>"
 -- ARGV[3]  hold count the caller believes it has (0 on a first acquire)
+-- ARGV[4]  how long a place in the queue lasts unless the caller retries, ms (0: do not queue)
 -- Reply    {code, hold_count, ttl_ms}
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key
---   0 HELD     another owner holds it (or it is reserved for a woken waiter); ttl_ms is its
---              remaining lease (-1: no expiry)
+--   0 HELD     someone holds it, or it is reserved for the waiter whose turn it is; ttl_ms is
+--              its remaining lease (-1: no expiry). A queueing caller now has a place in line.
 --  -1 LOST     the caller believed it held the lock, but its hold is gone
 -- A retried request (the reply was lost, the same request arrives again) finds the count one
 -- above what the caller believes and answers GRANTED without counting a second hold.
@@ -21,15 +24,27 @@ end
 local lease = tonumber(ARGV[1])
 if count == 0 then
   if redis.call('exists', KEYS[1]) == 1 then
-    -- a hand-off reservation (see lock_release.lua) admits any owner but the one that left
-    local from = redis.call('hget', KEYS[1], 'redlease:handoff')
-    if (not from) or from == ARGV[2] or redis.call('hlen', KEYS[1]) ~= 1 then
+    -- a released lock may be reserved (field "redlease:handoff") for the first waiter in line
+    if redis.call('hget', KEYS[1], 'redlease:handoff') ~= ARGV[2]
+        or redis.call('hlen', KEYS[1]) ~= 1 then
+      local place_ms = tonumber(ARGV[4])
+      if place_ms > 0 then
+        local now = redis.call('time')
+        local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+        redis.call('zadd', KEYS[2], 'NX', now_us, ARGV[2])
+        redis.call('hset', KEYS[3], ARGV[2], math.floor(now_us / 1000) + place_ms)
+        redis.call('pexpire', KEYS[2], place_ms)
+        redis.call('pexpire', KEYS[3], place_ms)
+      end
       return {0, 0, redis.call('pttl', KEYS[1])}
     end
     redis.call('del', KEYS[1])
   end
   redis.call('hset', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], lease)
+  if redis.call('zrem', KEYS[2], ARGV[2]) == 1 then
+    redis.call('hdel', KEYS[3], ARGV[2])
+  end
   return {1, 1, lease}
 end
 redis.call('hincrby', KEYS[1], ARGV[2], 1)

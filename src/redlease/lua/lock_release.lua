@@ -1,21 +1,21 @@
--- Release one hold of a reentrant lock; the last one deletes the key and wakes waiters.
+-- Release one hold of a reentrant lock; the last one frees it and wakes the waiters.
 -- KEYS[1]  lock key (hash {owner field -> hold count})
 -- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
 -- KEYS[3]  release receipt key (same hash slot): remembers the request id of a final release
+-- KEYS[4]  wait queue (zset, see lock_acquire.lua)
+-- KEYS[5]  queue deadlines (hash, see lock_acquire.lua)
 -- ARGV[1]  owner field
 -- ARGV[2]  hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
--- ARGV[4]  hand-off window in milliseconds (0: none)
--- ARGV[5]  how many of the channel's subscribers are the caller's own idle connection (0 or 1)
+-- ARGV[4]  hand-off window in milliseconds (0: no hand-off, Redisson's free-for-all)
 -- Reply    {code, hold_count}
---   1 RELEASED  hold_count is what remains; 0 means the key was deleted and waiters woken
+--   1 RELEASED  hold_count is what remains; 0 means the lock was freed and waiters woken
 --  -1 LOST      the caller's hold is gone (lease expired, force-released); nothing changed
 -- A retry of a release that already ran answers RELEASED again and changes nothing: the
 -- receipt of a final release is kept for 30 s (RECEIPT_MS), far longer than redis-py retries.
--- The unlock message is "0", as Redisson sends it.
--- Hand-off: when the unlock message reached another waiter, the key is kept for the window as a
--- reservation (field "redlease:handoff" = releasing owner) that any owner but the releasing one
--- may take, so a woken waiter is not beaten by the holder coming straight back.
+-- Hand-off: when a live waiter is in line, the freed lock is reserved for it for the window
+-- (field "redlease:handoff" = its owner field) and its owner field is published first, so only
+-- that waiter wakes. Then "0" is published, as Redisson does, for Redisson's waiters.
 local expected = tonumber(ARGV[2])
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
 if count == expected and count > 0 then
@@ -24,12 +24,26 @@ if count == expected and count > 0 then
     return {1, count - 1}
   end
   redis.call('del', KEYS[1])
-  local woken = redis.call('publish', KEYS[2], '0') - tonumber(ARGV[5])
   local window = tonumber(ARGV[4])
-  if woken > 0 and window > 0 then
-    redis.call('hset', KEYS[1], 'redlease:handoff', ARGV[1])
-    redis.call('pexpire', KEYS[1], window)
+  if window > 0 and redis.call('exists', KEYS[4]) == 1 then
+    local now = redis.call('time')
+    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    for _ = 1, 16 do -- bounded: lapsed places are dropped as they are met
+      local head = redis.call('zrange', KEYS[4], 0, 0)[1]
+      if not head then
+        break
+      end
+      if tonumber(redis.call('hget', KEYS[5], head) or '0') > now_ms then
+        redis.call('hset', KEYS[1], 'redlease:handoff', head)
+        redis.call('pexpire', KEYS[1], window)
+        redis.call('publish', KEYS[2], head)
+        break
+      end
+      redis.call('zrem', KEYS[4], head)
+      redis.call('hdel', KEYS[5], head)
+    end
   end
+  redis.call('publish', KEYS[2], '0')
   redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
   return {1, 0}
 end

@@ -1,0 +1,237 @@
+"""``redlease status``, ``list`` and ``release --force``: locks seen from outside.
+
+A key is a lock when it is a hash whose fields are all Redisson owner fields
+(``<36-character uuid>:<digits>``) with positive hold counts, apart from redlease's hand-off
+reservation field. The shape is read in one ``MULTI`` (TYPE, a bounded HSCAN, PTTL) before
+anything else touches the key, so ``status`` never misreads a user's hash and ``release --force``
+never deletes a key that is not a lock.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.exceptions
+
+from ._core.keys import HANDOFF_FIELD
+from ._sync.client import Client
+from .cli import PROG, CommandError, UsageError, connect
+
+__all__ = ["LockView", "force_release", "list_locks", "status"]
+
+OWNER_FIELD = re.compile(
+    rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+"
+)
+SHAPE_FIELDS = 64
+"""HSCAN COUNT of the shape check: a lock has a field or two; a hash that does not fit in one
+HSCAN reply of this size is not a lock."""
+SCAN_COUNT = 1000
+MAX_SCAN_CALLS = 10_000
+"""``list`` stops after this many SCAN calls (about ten million keys looked at)."""
+
+
+@dataclass(frozen=True)
+class LockView:
+    """A lock as ``status`` and ``list`` show it."""
+
+    name: str
+    ttl: float | None
+    """Seconds left on the lease; ``None`` when free, ``inf`` when the key has no expiry."""
+    holders: dict[str, int]
+
+    @property
+    def locked(self) -> bool:
+        return self.ttl is not None
+
+    def as_json(self) -> dict[str, Any]:
+        ttl = None if self.ttl is None else (-1 if math.isinf(self.ttl) else round(self.ttl, 3))
+        return {"name": self.name, "locked": self.locked, "ttl": ttl, "holders": self.holders}
+
+    def line(self) -> str:
+        name = printable(self.name)
+        if self.ttl is None:
+            return f"{name}: free"
+        holders = ", ".join(
+            f"{owner} ({count} hold{'' if count == 1 else 's'})"
+            for owner, count in self.holders.items()
+        )
+        ttl = "no expiry" if math.isinf(self.ttl) else f"ttl {self.ttl:.1f} s"
+        return f"{name}: held by {holders}, {ttl}"
+
+
+def printable(name: str) -> str:
+    """A name as printed: as is, or quoted with escapes when it has control characters."""
+    return name if name.isprintable() else ascii(name)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _probe(pipe: Any, key: str | bytes) -> None:
+    pipe.type(key)
+    pipe.hscan(key, 0, count=SHAPE_FIELDS)
+    pipe.pttl(key)
+
+
+def _classify(name: str, kind: Any, scanned: Any, pttl: Any) -> LockView | str:
+    """The lock at ``name`` from its TYPE, HSCAN and PTTL replies, or why it is not a lock."""
+    kind = _text(kind)
+    if kind == "none":
+        return LockView(name, None, {})
+    if kind != "hash":
+        return f"{printable(name)!r} is a {kind} key, not a lock"
+    if isinstance(scanned, Exception):
+        return f"{printable(name)!r} could not be read: {scanned}"
+    cursor, fields = scanned
+    if int(cursor) != 0:
+        return f"{printable(name)!r} is a hash with many fields, not a lock"
+    holders: dict[str, int] = {}
+    for field, value in fields.items():
+        if _text(field) == HANDOFF_FIELD:
+            continue  # a released lock reserved for a woken waiter: not a holder
+        count = _text(value)
+        if not OWNER_FIELD.fullmatch(field) or not count.isdigit() or int(count) <= 0:
+            return f"{printable(name)!r} is a hash whose fields are not lock owners, not a lock"
+        holders[_text(field)] = int(count)
+    if not holders or int(pttl) == -2:
+        return LockView(name, None, {})
+    ttl = math.inf if int(pttl) == -1 else int(pttl) / 1000
+    return LockView(name, ttl, dict(sorted(holders.items())))
+
+
+def _shapes(r: redis.Redis, names: Sequence[str]) -> list[LockView | str]:
+    """Each name's lock (held or free) or why it is not one, read in one MULTI."""
+    if not names:
+        return []
+    with r.pipeline(transaction=True) as pipe:
+        for name in names:
+            _probe(pipe, name)
+        replies = pipe.execute(raise_on_error=False)
+    return [_classify(name, *replies[3 * i : 3 * i + 3]) for i, name in enumerate(names)]
+
+
+def _read(client: Client, name: str) -> LockView:
+    """The lock ``name`` (shape checked raw, state read by ``Lock.statistics()``), or a
+    ``CommandError`` when the key is not a lock."""
+    shape = _shapes(client.redis, [name])[0]
+    if isinstance(shape, str):
+        raise CommandError(shape)
+    try:
+        stats = client.lock(name).statistics()
+    except ValueError as exc:  # a name the lock API refuses (braces that are no hash tag)
+        raise CommandError(f"{printable(name)!r} cannot be a lock name: {exc}") from None
+    except redis.exceptions.ResponseError as exc:  # replaced by a non-lock meanwhile
+        raise CommandError(f"{printable(name)!r} is not a lock: {exc}") from None
+    return LockView(name, stats.ttl, dict(sorted(stats.holders.items())))
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _error(text: str) -> None:
+    print(f"{PROG}: error: {' '.join(text.split())}", file=sys.stderr, flush=True)
+
+
+def _note(text: str) -> None:
+    print(f"{PROG}: {' '.join(text.split())}", file=sys.stderr, flush=True)
+
+
+def status(url: str, names: Sequence[str], *, as_json: bool) -> int:
+    """Print each lock's state; exit 1 when a name is not a lock (the others are printed)."""
+    views: list[LockView] = []
+    failed = False
+    with connect(url) as client:
+        for name in names:
+            try:
+                views.append(_read(client, name))
+            except CommandError as exc:
+                _error(str(exc))
+                failed = True
+    if as_json:
+        _say(json.dumps([v.as_json() for v in views], indent=2))
+    else:
+        for view in views:
+            _say(view.line())
+    return 1 if failed else 0
+
+
+def list_locks(url: str, pattern: str, *, limit: int, as_json: bool) -> int:
+    """Print the held locks among the keys matching ``pattern`` (SCAN, bounded)."""
+    found: list[LockView] = []
+    calls = looked_at = 0
+    complete = True
+    with connect(url) as client:
+        r = client.redis
+        cursor = 0
+        while len(found) <= limit:
+            cursor, keys = r.scan(cursor=cursor, match=pattern, count=SCAN_COUNT)
+            calls += 1
+            looked_at += len(keys)
+            found.extend(_held_among(r, keys))
+            if int(cursor) == 0:
+                break
+            if calls >= MAX_SCAN_CALLS:
+                complete = False
+                break
+    more = len(found) > limit
+    found = sorted(found[:limit], key=lambda v: v.name)
+    if as_json:
+        _say(json.dumps([v.as_json() for v in found], indent=2))
+    else:
+        for view in found:
+            _say(view.line())
+        if not found and complete:
+            _note(f"no locks matching {pattern!r}")
+    if more:
+        _note(f"showing the first {limit} locks found (--limit {limit}); there are more")
+    elif not complete:
+        _note(
+            f"stopped after {calls} SCAN calls ({looked_at} keys looked at): the list may be"
+            " incomplete; narrow it with a PATTERN"
+        )
+    return 0
+
+
+def _held_among(r: redis.Redis, keys: Sequence[bytes | str]) -> list[LockView]:
+    names: list[str] = []
+    for key in keys:
+        try:
+            names.append(key.decode() if isinstance(key, bytes) else key)
+        except UnicodeDecodeError:
+            continue  # not a name a lock client could have used
+    return [v for v in _shapes(r, names) if isinstance(v, LockView) and v.locked]
+
+
+def _confirm(question: str) -> bool:
+    print(question, end="", file=sys.stderr, flush=True)
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in {"y", "yes"}
+
+
+def force_release(url: str, name: str, *, yes: bool) -> int:
+    """Delete the lock ``name`` whoever holds it (after confirmation unless ``yes``)."""
+    if not yes and not sys.stdin.isatty():
+        raise UsageError(
+            f"not force-releasing lock {printable(name)!r} without confirmation: stdin is not"
+            " a terminal (add --yes)"
+        )
+    with connect(url) as client:
+        view = _read(client, name)
+        if not view.locked:
+            raise CommandError(f"lock {printable(name)!r} is not held: nothing to release")
+        if not yes and not _confirm(f"force-release {view.line()}? [y/N] "):
+            _note("not released")
+            return 1
+        if not client.lock(name).force_release():
+            raise CommandError(f"lock {printable(name)!r} was released meanwhile: nothing to do")
+    _say(f"released lock {printable(name)} (it was held by {', '.join(view.holders)})")
+    return 0

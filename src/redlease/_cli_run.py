@@ -1,0 +1,357 @@
+"""``redlease run NAME -- COMMAND``: run a command only while holding a lock, like flock(1)
+across machines.
+
+The main thread takes the lock, starts COMMAND (``subprocess.Popen``, no shell) and supervises
+it: it polls the child, forwards SIGINT/SIGTERM/SIGHUP to it, and stops it (SIGTERM, then
+SIGKILL after ``--grace``) when the lease is lost. A loss is reported by the client's watchdog
+thread through ``on_lease_lost``, or, with ``--lease``, is the lease running out by the local
+clock. Nothing else happens in the signal handlers than recording the signal and passing it on.
+
+Exit statuses are documented in ``redlease run --help`` (``cli.RUN_EPILOG``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+import redis.exceptions
+
+from ._sync.lock import Lock
+from .cli import (
+    COMMAND_TIMEOUT,
+    EX_LEASE_LOST,
+    EX_NOT_ACQUIRED,
+    PROG,
+    UsageError,
+    address_of,
+    connect,
+    redact,
+)
+from .errors import LeaseLostError, NotOwnedError, RedleaseError
+
+__all__ = ["RunOptions", "run"]
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+POLL = 0.05
+"""Seconds between checks of the child, the lost-lease flag and the kill deadline."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    name: str
+    argv: list[str]
+    wait: float | None
+    lease: float | None
+    watchdog: float
+    keep_going: bool
+    grace: float
+
+
+def note(message: str, url: str | None = None) -> None:
+    """One line on stderr; a closed or hung-up stderr is not an error of ours."""
+    text = " ".join(redact(message, url).split())
+    with contextlib.suppress(OSError, ValueError):
+        print(f"{PROG}: {text}", file=sys.stderr, flush=True)
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def exit_status(returncode: int) -> int:
+    """A child's status as a shell reports it: 128+S when signal S ended it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def in_terminal_foreground() -> bool:
+    """Whether this process is in the foreground process group of its controlling terminal:
+    then a Ctrl-C's SIGINT went to the whole group, COMMAND included."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+class Interrupted(Exception):
+    """A forwarded signal arrived while waiting for the lock: stop waiting."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal_name(signum))
+        self.signum = signum
+
+
+@dataclass
+class Supervisor:
+    """What the signal handlers, the watchdog callback and the main loop share."""
+
+    waiting: bool = False
+    """While true, a forwarded signal raises ``Interrupted`` (there is no child yet)."""
+    proc: subprocess.Popen[bytes] | None = None
+    pending: list[int] = field(default_factory=list)
+    received: list[int] = field(default_factory=list)
+    lost: threading.Event = field(default_factory=threading.Event)
+    lost_reason: str = ""
+
+    def on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.waiting:
+            raise Interrupted(signum)
+        self.received.append(signum)
+        if self.proc is None:
+            self.pending.append(signum)
+        else:
+            self.forward(signum)
+
+    def forward(self, signum: int) -> None:
+        if self.proc is None or (signum == signal.SIGINT and in_terminal_foreground()):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.send_signal(signum)  # a no-op once the child has been reaped
+
+    def lose(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
+
+    def on_lease_lost(self, error: LeaseLostError) -> None:
+        """The client's watchdog thread found the hold gone (or unrenewable)."""
+        self.lose(str(error))
+
+
+@contextlib.contextmanager
+def signals_to(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    old: dict[int, Any] = {}
+    try:
+        for signum in FORWARDED:
+            old[signum] = signal.signal(signum, handler)
+        yield
+    finally:
+        for number, previous in old.items():
+            signal.signal(number, previous)
+
+
+class _OneLineWarnings(logging.Handler):
+    """redlease's log warnings as ``redlease: warning: ...`` lines, each text once; the
+    lease-lost warning is left out (``run`` says it in its own words)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(logging.WARNING)
+        self.url = url
+        self.seen: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if any(isinstance(a, LeaseLostError) for a in args):
+            return
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f": {type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        if text not in self.seen:
+            self.seen.add(text)
+            note(f"warning: {text}", self.url)
+
+
+@contextlib.contextmanager
+def quiet_background(url: str) -> Iterator[None]:
+    """Library warnings and background-thread crashes as one line each, never a traceback."""
+    logger = logging.getLogger("redlease")
+    handler = _OneLineWarnings(url)
+    old_hook, old_propagate = threading.excepthook, logger.propagate
+
+    def thread_died(args: threading.ExceptHookArgs) -> None:
+        name = args.thread.name if args.thread is not None else "a thread"
+        note(
+            f"warning: background thread {name} failed: {args.exc_type.__name__}: {args.exc_value}",
+            url,
+        )
+
+    logger.addHandler(handler)
+    logger.propagate = False
+    threading.excepthook = thread_died
+    try:
+        yield
+    finally:
+        threading.excepthook = old_hook
+        logger.removeHandler(handler)
+        logger.propagate = old_propagate
+
+
+def run(url: str, options: RunOptions) -> int:
+    """Take the lock, run the command, release; return the exit status (see the module)."""
+    sup = Supervisor()
+    with signals_to(sup.on_signal), quiet_background(url):
+        try:
+            return _run(url, options, sup)
+        except Interrupted as exc:
+            sup.waiting = False
+            note(
+                f"interrupted by {signal_name(exc.signum)} while waiting for lock {options.name!r}"
+            )
+            return 128 + exc.signum
+
+
+def _socket_timeout(options: RunOptions) -> float:
+    """Short enough that an unreachable server is noticed well within a watchdog lease."""
+    if options.lease is not None:
+        return COMMAND_TIMEOUT
+    return max(1.0, min(COMMAND_TIMEOUT, options.watchdog / 3))
+
+
+def _run(url: str, options: RunOptions, sup: Supervisor) -> int:
+    sup.waiting = True  # from here a forwarded signal stops the wait (and the connect)
+    client = connect(
+        url, watchdog_timeout=options.watchdog, socket_timeout=_socket_timeout(options)
+    )
+    try:
+        try:
+            lock = client.lock(options.name, lease=options.lease, on_lease_lost=sup.on_lease_lost)
+        except ValueError as exc:  # e.g. braces that do not form a hash tag
+            raise UsageError(f"bad lock NAME: {exc}") from None
+        try:
+            got = _acquire(lock, options.wait)
+            sup.waiting = False
+        except Interrupted:
+            sup.waiting = False
+            _give_back(lock)  # in case the grant landed just before the signal
+            raise
+        if not got:
+            if options.wait == 0:
+                note(f"lock {options.name!r} is busy (--wait 0: tried once)")
+            else:
+                note(f"lock {options.name!r} is busy: not acquired within {options.wait:g} s")
+            return EX_NOT_ACQUIRED
+        deadline = _lease_deadline(lock, options.lease, sup)
+        status = _run_child(options, sup, deadline)
+        return _finish(lock, options, sup, status, url)
+    finally:
+        sup.waiting = False
+        client.close()
+
+
+def _acquire(lock: Lock, wait: float | None) -> bool:
+    if wait is None:
+        return lock.acquire()
+    if wait == 0:
+        return lock.acquire(blocking=False)
+    return lock.acquire(timeout=wait)
+
+
+def _give_back(lock: Lock) -> None:
+    with contextlib.suppress(RedleaseError, redis.exceptions.RedisError, OSError):
+        lock.release()
+
+
+def _lease_deadline(lock: Lock, lease: float | None, sup: Supervisor) -> float | None:
+    """With ``--lease``: the local-clock moment the lease has certainly not yet run out on the
+    server (the TTL read back, counted from before the read, minus a 1% + 2 ms allowance)."""
+    if lease is None:
+        return None
+    before = time.monotonic()
+    ttl = lock.statistics().ttl
+    if ttl is None:
+        sup.lose("the lock was gone right after it was acquired")
+        return before
+    return before + ttl - (ttl * 0.01 + 0.002)
+
+
+def _start(options: RunOptions, sup: Supervisor) -> int | None:
+    """Start the command; an exit status when it could not be started (or a signal came
+    first), ``None`` when it runs."""
+    if sup.pending:
+        note(f"got {signal_name(sup.pending[0])} before the command started: not starting it")
+        return 128 + sup.pending[0]
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    try:
+        proc = subprocess.Popen(options.argv)
+    except FileNotFoundError as exc:
+        note(f"cannot run {options.argv[0]!r}: {exc.strerror or 'command not found'}")
+        return 127
+    except OSError as exc:
+        note(f"cannot run {options.argv[0]!r}: {exc.strerror or exc}")
+        return 126
+    sup.proc = proc
+    for signum in list(sup.pending):  # came between the check above and sup.proc being set
+        sup.forward(signum)
+    return None
+
+
+def _run_child(options: RunOptions, sup: Supervisor, lease_deadline: float | None) -> int:
+    """Start the command and wait for it, stopping it if the lease is lost."""
+    not_started = _start(options, sup)
+    if not_started is not None:
+        return not_started
+    proc = sup.proc
+    assert proc is not None
+    announced = False
+    kill_at: float | None = None
+    while True:  # ends when the child does; a stopped child ends within --grace
+        try:
+            return exit_status(proc.wait(timeout=POLL))
+        except subprocess.TimeoutExpired:
+            pass
+        now = time.monotonic()
+        if lease_deadline is not None and now >= lease_deadline:
+            sup.lose(f"its lease of {options.lease:g} s ran out")
+        if sup.lost.is_set() and not announced:
+            announced = True
+            what = f"lost the lock {options.name!r} while the command ran ({sup.lost_reason})"
+            if options.keep_going:
+                note(f"{what}; --keep-going: letting the command finish")
+            else:
+                note(
+                    f"{what}; stopping the command: SIGTERM now, SIGKILL after {options.grace:g} s"
+                )
+                sup.forward(signal.SIGTERM)
+                kill_at = now + options.grace
+        if kill_at is not None and now >= kill_at:
+            kill_at = None
+            note(f"the command did not stop within {options.grace:g} s of SIGTERM: SIGKILL")
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
+
+def _finish(lock: Lock, options: RunOptions, sup: Supervisor, status: int, url: str) -> int:
+    """Release the lock after the command ended; the exit status of ``run``."""
+    announced = sup.lost.is_set()
+    try:
+        lock.release()
+    except NotOwnedError as exc:  # LeaseLostError: lost and not yet noticed, or noticed
+        sup.lose(str(exc))
+    except (RedleaseError, redis.exceptions.RedisError, OSError) as exc:
+        address = address_of(url)
+        note(
+            f"warning: could not release lock {options.name!r} at {address}: {exc}; it is freed"
+            " when its lease runs out",
+            url,
+        )
+    if not sup.lost.is_set():
+        return status
+    if not announced:
+        note(f"lost the lock {options.name!r} while the command ran ({sup.lost_reason})")
+    if sup.proc is not None:
+        note(
+            f"the command exited with status {status}; exiting with {EX_LEASE_LOST}"
+            " because the lease was lost"
+        )
+    return EX_LEASE_LOST

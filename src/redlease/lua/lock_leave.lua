@@ -1,0 +1,17 @@
+-- A waiter gives up (timeout, cancellation, error): leave the line, and if the lock was
+-- reserved for it meanwhile, free it and wake the others.
+-- KEYS[1]  lock key
+-- KEYS[2]  unlock channel
+-- KEYS[3]  wait queue (zset)
+-- KEYS[4]  queue deadlines (hash)
+-- ARGV[1]  owner field of the waiter
+-- Reply    1 when a reservation for the waiter was given back, else 0
+redis.call('zrem', KEYS[3], ARGV[1])
+redis.call('hdel', KEYS[4], ARGV[1])
+if redis.call('hget', KEYS[1], 'redlease:handoff') == ARGV[1]
+    and redis.call('hlen', KEYS[1]) == 1 then
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], '0')
+  return 1
+end
+return 0
