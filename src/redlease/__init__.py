@@ -15,6 +15,7 @@ from .errors import (
     NotOwnedError,
     RedleaseError,
     ServerUnavailableError,
+    StaleTokenError,
 )
 from .stats import Lease, LockStatistics
 
@@ -31,6 +32,7 @@ __all__ = [
     "NotOwnedError",
     "RedleaseError",
     "ServerUnavailableError",
+    "StaleTokenError",
     "__version__",
 ]
 

@@ -77,6 +77,7 @@ class LockBase:
             hold_count=result.count,
             lease=plan.lease,
             ttl=result.ttl,
+            fencing_token=result.token,
         )
 
     def _plan_release(self, owner: str) -> ReleasePlan:
@@ -117,9 +118,15 @@ class LockBase:
             hold_count=count,
             ttl=status.ttl,
             holders=dict(status.holders),
+            fencing_token=status.token,
             waiters=status.waiters,
             local_waiters=local_waiters,
         )
+
+    def _token(self, owner: str) -> int | None:
+        with self._state.mutex:
+            hold = self._state.holds.get(self.name, owner)
+            return hold.token if hold else None
 
     def _lease_lost(self, owner: str) -> bool:
         return self._state.peek_lost(self.name, owner)

@@ -13,6 +13,7 @@ __all__ = [
     "NotOwnedError",
     "RedleaseError",
     "ServerUnavailableError",
+    "StaleTokenError",
 ]
 
 
@@ -43,6 +44,17 @@ class LeaseLostError(NotOwnedError):
 
 class LockTimeoutError(_LockError, TimeoutError):
     """A bounded wait for a lock ran out (``with lock.hold(timeout=...)``)."""
+
+
+class StaleTokenError(RedleaseError):
+    """A fenced write carried a token older than one the resource has already seen: the
+    writer's lease ended and a later holder wrote since. Nothing was written."""
+
+    def __init__(self, message: str, *, resource: str, token: int, seen: int) -> None:
+        super().__init__(message)
+        self.resource = resource
+        self.token = token
+        self.seen = seen
 
 
 class ServerUnavailableError(RedleaseError, ConnectionError):

@@ -16,6 +16,9 @@ class Lease:
     """Seconds the hold lasts unless renewed; ``None`` when the watchdog renews it."""
     ttl: float
     """Seconds left on the key when the server granted the hold."""
+    fencing_token: int
+    """Strictly greater than every token handed out before for this lock name; a re-entry
+    keeps the token of the hold it joins. Pass it to the resource you protect."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +31,8 @@ class LockStatistics:
     hold_count: int
     ttl: float | None
     holders: dict[str, int]
+    fencing_token: int | None
+    """The token of the current hold (``None`` when free or held by a Redisson client)."""
     waiters: int
     """Waiters in line on the server (blocking acquires of redlease clients)."""
     local_waiters: int

@@ -22,7 +22,9 @@ B = LockKeys.for_name("b")
 
 def grant(table: HoldTable, keys: LockKeys, owner: str, lease: float | None, at: float = 0.0):
     count = table.count(keys.name, owner) + 1
-    return table.granted(keys, owner, Acquired(count=count, ttl=30.0, requested_at=at), lease)
+    return table.granted(
+        keys, owner, Acquired(count=count, ttl=30.0, requested_at=at, token=7), lease
+    )
 
 
 def test_empty_table() -> None:
@@ -65,7 +67,7 @@ def test_servers_count_is_the_truth() -> None:
     table = HoldTable()
     for _ in range(3):
         grant(table, A, "o", 1.0)
-    hold = table.granted(A, "o", Acquired(count=2, ttl=1.0, requested_at=0.0), None)
+    hold = table.granted(A, "o", Acquired(count=2, ttl=1.0, requested_at=0.0, token=7), None)
     assert hold.count == 2
     assert hold.leases[-1] is None  # the new hold is kept
 
@@ -149,7 +151,7 @@ class HoldTableMachine(RuleBasedStateMachine):
         leases = self.model.setdefault(key, [])
         leases.append(lease)
         hold = self.table.granted(
-            LockKeys.for_name(name), owner, Acquired(len(leases), 30.0, at), lease
+            LockKeys.for_name(name), owner, Acquired(len(leases), 30.0, at, 7), lease
         )
         if key in self.epoch_of:
             assert hold.epoch == self.epoch_of[key]

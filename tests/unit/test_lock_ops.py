@@ -53,7 +53,7 @@ def start(
 def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_ACQUIRE
-    assert call.keys == (KEYS.name, KEYS.queue, KEYS.deadlines)
+    assert call.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.fence)
     place_ms = call.args[3]
     assert call.args == (to_ms(lease), OWNER, held, place_ms)
     assert place_ms in (0, PLACE_MS)
@@ -85,33 +85,35 @@ def test_granted_on_first_try() -> None:
     op, call = start(clock, lease=30.0)
     assert_acquire_call(call, held=0, lease=30.0)
     clock.advance(0.004)
-    assert finish(op, [GRANTED, 1, 30000]) == Acquired(count=1, ttl=30.0, requested_at=500.0)
+    assert finish(op, [GRANTED, 1, 30000, 99]) == Acquired(
+        count=1, ttl=30.0, requested_at=500.0, token=99
+    )
 
 
 def test_reentry_sends_the_held_count_and_returns_the_new_count() -> None:
     clock = FakeClock()
     op, call = start(clock, held=2, lease=7.5)
     assert_acquire_call(call, held=2, lease=7.5)
-    result = finish(op, [GRANTED, 3, 9000])
+    result = finish(op, [GRANTED, 3, 9000, 5])
     assert (result.count, result.ttl) == (3, 9.0)
 
 
 def test_held_subscribes_retries_then_waits_for_the_holders_ttl() -> None:
     clock = FakeClock()
     op, _ = start(clock, timeout=None)
-    assert step(op, [HELD, 0, 12000]) == Subscribe(
+    assert step(op, [HELD, 0, 12000, 5]) == Subscribe(
         KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER)
     )
     # Right after subscribing it tries again, without waiting.
     assert_acquire_call(step(op, None), held=0, lease=30.0)
-    assert step(op, [HELD, 0, 4000]) == WaitWake(4.0)
+    assert step(op, [HELD, 0, 4000, 5]) == WaitWake(4.0)
     assert_acquire_call(step(op, True), held=0, lease=30.0)
-    assert step(op, [HELD, 0, 60000]) == WaitWake(RECHECK)  # re-checks keep its place alive
+    assert step(op, [HELD, 0, 60000, 5]) == WaitWake(RECHECK)  # re-checks keep its place alive
     assert_acquire_call(step(op, True), held=0, lease=30.0)  # woken: try again
-    assert step(op, [HELD, 0, 2500]) == WaitWake(2.5)  # no second Subscribe
+    assert step(op, [HELD, 0, 2500, 5]) == WaitWake(2.5)  # no second Subscribe
     assert_acquire_call(step(op, False), held=0, lease=30.0)  # wait ran out: try again too
     clock.advance(0.01)
-    result = finish(op, [GRANTED, 1, 30000])
+    result = finish(op, [GRANTED, 1, 30000, 5])
     assert result.count == 1
     assert result.requested_at == clock.now - 0.01
 
@@ -119,26 +121,26 @@ def test_held_subscribes_retries_then_waits_for_the_holders_ttl() -> None:
 def test_wait_is_bounded_by_the_remaining_timeout() -> None:
     clock = FakeClock(10.0)
     op, _ = start(clock, timeout=5.0)
-    step(op, [HELD, 0, 60000])  # Subscribe
+    step(op, [HELD, 0, 60000, 5])  # Subscribe
     step(op, None)
     clock.advance(1.0)
-    wait = step(op, [HELD, 0, 60000])
+    wait = step(op, [HELD, 0, 60000, 5])
     assert isinstance(wait, WaitWake)
     assert wait.timeout == pytest.approx(4.0)
     step(op, False)
     clock.advance(3.5)
-    wait = step(op, [HELD, 0, 200])
+    wait = step(op, [HELD, 0, 200, 5])
     assert wait == WaitWake(0.2)  # the holder's TTL is shorter than the 0.5 s left
 
 
 def test_non_blocking_tries_once() -> None:
     op, _ = start(FakeClock(), blocking=False)
-    assert finish(op, [HELD, 0, 5000]) is None
+    assert finish(op, [HELD, 0, 5000, 5]) is None
 
 
 def test_non_blocking_ignores_a_timeout() -> None:
     op, _ = start(FakeClock(), blocking=False, timeout=10.0)
-    assert finish(op, [HELD, 0, 5000]) is None
+    assert finish(op, [HELD, 0, 5000, 5]) is None
 
 
 def test_a_live_subscription_spares_the_subscribe_and_retry() -> None:
@@ -146,56 +148,56 @@ def test_a_live_subscription_spares_the_subscribe_and_retry() -> None:
     op = acquire(KEYS, OWNER, held=0, lease=30.0, blocking=True, timeout=None, clock=clock)
     assert isinstance(step(op, first=True), Subscribe)
     assert_acquire_call(step(op, True), held=0, lease=30.0)  # listening before the try
-    assert step(op, [HELD, 0, 3000]) == WaitWake(3.0)  # so: no Subscribe, no second try
+    assert step(op, [HELD, 0, 3000, 5]) == WaitWake(3.0)  # so: no Subscribe, no second try
 
 
 def test_zero_timeout_tries_once_without_subscribing() -> None:
     op, _ = start(FakeClock(), timeout=0.0)
-    assert step(op, [HELD, 0, 5000]) == leave_call(KEYS, OWNER)  # no wait: give the place up
+    assert step(op, [HELD, 0, 5000, 5]) == leave_call(KEYS, OWNER)  # no wait: give the place up
     assert finish(op, 0) is None
 
 
 def test_timeout_exhausted_returns_none() -> None:
     clock = FakeClock()
     op, _ = start(clock, timeout=2.0)
-    assert isinstance(step(op, [HELD, 0, 10000]), Subscribe)
+    assert isinstance(step(op, [HELD, 0, 10000, 5]), Subscribe)
     step(op, None)
-    assert step(op, [HELD, 0, 10000]) == WaitWake(2.0)
+    assert step(op, [HELD, 0, 10000, 5]) == WaitWake(2.0)
     clock.advance(2.0)
     assert_acquire_call(step(op, False), held=0, lease=30.0)  # one last try
-    assert step(op, [HELD, 0, 8000]) == leave_call(KEYS, OWNER)  # gives its place up
+    assert step(op, [HELD, 0, 8000, 5]) == leave_call(KEYS, OWNER)  # gives its place up
     assert finish(op, 0) is None
 
 
 def test_timeout_exhausted_but_last_try_granted() -> None:
     clock = FakeClock()
     op, _ = start(clock, timeout=2.0)
-    step(op, [HELD, 0, 10000])
+    step(op, [HELD, 0, 10000, 5])
     step(op, None)
-    step(op, [HELD, 0, 10000])
+    step(op, [HELD, 0, 10000, 5])
     clock.advance(2.5)
     step(op, True)
-    assert finish(op, [GRANTED, 1, 30000]) is not None
+    assert finish(op, [GRANTED, 1, 30000, 5]) is not None
 
 
 def test_no_expiry_holder_is_rechecked() -> None:
     clock = FakeClock()
     op, _ = start(clock, timeout=None)
-    step(op, [HELD, 0, -1])
+    step(op, [HELD, 0, -1, 5])
     step(op, None)
-    assert step(op, [HELD, 0, -1]) == WaitWake(RECHECK)
+    assert step(op, [HELD, 0, -1, 5]) == WaitWake(RECHECK)
     assert 0 < RECHECK < math.inf
 
     op, _ = start(clock, timeout=1.5)
-    step(op, [HELD, 0, -1])
+    step(op, [HELD, 0, -1, 5])
     step(op, None)
-    assert step(op, [HELD, 0, -1]) == WaitWake(1.5)
+    assert step(op, [HELD, 0, -1, 5]) == WaitWake(1.5)
 
 
 def test_lost_hold_on_reentry_raises_naming_lock_and_owner() -> None:
     op, _ = start(FakeClock(), held=2)
     with pytest.raises(LeaseLostError) as info:
-        step(op, [LOST, 0, -2])
+        step(op, [LOST, 0, -2, 5])
     err = info.value
     assert isinstance(err, NotOwnedError)
     assert (err.name, err.owner) == (KEYS.name, OWNER)
@@ -205,14 +207,14 @@ def test_lost_hold_on_reentry_raises_naming_lock_and_owner() -> None:
 def test_lost_raises_even_when_non_blocking() -> None:
     op, _ = start(FakeClock(), held=1, blocking=False)
     with pytest.raises(LeaseLostError):
-        step(op, [LOST, 3, 1000])
+        step(op, [LOST, 3, 1000, 5])
 
 
 def test_grant_just_in_time_is_kept() -> None:
     clock = FakeClock()
     op, _ = start(clock, lease=10.0, blocking=False)
     clock.advance(10.0 - drift(10.0) - 0.01)
-    assert finish(op, [GRANTED, 1, 10000]) is not None
+    assert finish(op, [GRANTED, 1, 10000, 5]) is not None
 
 
 @pytest.mark.parametrize("late_by", [0.0, 0.01, 5.0])
@@ -220,7 +222,7 @@ def test_late_grant_is_given_back_non_blocking(late_by: float) -> None:
     clock = FakeClock()
     op, _ = start(clock, lease=10.0, blocking=False)
     clock.advance(10.0 - drift(10.0) + late_by)
-    give_back = step(op, [GRANTED, 1, 10000])
+    give_back = step(op, [GRANTED, 1, 10000, 5])
     assert_release_call(give_back, held=1)
     assert finish(op, [codes.RELEASED, 0]) is None
 
@@ -229,7 +231,7 @@ def test_late_reentry_gives_back_only_the_new_hold() -> None:
     clock = FakeClock()
     op, _ = start(clock, held=2, lease=1.0, blocking=False)
     clock.advance(1.0)
-    assert_release_call(step(op, [GRANTED, 3, 1000]), held=3)
+    assert_release_call(step(op, [GRANTED, 3, 1000, 5]), held=3)
     assert finish(op, [codes.RELEASED, 2]) is None
 
 
@@ -237,25 +239,25 @@ def test_late_grant_while_blocking_tries_again() -> None:
     clock = FakeClock()
     op, _ = start(clock, lease=1.0, timeout=60.0)
     clock.advance(2.0)
-    first_id = assert_release_call(step(op, [GRANTED, 1, 1000]), held=1)
+    first_id = assert_release_call(step(op, [GRANTED, 1, 1000, 5]), held=1)
     assert step(op, [codes.RELEASED, 0]) == Subscribe(
         KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER)
     )
     assert_acquire_call(step(op, None), held=0, lease=1.0)
     clock.advance(2.0)
-    second_id = assert_release_call(step(op, [GRANTED, 1, 1000]), held=1)
+    second_id = assert_release_call(step(op, [GRANTED, 1, 1000, 5]), held=1)
     assert second_id != first_id  # a new give-back must not look like a retry of the first
     wait = step(op, [codes.RELEASED, 0])
     assert isinstance(wait, WaitWake) and wait.timeout <= 56.0
     assert_acquire_call(step(op, True), held=0, lease=1.0)
-    assert finish(op, [GRANTED, 1, 1000]).count == 1
+    assert finish(op, [GRANTED, 1, 1000, 5]).count == 1
 
 
 def test_late_grant_with_timeout_exhausted_fails() -> None:
     clock = FakeClock()
     op, _ = start(clock, lease=1.0, timeout=1.5)
     clock.advance(2.0)
-    step(op, [GRANTED, 1, 1000])
+    step(op, [GRANTED, 1, 1000, 5])
     assert step(op, [codes.RELEASED, 0]) == leave_call(KEYS, OWNER)
     assert finish(op, 0) is None
 
@@ -263,15 +265,15 @@ def test_late_grant_with_timeout_exhausted_fails() -> None:
 def test_acquire_undo_releases_only_a_counted_grant() -> None:
     _, call = start(FakeClock(), held=0)
     assert call.undo is not None
-    assert_release_call(call.undo([GRANTED, 1, 30000]), held=1)
-    assert call.undo([HELD, 0, 5000]) is None
-    assert call.undo([LOST, 0, -2]) is None
-    assert call.undo([GRANTED, 3, 30000]) is None  # not the hold this request counted
+    assert_release_call(call.undo([GRANTED, 1, 30000, 5]), held=1)
+    assert call.undo([HELD, 0, 5000, 5]) is None
+    assert call.undo([LOST, 0, -2, 5]) is None
+    assert call.undo([GRANTED, 3, 30000, 5]) is None  # not the hold this request counted
 
     _, call = start(FakeClock(), held=4)
-    assert_release_call(call.undo([GRANTED, 5, 30000]), held=5)
-    assert call.undo([GRANTED, 4, 30000]) is None
-    assert call.undo([LOST, 2, 100]) is None
+    assert_release_call(call.undo([GRANTED, 5, 30000, 5]), held=5)
+    assert call.undo([GRANTED, 4, 30000, 5]) is None
+    assert call.undo([LOST, 2, 100, 5]) is None
 
 
 def test_undo_accepts_reply_values_as_bytes() -> None:
@@ -287,8 +289,8 @@ def test_only_the_acquire_call_has_an_undo() -> None:
 
 
 replies = st.one_of(
-    st.tuples(st.just(HELD), st.just(0), st.integers(-1, 120_000)),
-    st.tuples(st.just(GRANTED), st.just(1), st.integers(1, 120_000)),
+    st.tuples(st.just(HELD), st.just(0), st.integers(-1, 120_000), st.just(0)),
+    st.tuples(st.just(GRANTED), st.just(1), st.integers(1, 120_000), st.integers(1, 2**52)),
 )
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from redlease._core import lock, scripts, watchdog
+from redlease._core import fence, lock, scripts, watchdog
 from redlease._core.lock import Acquired, HoldTable
 from redlease._core.requests import Call
 from redlease._core.watchdog import BATCH, RenewalPolicy
@@ -115,7 +115,7 @@ def test_body_uses_only_documented_indices(path: Path) -> None:
 
 def _hold(name: str, owner: str, table: HoldTable) -> lock.Hold:
     keys = lock.LockKeys.for_name(name)
-    return table.granted(keys, owner, Acquired(count=1, ttl=30.0, requested_at=0.0), None)
+    return table.granted(keys, owner, Acquired(count=1, ttl=30.0, requested_at=0.0, token=7), None)
 
 
 def _core_calls() -> list[tuple[Call, int]]:
@@ -130,6 +130,8 @@ def _core_calls() -> list[tuple[Call, int]]:
     calls.append((next(lock.force_release(KEYS)), 1))
     calls.append((next(lock.status(KEYS)), 1))
     calls.append((lock.leave_call(KEYS, OWNER), 1))
+    fenced = fence.fenced_set("orders:42:stock", "7", 123, 0)
+    calls.append((next(fenced), 1))
     undo = calls[0][0].undo
     assert undo is not None
     undo_call = undo([1, 1, 30000])
@@ -159,7 +161,7 @@ def test_calls_match_the_script_headers(call: Call, n: int) -> None:
 
 def test_known_arities() -> None:
     """The brief's table, so that a header edit alone cannot change the interface silently."""
-    assert header_arity("lock_acquire", 1) == (3, 4)
+    assert header_arity("lock_acquire", 1) == (4, 4)
     assert header_arity("lock_release", 1) == (5, 4)
     assert header_arity("lock_force_release", 1) == (2, 1)
     assert header_arity("lock_status", 1) == (2, 0)

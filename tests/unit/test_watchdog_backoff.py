@@ -44,7 +44,7 @@ def _holds(n: int) -> list:
     out = []
     for i in range(n):
         keys = LockKeys.for_name(f"lock-{i:04d}")
-        out.append(table.granted(keys, f"owner-{i % 5}:{i}", Acquired(1, 30.0, 0.0), None))
+        out.append(table.granted(keys, f"owner-{i % 5}:{i}", Acquired(1, 30.0, 0.0, 7), None))
     return out
 
 

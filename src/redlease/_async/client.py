@@ -14,6 +14,7 @@ import redis.asyncio
 import redis.exceptions
 
 from .._channels import Waiter
+from .._core import fence
 from .._core.lock import Hold
 from .._core.requests import Call, Operation, Sleep, Subscribe, WaitWake
 from .._core.watchdog import RenewalPolicy
@@ -25,7 +26,7 @@ from .._shell import (
     address_of,
     unavailable,
 )
-from ..errors import LeaseLostError, ServerUnavailableError
+from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
 from ..options import Seconds, seconds, window
 from .subscriber import Subscriber, wait
 
@@ -119,6 +120,21 @@ class AsyncClient:
         """A reentrant lock named ``name`` (the Redis key), Redisson-compatible."""
         return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost)
 
+    async def fenced_set(
+        self, key: str, value: str | bytes, token: int, *, px: int | None = None
+    ) -> None:
+        """Set the string ``key`` to ``value`` only if ``token`` is at least the highest
+        fencing token ``key`` has seen; else raise ``StaleTokenError`` and change nothing.
+
+        ``px`` is an expiry in milliseconds. Use it to protect a Redis resource from a holder
+        whose lease ran out while it paused.
+        """
+        if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
+            raise InvalidArgumentError(f"fencing token must be a positive int, got {token!r}")
+        if px is not None and (isinstance(px, bool) or not isinstance(px, int) or px <= 0):
+            raise InvalidArgumentError(f"px must be a positive int of milliseconds, got {px!r}")
+        await self._run(fence.fenced_set(key, value, token, px or 0), key)
+
     async def close(self) -> None:
         """Stop the watchdog and the subscriber; close the redis client if this client made it.
 
@@ -160,15 +176,21 @@ class AsyncClient:
         return self._state.owner(_owners.current(asyncio.current_task()))
 
     async def _call(self, call: Call, name: str | None) -> Any:
-        script = call.script
-        try:
+        """Run one script. Every script is idempotent for a repeated request, so a call that
+        failed on a dead pooled connection (a restarted server) is sent once more at once."""
+        script, args = call.script, (*call.keys, *call.args)
+        for attempt in (1, 2):
             try:
-                return await self.redis.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
-            except redis.exceptions.NoScriptError:
-                await self.redis.script_load(script.source)
-                return await self.redis.evalsha(script.sha, len(call.keys), *call.keys, *call.args)
-        except CONNECTION_ERRORS as exc:
-            raise unavailable(exc, self.address, name) from exc
+                try:
+                    return await self.redis.evalsha(script.sha, len(call.keys), *args)
+                except redis.exceptions.NoScriptError:
+                    # a restarted server has an empty script cache
+                    await self.redis.script_load(script.source)
+                    return await self.redis.evalsha(script.sha, len(call.keys), *args)
+            except CONNECTION_ERRORS as exc:
+                if attempt == 2:
+                    raise unavailable(exc, self.address, name) from exc
+        raise AssertionError("unreachable")
 
     async def _perform(self, call: Call, name: str) -> Any:
         if call.undo is None:

@@ -105,6 +105,11 @@ class AsyncLock(LockBase):
         return await self.client._run(core.force_release(self._keys), self.name)
 
     @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of the calling task's hold (``None`` when it holds none)."""
+        return self._token(self.client._owner())
+
+    @property
     def lease_lost(self) -> bool:
         """Whether the calling task's hold was found lost and not yet reported by release."""
         return self._lease_lost(self.client._owner())

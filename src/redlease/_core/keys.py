@@ -10,6 +10,12 @@ UNLOCK_MESSAGE = "0"
 HANDOFF_FIELD = "redlease:handoff"
 """Hash field of a released lock reserved for the first waiter in line (lock_release.lua)."""
 
+FENCE_FIELD = "redlease:fence"
+"""Hash field of a held lock: the fencing token of the hold (lock_acquire.lua)."""
+
+OWN_FIELDS = "redlease:"
+"""Prefix of the lock hash fields that are not holders (Redisson ignores them)."""
+
 _CRC16_TABLE: list[int] = []
 for _byte in range(256):
     _crc = _byte << 8
@@ -64,6 +70,7 @@ class LockKeys:
     channel: str
     queue: str
     deadlines: str
+    fence: str
     receipt_prefix: str
 
     @classmethod
@@ -74,6 +81,7 @@ class LockKeys:
             channel=f"redisson_lock__channel:{{{name}}}",
             queue=same_slot_key(name, "redlease:queue:"),
             deadlines=same_slot_key(name, "redlease:queue-deadlines:"),
+            fence=same_slot_key(name, "redlease:fence:"),
             receipt_prefix=same_slot_key(name, "redlease:released:", ":"),
         )
 

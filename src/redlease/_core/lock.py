@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import LeaseLostError, ServerUnavailableError
 from . import codes, scripts
 from .backoff import full_jitter
-from .keys import HANDOFF_FIELD, UNLOCK_MESSAGE, LockKeys
+from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
 
 RECEIPT_MS = 30_000
@@ -48,6 +48,7 @@ class Acquired:
     count: int
     ttl: float
     requested_at: float
+    token: int
 
 
 def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float, queue: bool) -> Call:
@@ -59,7 +60,7 @@ def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float, queue: bo
 
     return Call(
         scripts.LOCK_ACQUIRE,
-        (keys.name, keys.queue, keys.deadlines),
+        (keys.name, keys.queue, keys.deadlines, keys.fence),
         (to_ms(lease), owner, held, PLACE_MS if queue else 0),
         undo=undo,
     )
@@ -126,7 +127,9 @@ def acquire(
         code, count, ttl_ms = int(reply[0]), int(reply[1]), int(reply[2])
         if code == codes.GRANTED:
             if clock() - sent_at < lease - drift(lease):
-                return Acquired(count=count, ttl=ttl_ms / 1000, requested_at=sent_at)
+                return Acquired(
+                    count=count, ttl=ttl_ms / 1000, requested_at=sent_at, token=int(reply[3])
+                )
             yield release_call(keys, owner, count, request_id=uuid.uuid4().hex)
             ttl_ms = 0
         elif code == codes.LOST:
@@ -184,6 +187,7 @@ class Status:
     ttl: float | None
     holders: dict[str, int]
     waiters: int = 0
+    token: int | None = None
 
     @property
     def locked(self) -> bool:
@@ -195,12 +199,15 @@ def status(keys: LockKeys) -> Operation[Status]:
     ttl_ms, waiters = int(reply[0]), int(reply[1])
     pairs = reply[2:]
     fields = {_text(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
-    fields.pop(HANDOFF_FIELD, None)  # a reservation for the next waiter is not a holder
-    holders = {owner: int(count) for owner, count in fields.items()}
+    token = fields.get(FENCE_FIELD)
+    # a reservation for the next waiter and the fencing token are not holders
+    holders = {k: int(v) for k, v in fields.items() if not k.startswith(OWN_FIELDS)}
     if ttl_ms == -2 or not holders:
         return Status(ttl=None, holders={}, waiters=waiters)
     ttl = math.inf if ttl_ms == -1 else ttl_ms / 1000
-    return Status(ttl=ttl, holders=holders, waiters=waiters)
+    return Status(
+        ttl=ttl, holders=holders, waiters=waiters, token=None if token is None else int(token)
+    )
 
 
 # --- the local record of holds -------------------------------------------------------------
@@ -214,6 +221,7 @@ class Hold:
     owner: str
     epoch: int
     renewed_at: float
+    token: int
     leases: list[float | None] = field(default_factory=list)
     releasing: bool = False
     """Set while the final release is on the wire, so the watchdog does not call it lost."""
@@ -247,7 +255,11 @@ class HoldTable:
         hold = self._holds.get((keys.name, owner))
         if hold is None:
             hold = Hold(
-                keys=keys, owner=owner, epoch=next(self._epochs), renewed_at=acquired.requested_at
+                keys=keys,
+                owner=owner,
+                epoch=next(self._epochs),
+                renewed_at=acquired.requested_at,
+                token=acquired.token,
             )
             self._holds[(keys.name, owner)] = hold
         hold.leases.append(lease)

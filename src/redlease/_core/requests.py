@@ -24,7 +24,7 @@ class Call:
 
     script: Script
     keys: tuple[str, ...]
-    args: tuple[str | int, ...]
+    args: tuple[str | int | bytes, ...]
     undo: Callable[[Any], Call | None] | None = None
 
 

@@ -27,5 +27,14 @@ LOCK_RENEW = Script.load("lock_renew")
 LOCK_FORCE_RELEASE = Script.load("lock_force_release")
 LOCK_STATUS = Script.load("lock_status")
 LOCK_LEAVE = Script.load("lock_leave")
+FENCED_SET = Script.load("fenced_set")
 
-ALL = (LOCK_ACQUIRE, LOCK_RELEASE, LOCK_RENEW, LOCK_FORCE_RELEASE, LOCK_STATUS, LOCK_LEAVE)
+ALL = (
+    LOCK_ACQUIRE,
+    LOCK_RELEASE,
+    LOCK_RENEW,
+    LOCK_FORCE_RELEASE,
+    LOCK_STATUS,
+    LOCK_LEAVE,
+    FENCED_SET,
+)

@@ -2,24 +2,31 @@
 -- KEYS[1]  lock key: a hash {owner field -> hold count}; the lease is the key's TTL
 -- KEYS[2]  wait queue: zset {owner field -> arrival time in microseconds (server clock)}
 -- KEYS[3]  queue deadlines: hash {owner field -> when its place lapses, ms (server clock)}
+-- KEYS[4]  fencing counter: the last token handed out for this name (never expires)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client-id>:<thread-id>"
 -- ARGV[3]  hold count the caller believes it has (0 on a first acquire)
 -- ARGV[4]  how long a place in the queue lasts unless the caller retries, ms (0: do not queue)
--- Reply    {code, hold_count, ttl_ms}
---   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key
+-- Reply    {code, hold_count, ttl_ms, token}
+--   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
+--              fencing token (a re-entry keeps the token of the hold it joins)
 --   0 HELD     someone holds it, or it is reserved for the waiter whose turn it is; ttl_ms is
 --              its remaining lease (-1: no expiry). A queueing caller now has a place in line.
 --  -1 LOST     the caller believed it held the lock, but its hold is gone
 -- A retried request (the reply was lost, the same request arrives again) finds the count one
 -- above what the caller believes and answers GRANTED without counting a second hold.
+-- Fencing: a new hold's token is max(last token + 1, server time in microseconds), so tokens
+-- keep increasing even after the server lost its data (a restart without persistence), as long
+-- as the server's clock does not step back past tokens already handed out. The hold's token is
+-- kept in the lock hash (field "redlease:fence"), which Redisson ignores.
 local expected = tonumber(ARGV[3])
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '0')
 if count == expected + 1 then
-  return {1, count, redis.call('pttl', KEYS[1])}
+  local token = tonumber(redis.call('hget', KEYS[1], 'redlease:fence') or '0')
+  return {1, count, redis.call('pttl', KEYS[1]), token}
 end
 if count ~= expected then
-  return {-1, count, redis.call('pttl', KEYS[1])}
+  return {-1, count, redis.call('pttl', KEYS[1]), 0}
 end
 local lease = tonumber(ARGV[1])
 if count == 0 then
@@ -36,16 +43,20 @@ if count == 0 then
         redis.call('pexpire', KEYS[2], place_ms)
         redis.call('pexpire', KEYS[3], place_ms)
       end
-      return {0, 0, redis.call('pttl', KEYS[1])}
+      return {0, 0, redis.call('pttl', KEYS[1]), 0}
     end
     redis.call('del', KEYS[1])
   end
-  redis.call('hset', KEYS[1], ARGV[2], 1)
+  local now = redis.call('time')
+  local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1,
+    tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('set', KEYS[4], token)
+  redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token)
   redis.call('pexpire', KEYS[1], lease)
   if redis.call('zrem', KEYS[2], ARGV[2]) == 1 then
     redis.call('hdel', KEYS[3], ARGV[2])
   end
-  return {1, 1, lease}
+  return {1, 1, lease, token}
 end
 redis.call('hincrby', KEYS[1], ARGV[2], 1)
 local ttl = redis.call('pttl', KEYS[1])
@@ -54,4 +65,4 @@ if ttl < lease then
   redis.call('pexpire', KEYS[1], lease)
   ttl = lease
 end
-return {1, count + 1, ttl}
+return {1, count + 1, ttl, tonumber(redis.call('hget', KEYS[1], 'redlease:fence') or '0')}
