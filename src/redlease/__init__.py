@@ -14,6 +14,7 @@ from .errors import (
     LockTimeoutError,
     NotOwnedError,
     RedleaseError,
+    ReplicaError,
     ServerUnavailableError,
     StaleTokenError,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "LockTimeoutError",
     "NotOwnedError",
     "RedleaseError",
+    "ReplicaError",
     "ServerUnavailableError",
     "StaleTokenError",
     "__version__",

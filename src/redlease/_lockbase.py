@@ -10,8 +10,8 @@ from ._core import lock as core
 from ._core.keys import LockKeys
 from ._core.requests import Operation
 from ._shell import ClientState
-from .errors import LeaseLostError, NotOwnedError
-from .options import Seconds, lock_name, optional_seconds, wait_args
+from .errors import LeaseLostError, NotOwnedError, ReplicaError
+from .options import Seconds, lock_name, optional_seconds, replication, wait_args
 from .stats import Lease, LockStatistics
 
 
@@ -39,11 +39,16 @@ class LockBase:
         *,
         lease: Seconds | None,
         on_lease_lost: Callable[[LeaseLostError], None] | None,
+        replicas: int | None,
     ) -> None:
         self._state = state
         self._keys = LockKeys.for_name(lock_name(name))
         self._lease = optional_seconds(lease, "lease")
         self._on_lease_lost = on_lease_lost
+        self._replication = state.replication
+        if replicas is not None:
+            timeout = state.replication.timeout_ms / 1000 if state.replication else 1.0
+            self._replication = replication(replicas, timeout)
 
     @property
     def name(self) -> str:
@@ -70,7 +75,8 @@ class LockBase:
         """Record a grant (after the server confirmed it) and describe it."""
         if result is None:
             return None
-        self._state.granted(self._keys, plan.owner, result, plan.lease, self._on_lease_lost)
+        hold = self._state.granted(self._keys, plan.owner, result, plan.lease, self._on_lease_lost)
+        hold.replication = self._replication
         return Lease(
             name=self.name,
             owner=plan.owner,
@@ -104,7 +110,10 @@ class LockBase:
         self._state.released(self.name, plan.owner, remaining)
 
     def _release_failed(self, plan: ReleasePlan, exc: BaseException) -> None:
-        if isinstance(exc, LeaseLostError):
+        if isinstance(exc, ReplicaError) and isinstance(exc.reply, list):
+            # done on the master, just not confirmed by enough replicas
+            self._released(plan, int(exc.reply[1]))
+        elif isinstance(exc, LeaseLostError):
             self._state.forget(plan.hold)  # the server no longer has it
         else:
             self._state.abort_release(plan.hold)  # unknown outcome: keep it, retry is safe

@@ -19,8 +19,9 @@ import redis.exceptions
 
 from ._core.keys import LockKeys
 from ._core.lock import Acquired, Hold, HoldTable
+from ._core.requests import Replication
 from ._core.watchdog import RenewalPolicy
-from .errors import LeaseLostError, ServerUnavailableError
+from .errors import LeaseLostError, ReplicaError, ServerUnavailableError
 
 log = logging.getLogger("redlease")
 
@@ -85,8 +86,8 @@ class TaskOwners:
 # --- the client's state ---------------------------------------------------------------------
 
 
-HANDOFF_WINDOW = 0.05
-"""Default seconds a released lock stays reserved for a waiter its unlock message woke."""
+HANDOFF_WINDOW = 1.0
+"""Default seconds a released lock stays reserved for the first waiter in line."""
 
 
 class ClientState:
@@ -96,9 +97,12 @@ class ClientState:
     lease is remembered per owner until that owner's next release raises it.
     """
 
-    def __init__(self, watchdog_timeout: float, handoff_window: float) -> None:
+    def __init__(
+        self, watchdog_timeout: float, handoff_window: float, replication: Replication | None
+    ) -> None:
         self.watchdog_timeout = watchdog_timeout
         self.handoff_ms = round(handoff_window * 1000)
+        self.replication = replication
         self.mutex = threading.Lock()
         self._generation = fork_generation()
         self.id = str(uuid.uuid4())
@@ -234,6 +238,21 @@ def subscriber_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
 
 
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+
+
+def check_replicas(reply: Any, acked: int, replication: Replication, name: str | None) -> Any:
+    """``reply``, or ``ReplicaError`` when fewer replicas than required acknowledged it."""
+    if acked >= replication.replicas:
+        return reply
+    what = f"lock {name!r}: " if name else ""
+    raise ReplicaError(
+        f"{what}write acknowledged by {acked} of {replication.replicas} required replicas "
+        f"within {replication.timeout_ms} ms",
+        name=name,
+        required=replication.replicas,
+        acked=acked,
+        reply=reply,
+    )
 
 
 def unavailable(exc: BaseException, address: str, name: str | None) -> ServerUnavailableError:

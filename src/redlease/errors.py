@@ -12,6 +12,7 @@ __all__ = [
     "LockTimeoutError",
     "NotOwnedError",
     "RedleaseError",
+    "ReplicaError",
     "ServerUnavailableError",
     "StaleTokenError",
 ]
@@ -44,6 +45,22 @@ class LeaseLostError(NotOwnedError):
 
 class LockTimeoutError(_LockError, TimeoutError):
     """A bounded wait for a lock ran out (``with lock.hold(timeout=...)``)."""
+
+
+class ReplicaError(RedleaseError):
+    """Fewer replicas than required acknowledged a lock write within the replica timeout.
+
+    An acquire gives its hold back before raising this; a release did happen on the master but
+    may be lost on failover; a renewal counts as failed. ``reply`` is the master's reply."""
+
+    def __init__(
+        self, message: str, *, name: str | None, required: int, acked: int, reply: object
+    ) -> None:
+        super().__init__(message)
+        self.name = name
+        self.required = required
+        self.acked = acked
+        self.reply = reply
 
 
 class StaleTokenError(RedleaseError):

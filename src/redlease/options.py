@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from ._core.requests import Replication
 from .errors import InvalidArgumentError
 
 Seconds = float | int | timedelta
@@ -26,6 +27,14 @@ def window(value: Seconds | None, what: str) -> float:
     if value is None or (not isinstance(value, timedelta) and value == 0):
         return 0.0
     return seconds(value, what)
+
+
+def replication(replicas: int, timeout: Seconds) -> Replication | None:
+    """Replica-confirmed writes: ``None`` for ``replicas=0``."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise InvalidArgumentError(f"replicas must be an int >= 0, got {replicas!r}")
+    wait = seconds(timeout, "replica_timeout")
+    return Replication(replicas, max(1, round(wait * 1000))) if replicas else None
 
 
 def optional_seconds(value: Seconds | None, what: str) -> float | None:

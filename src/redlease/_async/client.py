@@ -16,7 +16,7 @@ import redis.exceptions
 from .._channels import Waiter
 from .._core import fence
 from .._core.lock import Hold
-from .._core.requests import Call, Operation, Sleep, Subscribe, WaitWake
+from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.watchdog import RenewalPolicy
 from .._shell import (
     CONNECTION_ERRORS,
@@ -24,10 +24,11 @@ from .._shell import (
     ClientState,
     TaskOwners,
     address_of,
+    check_replicas,
     unavailable,
 )
-from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
-from ..options import Seconds, seconds, window
+from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
+from ..options import Seconds, replication, seconds, window
 from .subscriber import Subscriber, wait
 
 T = TypeVar("T")
@@ -56,8 +57,8 @@ async def finish_despite_cancel(awaitable: Awaitable[T], then: Callable[[T], Any
 class AsyncClient:
     """A redlease client over one ``redis.asyncio.Redis``: the asyncio twin of ``Client``.
 
-    Use it from one event loop. ``watchdog_timeout`` and ``handoff_window`` are as for
-    ``Client``.
+    Use it from one event loop. ``watchdog_timeout``, ``handoff_window``, ``replicas`` and
+    ``replica_timeout`` are as for ``Client``.
     """
 
     def __init__(
@@ -66,6 +67,8 @@ class AsyncClient:
         *,
         watchdog_timeout: Seconds = 30.0,
         handoff_window: Seconds | None = HANDOFF_WINDOW,
+        replicas: int = 0,
+        replica_timeout: Seconds = 1.0,
     ) -> None:
         if not isinstance(redis_client, redis.asyncio.Redis):
             raise TypeError(
@@ -74,7 +77,9 @@ class AsyncClient:
             )
         self.redis = redis_client
         self._state = ClientState(
-            seconds(watchdog_timeout, "watchdog_timeout"), window(handoff_window, "handoff_window")
+            seconds(watchdog_timeout, "watchdog_timeout"),
+            window(handoff_window, "handoff_window"),
+            replication(replicas, replica_timeout),
         )
         self._policy = RenewalPolicy(self._state.watchdog_timeout)
         self.address = address_of(redis_client.connection_pool.connection_kwargs)
@@ -90,6 +95,8 @@ class AsyncClient:
         *,
         watchdog_timeout: Seconds = 30.0,
         handoff_window: Seconds | None = HANDOFF_WINDOW,
+        replicas: int = 0,
+        replica_timeout: Seconds = 1.0,
         **redis_kwargs: Any,
     ) -> AsyncClient:
         """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)``."""
@@ -97,6 +104,8 @@ class AsyncClient:
             redis.asyncio.Redis.from_url(url, **redis_kwargs),
             watchdog_timeout=watchdog_timeout,
             handoff_window=handoff_window,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )
         client._owns_redis = True
         return client
@@ -116,9 +125,12 @@ class AsyncClient:
         *,
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
     ) -> AsyncLock:
-        """A reentrant lock named ``name`` (the Redis key), Redisson-compatible."""
-        return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost)
+        """A reentrant lock named ``name`` (the Redis key), Redisson-compatible.
+
+        ``replicas`` overrides the client's replica-confirmed writes for this lock."""
+        return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
 
     async def fenced_set(
         self, key: str, value: str | bytes, token: int, *, px: int | None = None
@@ -175,26 +187,39 @@ class AsyncClient:
             self._watchdog = None
         return self._state.owner(_owners.current(asyncio.current_task()))
 
-    async def _call(self, call: Call, name: str | None) -> Any:
+    async def _call(
+        self, call: Call, name: str | None, replication: Replication | None = None
+    ) -> Any:
         """Run one script. Every script is idempotent for a repeated request, so a call that
-        failed on a dead pooled connection (a restarted server) is sent once more at once."""
-        script, args = call.script, (*call.keys, *call.args)
+        failed on a dead pooled connection (a restarted server) is sent once more at once.
+        With ``replication`` the script and a ``WAIT`` go in one round trip."""
+        replication = call.replication or replication
         for attempt in (1, 2):
             try:
                 try:
-                    return await self.redis.evalsha(script.sha, len(call.keys), *args)
+                    return await self._send(call, name, replication)
                 except redis.exceptions.NoScriptError:
                     # a restarted server has an empty script cache
-                    await self.redis.script_load(script.source)
-                    return await self.redis.evalsha(script.sha, len(call.keys), *args)
+                    await self.redis.script_load(call.script.source)
+                    return await self._send(call, name, replication)
             except CONNECTION_ERRORS as exc:
                 if attempt == 2:
                     raise unavailable(exc, self.address, name) from exc
         raise AssertionError("unreachable")
 
-    async def _perform(self, call: Call, name: str) -> Any:
+    async def _send(self, call: Call, name: str | None, replication: Replication | None) -> Any:
+        sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
+        if replication is None:
+            return await self.redis.evalsha(sha, numkeys, *args)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.evalsha(sha, numkeys, *args)
+        pipe.wait(replication.replicas, replication.timeout_ms)
+        reply, acked = await pipe.execute()
+        return check_replicas(reply, int(acked), replication, name)
+
+    async def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
         if call.undo is None:
-            return await self._call(call, name)
+            return await self._call(call, name, replication)
         undo = call.undo
 
         async def take_back(reply: Any) -> None:
@@ -202,10 +227,11 @@ class AsyncClient:
             if back is not None:
                 await self._call(back, name)
 
-        return await finish_despite_cancel(self._call(call, name), take_back)
+        return await finish_despite_cancel(self._call(call, name, replication), take_back)
 
-    async def _run(self, op: Operation[T], name: str) -> T:
-        """Perform ``op``'s requests one by one until it returns."""
+    async def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
+        """Perform ``op``'s requests one by one until it returns; with ``replication`` every
+        script waits for replica acknowledgements."""
         if self._closed:
             raise RuntimeError("redlease client is closed")
         waiter: Waiter | None = None
@@ -218,8 +244,8 @@ class AsyncClient:
                 resume = op.send
                 if isinstance(request, Call):
                     try:
-                        reply = await self._perform(request, name)
-                    except ServerUnavailableError as exc:
+                        reply = await self._perform(request, name, replication)
+                    except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
                 elif isinstance(request, Subscribe):
                     leave = request.leave
@@ -275,7 +301,7 @@ class AsyncClient:
         sent_at = time.monotonic()
         try:
             reply = await self._call(call, None)
-        except ServerUnavailableError as exc:
+        except (ServerUnavailableError, ReplicaError) as exc:
             state.renewal_failed(batch, self._policy, exc)
             return False
         state.renewal_done(batch, reply, sent_at)

@@ -32,8 +32,11 @@ class AsyncLock(LockBase):
         *,
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
     ) -> None:
-        super().__init__(client._state, name, lease=lease, on_lease_lost=on_lease_lost)
+        super().__init__(
+            client._state, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+        )
         self.client = client
 
     async def acquire(
@@ -47,7 +50,7 @@ class AsyncLock(LockBase):
         self, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> Lease | None:
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
-        got = self._acquired(plan, await self.client._run(plan.op, self.name))
+        got = self._acquired(plan, await self.client._run(plan.op, self.name, self._replication))
         if got is not None and got.lease is None:
             self.client._watch()
         return got
@@ -58,7 +61,7 @@ class AsyncLock(LockBase):
         plan = self._plan_release(self.client._owner())
         try:
             remaining = await finish_despite_cancel(
-                self.client._run(plan.op, self.name),
+                self.client._run(plan.op, self.name, self._replication),
                 lambda remaining: self._released(plan, remaining),
             )
         except BaseException as exc:

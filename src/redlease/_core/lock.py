@@ -11,11 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LeaseLostError, ServerUnavailableError
+from ..errors import LeaseLostError, ReplicaError, ServerUnavailableError
 from . import codes, scripts
 from .backoff import full_jitter
 from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys
-from .requests import Call, Operation, Sleep, Subscribe, WaitWake
+from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 
 RECEIPT_MS = 30_000
 """How long a final release stays recognisable to a retry (a literal in lock_release.lua)."""
@@ -113,6 +113,12 @@ def acquire(
         sent_at = clock()
         try:
             reply = yield _acquire_call(keys, owner, held, lease, queue=blocking)
+        except ReplicaError as exc:
+            # not confirmed by enough replicas: a failover could lose it, so give it back
+            reply = exc.reply
+            if isinstance(reply, list) and int(reply[0]) == codes.GRANTED and reply[1] == held + 1:
+                yield release_call(keys, owner, held + 1, request_id=uuid.uuid4().hex)
+            raise
         except ServerUnavailableError:
             now = clock()
             failing_since = now if failing_since is None else failing_since
@@ -223,6 +229,8 @@ class Hold:
     renewed_at: float
     token: int
     leases: list[float | None] = field(default_factory=list)
+    replication: Replication | None = None
+    """Replica acknowledgements its renewals wait for."""
     releasing: bool = False
     """Set while the final release is on the wire, so the watchdog does not call it lost."""
     listeners: list[Callable[[LeaseLostError], None]] = field(default_factory=list)

@@ -12,6 +12,15 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True)
+class Replication:
+    """Wait after every lock write until ``replicas`` replicas acknowledged it (``WAIT``), for
+    at most ``timeout_ms``; a shortfall is thrown into the operation as ``ReplicaError``."""
+
+    replicas: int
+    timeout_ms: int
+
+
+@dataclass(frozen=True)
 class Call:
     """Run ``script`` (EVALSHA, reloading it if the server lost its cache); reply: its result.
 
@@ -26,6 +35,8 @@ class Call:
     keys: tuple[str, ...]
     args: tuple[str | int | bytes, ...]
     undo: Callable[[Any], Call | None] | None = None
+    replication: Replication | None = None
+    """Replica acknowledgements this call waits for (else the operation's)."""
 
 
 @dataclass(frozen=True)

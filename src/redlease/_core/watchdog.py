@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from . import scripts
 from .lock import Hold, to_ms
-from .requests import Call
+from .requests import Call, Replication
 
 BATCH = 256
 """Locks renewed by one script call."""
@@ -36,13 +36,18 @@ class RenewalPolicy:
 
     def calls(self, holds: Sequence[Hold]) -> list[tuple[list[Hold], Call]]:
         """Renewal calls for ``holds``, at most ``BATCH`` locks each."""
+        groups: dict[Replication | None, list[Hold]] = {}
+        for hold in holds:  # holds that need replica acks are renewed with them
+            groups.setdefault(hold.replication, []).append(hold)
         out = []
-        for start in range(0, len(holds), BATCH):
-            batch = list(holds[start : start + BATCH])
-            call = Call(
-                scripts.LOCK_RENEW,
-                tuple(h.keys.name for h in batch),
-                (to_ms(self.timeout), *(h.owner for h in batch)),
-            )
-            out.append((batch, call))
+        for replication, group in groups.items():
+            for start in range(0, len(group), BATCH):
+                batch = group[start : start + BATCH]
+                call = Call(
+                    scripts.LOCK_RENEW,
+                    tuple(h.keys.name for h in batch),
+                    (to_ms(self.timeout), *(h.owner for h in batch)),
+                    replication=replication,
+                )
+                out.append((batch, call))
         return out

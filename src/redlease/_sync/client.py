@@ -15,7 +15,7 @@ import redis.exceptions
 from .._channels import Waiter
 from .._core import fence
 from .._core.lock import Hold
-from .._core.requests import Call, Operation, Sleep, Subscribe, WaitWake
+from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.watchdog import RenewalPolicy
 from .._shell import (
     CONNECTION_ERRORS,
@@ -23,10 +23,17 @@ from .._shell import (
     ClientState,
     ThreadOwners,
     address_of,
+    check_replicas,
     unavailable,
 )
-from ..errors import InvalidArgumentError, LeaseLostError, RedleaseError, ServerUnavailableError
-from ..options import Seconds, seconds, window
+from ..errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    RedleaseError,
+    ReplicaError,
+    ServerUnavailableError,
+)
+from ..options import Seconds, replication, seconds, window
 from .subscriber import Subscriber, wait
 
 T = TypeVar("T")
@@ -40,8 +47,10 @@ class Client:
 
     ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; the watchdog
     renews it every third of that for as long as the hold lasts. ``handoff_window`` is how long
-    a lock released while others wait stays reserved for them, so the releasing thread cannot
-    barge straight back in (``0`` turns it off: Redisson's unfair behaviour).
+    the lock stays reserved, after a release, for the first waiter in line, so the releasing
+    thread cannot barge straight back in (``0`` turns the line off: Redisson's free-for-all).
+    ``replicas`` makes every acquire, renewal and release wait (``WAIT``, at most
+    ``replica_timeout``) until that many replicas acknowledged it (see ``ReplicaError``).
     """
 
     def __init__(
@@ -50,6 +59,8 @@ class Client:
         *,
         watchdog_timeout: Seconds = 30.0,
         handoff_window: Seconds | None = HANDOFF_WINDOW,
+        replicas: int = 0,
+        replica_timeout: Seconds = 1.0,
     ) -> None:
         if not isinstance(redis_client, redis.Redis):
             raise TypeError(
@@ -58,7 +69,9 @@ class Client:
             )
         self.redis = redis_client
         self._state = ClientState(
-            seconds(watchdog_timeout, "watchdog_timeout"), window(handoff_window, "handoff_window")
+            seconds(watchdog_timeout, "watchdog_timeout"),
+            window(handoff_window, "handoff_window"),
+            replication(replicas, replica_timeout),
         )
         self._policy = RenewalPolicy(self._state.watchdog_timeout)
         self.address = address_of(redis_client.connection_pool.connection_kwargs)
@@ -75,6 +88,8 @@ class Client:
         *,
         watchdog_timeout: Seconds = 30.0,
         handoff_window: Seconds | None = HANDOFF_WINDOW,
+        replicas: int = 0,
+        replica_timeout: Seconds = 1.0,
         **redis_kwargs: Any,
     ) -> Client:
         """A client over ``redis.Redis.from_url(url, **redis_kwargs)``, closed with the client."""
@@ -82,6 +97,8 @@ class Client:
             redis.Redis.from_url(url, **redis_kwargs),
             watchdog_timeout=watchdog_timeout,
             handoff_window=handoff_window,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )
         client._owns_redis = True
         return client
@@ -102,9 +119,12 @@ class Client:
         *,
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
     ) -> Lock:
-        """A reentrant lock named ``name`` (the Redis key), Redisson-compatible."""
-        return Lock(self, name, lease=lease, on_lease_lost=on_lease_lost)
+        """A reentrant lock named ``name`` (the Redis key), Redisson-compatible.
+
+        ``replicas`` overrides the client's replica-confirmed writes for this lock."""
+        return Lock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
 
     def fenced_set(
         self, key: str, value: str | bytes, token: int, *, px: int | None = None
@@ -162,25 +182,37 @@ class Client:
         self._subscriber = None
         self._watchdog = None
 
-    def _call(self, call: Call, name: str | None) -> Any:
+    def _call(self, call: Call, name: str | None, replication: Replication | None = None) -> Any:
         """Run one script. Every script is idempotent for a repeated request, so a call that
-        failed on a dead pooled connection (a restarted server) is sent once more at once."""
-        script, args = call.script, (*call.keys, *call.args)
+        failed on a dead pooled connection (a restarted server) is sent once more at once.
+        With ``replication`` the script and a ``WAIT`` go in one round trip."""
+        replication = call.replication or replication
         for attempt in (1, 2):
             try:
                 try:
-                    return self.redis.evalsha(script.sha, len(call.keys), *args)
+                    return self._send(call, name, replication)
                 except redis.exceptions.NoScriptError:
                     # a restarted server has an empty script cache
-                    self.redis.script_load(script.source)
-                    return self.redis.evalsha(script.sha, len(call.keys), *args)
+                    self.redis.script_load(call.script.source)
+                    return self._send(call, name, replication)
             except CONNECTION_ERRORS as exc:
                 if attempt == 2:
                     raise unavailable(exc, self.address, name) from exc
         raise AssertionError("unreachable")
 
-    def _run(self, op: Operation[T], name: str) -> T:
-        """Perform ``op``'s requests one by one until it returns."""
+    def _send(self, call: Call, name: str | None, replication: Replication | None) -> Any:
+        sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
+        if replication is None:
+            return self.redis.evalsha(sha, numkeys, *args)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.evalsha(sha, numkeys, *args)
+        pipe.wait(replication.replicas, replication.timeout_ms)
+        reply, acked = pipe.execute()
+        return check_replicas(reply, int(acked), replication, name)
+
+    def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
+        """Perform ``op``'s requests one by one until it returns; with ``replication`` every
+        script waits for replica acknowledgements."""
         if self._closed:
             raise RuntimeError("redlease client is closed")
         waiter: Waiter | None = None
@@ -193,8 +225,8 @@ class Client:
                 resume = op.send
                 if isinstance(request, Call):
                     try:
-                        reply = self._call(request, name)
-                    except ServerUnavailableError as exc:
+                        reply = self._call(request, name, replication)
+                    except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
                 elif isinstance(request, Subscribe):
                     leave = request.leave
@@ -273,7 +305,7 @@ class _Watchdog:
         sent_at = time.monotonic()
         try:
             reply = self._client._call(call, None)
-        except ServerUnavailableError as exc:
+        except (ServerUnavailableError, ReplicaError) as exc:
             state.renewal_failed(batch, self._client._policy, exc)
             return False
         state.renewal_done(batch, reply, sent_at)

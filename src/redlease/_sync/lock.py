@@ -32,8 +32,11 @@ class Lock(LockBase):
         *,
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
     ) -> None:
-        super().__init__(client._state, name, lease=lease, on_lease_lost=on_lease_lost)
+        super().__init__(
+            client._state, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+        )
         self.client = client
 
     def acquire(
@@ -47,7 +50,7 @@ class Lock(LockBase):
         self, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> Lease | None:
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
-        got = self._acquired(plan, self.client._run(plan.op, self.name))
+        got = self._acquired(plan, self.client._run(plan.op, self.name, self._replication))
         if got is not None and got.lease is None:
             self.client._watch()
         return got
@@ -57,7 +60,7 @@ class Lock(LockBase):
         ``LeaseLostError`` when its lease was lost meanwhile."""
         plan = self._plan_release(self.client._owner())
         try:
-            remaining = self.client._run(plan.op, self.name)
+            remaining = self.client._run(plan.op, self.name, self._replication)
         except BaseException as exc:
             self._release_failed(plan, exc)
             raise
