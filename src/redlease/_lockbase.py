@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ class AcquirePlan:
     owner: str
     lease: float | None
     op: Operation[core.Acquired | None]
+    started: float
 
 
 @dataclass(frozen=True)
@@ -69,13 +71,16 @@ class LockBase:
             blocking=blocking,
             timeout=wait,
         )
-        return AcquirePlan(owner=owner, lease=chosen, op=op)
+        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
 
     def _acquired(self, plan: AcquirePlan, result: core.Acquired | None) -> Lease | None:
         """Record a grant (after the server confirmed it) and describe it."""
         if result is None:
+            self._state.acquire_failed(self.name, plan.owner, plan.started)
             return None
-        hold = self._state.granted(self._keys, plan.owner, result, plan.lease, self._on_lease_lost)
+        hold = self._state.granted(
+            self._keys, plan.owner, result, plan.lease, self._on_lease_lost, plan.started
+        )
         hold.replication = self._replication
         return Lease(
             name=self.name,
@@ -107,7 +112,7 @@ class LockBase:
         return ReleasePlan(owner=owner, hold=hold, op=op)
 
     def _released(self, plan: ReleasePlan, remaining: int) -> None:
-        self._state.released(self.name, plan.owner, remaining)
+        self._state.released(plan.hold, remaining)
 
     def _release_failed(self, plan: ReleasePlan, exc: BaseException) -> None:
         if isinstance(exc, ReplicaError) and isinstance(exc.reply, list):

@@ -22,6 +22,7 @@ from ._core.lock import Acquired, Hold, HoldTable
 from ._core.requests import Replication
 from ._core.watchdog import RenewalPolicy
 from .errors import LeaseLostError, ReplicaError, ServerUnavailableError
+from .events import Listeners, LockEvent
 
 log = logging.getLogger("redlease")
 
@@ -108,6 +109,7 @@ class ClientState:
         self.id = str(uuid.uuid4())
         self.holds = HoldTable()
         self._lost: dict[tuple[str, str], LeaseLostError] = {}
+        self.listeners = Listeners()
 
     def check_fork(self) -> bool:
         """In a forked child: new client id, no holds. Returns True when a fork was seen."""
@@ -134,14 +136,46 @@ class ClientState:
         acquired: Acquired,
         lease: float | None,
         listener: Callable[[LeaseLostError], None] | None,
+        started: float,
     ) -> Hold:
         with self.mutex:
             self._lost.pop((keys.name, owner), None)
             hold = self.holds.granted(keys, owner, acquired, lease)
             if listener is not None and listener not in hold.listeners:
                 hold.listeners.append(listener)
-        log.debug("acquired lock %r owner %s count %d", keys.name, owner, acquired.count)
+        wait = time.monotonic() - started
+        log.debug(
+            "acquired lock %r owner %s count %d after %.3f s",
+            keys.name,
+            owner,
+            acquired.count,
+            wait,
+            extra={"lock": keys.name, "owner": owner},
+        )
+        if self.listeners:
+            self.listeners.send(
+                LockEvent(
+                    "acquired",
+                    keys.name,
+                    owner,
+                    wait=wait,
+                    hold_count=acquired.count,
+                    fencing_token=acquired.token,
+                )
+            )
         return hold
+
+    def acquire_failed(self, name: str, owner: str, started: float) -> None:
+        wait = time.monotonic() - started
+        log.debug(
+            "lock %r not acquired by owner %s after %.3f s",
+            name,
+            owner,
+            wait,
+            extra={"lock": name, "owner": owner},
+        )
+        if self.listeners:
+            self.listeners.send(LockEvent("acquire_failed", name, owner, wait=wait))
 
     def begin_release(self, name: str, owner: str) -> Hold | None:
         """The hold about to be released (marked so the watchdog leaves a final one alone)."""
@@ -155,10 +189,30 @@ class ClientState:
         with self.mutex:
             hold.releasing = False
 
-    def released(self, name: str, owner: str, remaining: int) -> None:
+    def released(self, hold: Hold, remaining: int) -> None:
+        name, owner = hold.keys.name, hold.owner
         with self.mutex:
             self.holds.released(name, owner, remaining)
-        log.debug("released lock %r owner %s remaining %d", name, owner, remaining)
+        held = time.monotonic() - hold.acquired_at
+        log.debug(
+            "released lock %r owner %s remaining %d after %.3f s",
+            name,
+            owner,
+            remaining,
+            held,
+            extra={"lock": name, "owner": owner},
+        )
+        if self.listeners:
+            self.listeners.send(
+                LockEvent(
+                    "released",
+                    name,
+                    owner,
+                    held=held,
+                    hold_count=remaining,
+                    fencing_token=hold.token,
+                )
+            )
 
     def peek_lost(self, name: str, owner: str) -> bool:
         with self.mutex:
@@ -174,7 +228,18 @@ class ClientState:
             if self.holds.drop(hold.keys.name, hold.owner, hold.epoch) is None:
                 return  # released or re-acquired meanwhile: not a loss
             self._lost[(hold.keys.name, hold.owner)] = error
-        log.warning("%s", error)
+        log.warning("%s", error, extra={"lock": hold.keys.name, "owner": hold.owner})
+        if self.listeners:
+            self.listeners.send(
+                LockEvent(
+                    "lease_lost",
+                    hold.keys.name,
+                    hold.owner,
+                    held=time.monotonic() - hold.acquired_at,
+                    fencing_token=hold.token,
+                    error=error,
+                )
+            )
         for listener in hold.listeners:
             try:
                 listener(error)
@@ -191,9 +256,13 @@ class ClientState:
 
     def renewal_failed(self, batch: list[Hold], policy: RenewalPolicy, exc: Exception) -> None:
         """A renewal round could not reach the server: holds past a whole lease are lost."""
-        log.warning("lease renewal failed: %s", exc)
+        log.warning("lease renewal of %d locks failed: %s", len(batch), exc)
         now = time.monotonic()
         for hold in batch:
+            if self.listeners:
+                self.listeners.send(
+                    LockEvent("renewal_failed", hold.keys.name, hold.owner, error=exc)
+                )
             if policy.expired(hold.renewed_at, now):
                 self.lease_lost(hold, lost_error(hold, "not renewed for a whole lease"))
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio
 import redis.exceptions
@@ -18,6 +20,7 @@ from .._core import fence
 from .._core.lock import Hold
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.watchdog import RenewalPolicy
+from .._naming import name_maker
 from .._shell import (
     CONNECTION_ERRORS,
     HANDOFF_WINDOW,
@@ -28,10 +31,13 @@ from .._shell import (
     unavailable,
 )
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
+from ..events import Listener
 from ..options import Seconds, replication, seconds, window
 from .subscriber import Subscriber, wait
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 _owners = TaskOwners()
 
@@ -131,6 +137,40 @@ class AsyncClient:
 
         ``replicas`` overrides the client's replica-confirmed writes for this lock."""
         return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+
+    def locked(
+        self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+        """Decorate a coroutine function so that each call runs holding the lock named by
+        ``template`` formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
+
+        ``timeout`` bounds the wait (``LockTimeoutError`` when it runs out); ``lease`` as for
+        ``acquire``. A template field that names no parameter is an error at decoration.
+        """
+
+        def decorate(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+            if not inspect.iscoroutinefunction(fn):
+                raise InvalidArgumentError(
+                    f"{getattr(fn, '__qualname__', fn)} is not a coroutine function: "
+                    "use Client.locked"
+                )
+            make_name = name_maker(fn, template)
+
+            @functools.wraps(fn)
+            async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+                async with self.lock(make_name(args, kwargs)).hold(timeout=timeout, lease=lease):
+                    return await fn(*args, **kwargs)
+
+            return wrapper
+
+        return decorate
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
+        self._state.listeners.add(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._state.listeners.remove(listener)
 
     async def fenced_set(
         self, key: str, value: str | bytes, token: int, *, px: int | None = None

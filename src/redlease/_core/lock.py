@@ -228,6 +228,8 @@ class Hold:
     epoch: int
     renewed_at: float
     token: int
+    acquired_at: float = 0.0
+    """When the first of these holds was granted (monotonic clock)."""
     leases: list[float | None] = field(default_factory=list)
     replication: Replication | None = None
     """Replica acknowledgements its renewals wait for."""
@@ -268,6 +270,7 @@ class HoldTable:
                 epoch=next(self._epochs),
                 renewed_at=acquired.requested_at,
                 token=acquired.token,
+                acquired_at=acquired.requested_at,
             )
             self._holds[(keys.name, owner)] = hold
         hold.leases.append(lease)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import threading
 import time
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import redis
 import redis.exceptions
@@ -17,6 +19,7 @@ from .._core import fence
 from .._core.lock import Hold
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.watchdog import RenewalPolicy
+from .._naming import name_maker
 from .._shell import (
     CONNECTION_ERRORS,
     HANDOFF_WINDOW,
@@ -33,10 +36,13 @@ from ..errors import (
     ReplicaError,
     ServerUnavailableError,
 )
+from ..events import Listener
 from ..options import Seconds, replication, seconds, window
 from .subscriber import Subscriber, wait
 
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 _owners = ThreadOwners()
 
@@ -125,6 +131,39 @@ class Client:
 
         ``replicas`` overrides the client's replica-confirmed writes for this lock."""
         return Lock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+
+    def locked(
+        self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        """Decorate a function so that each call runs holding the lock named by ``template``
+        formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
+
+        ``timeout`` bounds the wait (``LockTimeoutError`` when it runs out); ``lease`` as for
+        ``acquire``. A template field that names no parameter is an error at decoration.
+        """
+
+        def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+            if inspect.iscoroutinefunction(fn):
+                raise InvalidArgumentError(
+                    f"{fn.__qualname__} is a coroutine function: use AsyncClient.locked"
+                )
+            make_name = name_maker(fn, template)
+
+            @functools.wraps(fn)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+                with self.lock(make_name(args, kwargs)).hold(timeout=timeout, lease=lease):
+                    return fn(*args, **kwargs)
+
+            return wrapper
+
+        return decorate
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
+        self._state.listeners.add(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._state.listeners.remove(listener)
 
     def fenced_set(
         self, key: str, value: str | bytes, token: int, *, px: int | None = None

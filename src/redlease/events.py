@@ -1,0 +1,68 @@
+"""What a client tells its listeners: one frozen ``LockEvent`` per thing that happened.
+
+``client.add_listener(fn)`` calls ``fn(event)`` for every acquisition, release, failed
+acquisition (timed out or would block), failed renewal and lost lease of that client's locks,
+in the thread (or task) where it happened; the watchdog's events come from the watchdog.
+A listener must be quick and must not raise (an exception is logged and ignored).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["EventKind", "Listener", "LockEvent"]
+
+EventKind = Literal["acquired", "acquire_failed", "released", "renewal_failed", "lease_lost"]
+
+
+@dataclass(frozen=True)
+class LockEvent:
+    kind: EventKind
+    name: str
+    owner: str | None
+    wait: float | None = None
+    """Seconds the acquire took, waiting included (``acquired``, ``acquire_failed``)."""
+    held: float | None = None
+    """Seconds since the owner first took the hold (``released``, ``lease_lost``)."""
+    hold_count: int | None = None
+    """The owner's holds after the event (``acquired``, ``released``)."""
+    fencing_token: int | None = None
+    error: BaseException | None = None
+    """Why (``renewal_failed``, ``lease_lost``)."""
+
+
+Listener = Callable[[LockEvent], None]
+
+_log = logging.getLogger("redlease")
+
+
+class Listeners:
+    """A client's listeners; thread-safe to add to while events are being sent."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._listeners: tuple[Listener, ...] = ()
+
+    def add(self, listener: Listener) -> None:
+        with self._mutex:
+            self._listeners = (*self._listeners, listener)
+
+    def remove(self, listener: Listener) -> None:
+        with self._mutex:
+            self._listeners = tuple(fn for fn in self._listeners if fn != listener)
+
+    def __bool__(self) -> bool:
+        return bool(self._listeners)
+
+    def send(self, event: LockEvent) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event)
+            except Exception:
+                _log.exception(
+                    "redlease event listener failed on %s of lock %r", event.kind, event.name
+                )
