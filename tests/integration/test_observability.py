@@ -124,9 +124,12 @@ def test_locked_decorator_names_the_lock_from_arguments(server):
         assert ship.__name__ == "ship"
         assert not client.lock("order:42:parcel").locked()
         # held elsewhere: the bounded wait runs out
-        with redlease.Client.from_url(server.url) as other, other.lock("order:7:parcel"):
-            with pytest.raises(LockTimeoutError):
-                client.locked("order:{order_id}:parcel", timeout=0.2)(lambda order_id: 1)(7)
+        with (
+            redlease.Client.from_url(server.url) as other,
+            other.lock("order:7:parcel"),
+            pytest.raises(LockTimeoutError),
+        ):
+            client.locked("order:{order_id}:parcel", timeout=0.2)(lambda order_id: 1)(7)
 
 
 def test_locked_decorator_rejects_unknown_fields(server):
