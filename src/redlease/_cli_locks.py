@@ -1,10 +1,10 @@
 """``redlease status``, ``list`` and ``release --force``: locks seen from outside.
 
 A key is a lock when it is a hash whose fields are all Redisson owner fields
-(``<36-character uuid>:<digits>``) with positive hold counts, apart from redlease's hand-off
-reservation field. The shape is read in one ``MULTI`` (TYPE, a bounded HSCAN, PTTL) before
-anything else touches the key, so ``status`` never misreads a user's hash and ``release --force``
-never deletes a key that is not a lock.
+(``<36-character uuid>:<digits>``) with positive hold counts, apart from redlease's own fields
+(``redlease:handoff``, ``redlease:fence``: everything under ``redlease:``). The shape is read in
+one ``MULTI`` (TYPE, a bounded HSCAN, PTTL) before anything else touches the key, so ``status``
+never misreads a user's hash and ``release --force`` never deletes a key that is not a lock.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from ._core.keys import HANDOFF_FIELD
 from ._sync.client import Client
 from .cli import PROG, CommandError, UsageError, connect
 
@@ -29,6 +28,9 @@ __all__ = ["LockView", "force_release", "list_locks", "status"]
 OWNER_FIELD = re.compile(
     rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+"
 )
+OWN_FIELDS = b"redlease:"
+"""Prefix of the fields redlease keeps in a lock hash besides its holders (hand-off reservation,
+fencing token): never holders (the same rule as ``Lock.statistics()``)."""
 SHAPE_FIELDS = 64
 """HSCAN COUNT of the shape check: a lock has a field or two; a hash that does not fit in one
 HSCAN reply of this size is not a lock."""
@@ -95,8 +97,8 @@ def _classify(name: str, kind: Any, scanned: Any, pttl: Any) -> LockView | str:
         return f"{printable(name)!r} is a hash with many fields, not a lock"
     holders: dict[str, int] = {}
     for field, value in fields.items():
-        if _text(field) == HANDOFF_FIELD:
-            continue  # a released lock reserved for a woken waiter: not a holder
+        if bytes(field).startswith(OWN_FIELDS):
+            continue  # e.g. a released lock reserved for a woken waiter: not a holder
         count = _text(value)
         if not OWNER_FIELD.fullmatch(field) or not count.isdigit() or int(count) <= 0:
             return f"{printable(name)!r} is a hash whose fields are not lock owners, not a lock"

@@ -93,7 +93,7 @@ def in_terminal_foreground() -> bool:
 
 
 class Interrupted(Exception):
-    """A forwarded signal arrived while waiting for the lock: stop waiting."""
+    """A forwarded signal arrived while waiting for the lock or its release: stop waiting."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signal_name(signum))
@@ -105,17 +105,17 @@ class Supervisor:
     """What the signal handlers, the watchdog callback and the main loop share."""
 
     waiting: bool = False
-    """While true, a forwarded signal raises ``Interrupted`` (there is no child yet)."""
+    """While true, a forwarded signal raises ``Interrupted``: there is no child (yet, or any
+    more) and the wait for the lock or for its release is given up."""
     proc: subprocess.Popen[bytes] | None = None
     pending: list[int] = field(default_factory=list)
-    received: list[int] = field(default_factory=list)
+    """Signals that came after the lock was taken but before the child started."""
     lost: threading.Event = field(default_factory=threading.Event)
     lost_reason: str = ""
 
     def on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self.waiting:
             raise Interrupted(signum)
-        self.received.append(signum)
         if self.proc is None:
             self.pending.append(signum)
         else:
@@ -239,7 +239,11 @@ def _run(url: str, options: RunOptions, sup: Supervisor) -> int:
             else:
                 note(f"lock {options.name!r} is busy: not acquired within {options.wait:g} s")
             return EX_NOT_ACQUIRED
-        deadline = _lease_deadline(lock, options.lease, sup)
+        try:
+            deadline = _lease_deadline(lock, options.lease, sup)
+        except (RedleaseError, redis.exceptions.RedisError, OSError):
+            _give_back(lock)
+            raise
         status = _run_child(options, sup, deadline)
         return _finish(lock, options, sup, status, url)
     finally:
@@ -334,15 +338,25 @@ def _run_child(options: RunOptions, sup: Supervisor, lease_deadline: float | Non
 def _finish(lock: Lock, options: RunOptions, sup: Supervisor, status: int, url: str) -> int:
     """Release the lock after the command ended; the exit status of ``run``."""
     announced = sup.lost.is_set()
+    failure: Exception | None = None
     try:
+        sup.waiting = True  # a signal now gives up a release stuck on an unreachable server
         lock.release()
-    except NotOwnedError as exc:  # LeaseLostError: lost and not yet noticed, or noticed
-        sup.lose(str(exc))
-    except (RedleaseError, redis.exceptions.RedisError, OSError) as exc:
-        address = address_of(url)
+    except (Interrupted, RedleaseError, redis.exceptions.RedisError, OSError) as exc:
+        failure = exc
+    finally:
+        sup.waiting = False
+    if isinstance(failure, Interrupted):
         note(
-            f"warning: could not release lock {options.name!r} at {address}: {exc}; it is freed"
-            " when its lease runs out",
+            f"interrupted by {signal_name(failure.signum)} while releasing lock"
+            f" {options.name!r}; it is freed when its lease runs out"
+        )
+    elif isinstance(failure, NotOwnedError):  # LeaseLostError: noticed now or before
+        sup.lose(str(failure))
+    elif failure is not None:
+        note(
+            f"warning: could not release lock {options.name!r} at {address_of(url)}: {failure};"
+            " it is freed when its lease runs out",
             url,
         )
     if not sup.lost.is_set():

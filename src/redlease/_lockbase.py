@@ -11,7 +11,7 @@ from ._core import lock as core
 from ._core.keys import LockKeys
 from ._core.requests import Operation
 from ._shell import ClientState
-from .errors import LeaseLostError, NotOwnedError, ReplicaError
+from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, ReplicaError
 from .options import Seconds, lock_name, optional_seconds, replication, wait_args
 from .stats import Lease, LockStatistics
 
@@ -44,7 +44,12 @@ class LockBase:
         replicas: int | None,
     ) -> None:
         self._state = state
-        self._keys = LockKeys.for_name(lock_name(name))
+        try:
+            self._keys = LockKeys.for_name(lock_name(name))
+        except InvalidArgumentError:
+            raise
+        except ValueError as exc:
+            raise InvalidArgumentError(str(exc)) from None
         self._lease = optional_seconds(lease, "lease")
         self._on_lease_lost = on_lease_lost
         self._replication = state.replication

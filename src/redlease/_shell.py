@@ -16,12 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ._core.keys import LockKeys
 from ._core.lock import Acquired, Hold, HoldTable
 from ._core.requests import Replication
 from ._core.watchdog import RenewalPolicy
-from .errors import LeaseLostError, ReplicaError, ServerUnavailableError
+from .errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from .events import Listeners, LockEvent
 
 log = logging.getLogger("redlease")
@@ -294,6 +296,18 @@ def address_of(connection_kwargs: dict[str, Any]) -> str:
     return f"{connection_kwargs.get('host', '?')}:{connection_kwargs.get('port', '?')}"
 
 
+def bounded_kwargs(connection_kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Settings for the watchdog's own connections: like the pool's, but a call never blocks
+    longer than ``timeout`` (a hung server must not hide an expired lease) and is not retried."""
+    kwargs = {
+        key: value
+        for key, value in connection_kwargs.items()
+        if not key.startswith(("maint_notifications", "oss_cluster_maint"))
+    }
+    kwargs.update(socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+    return kwargs
+
+
 def subscriber_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
     """Settings for a dedicated subscriber connection: the pool's own (host, TLS, ACL user,
     password, protocol), with no read timeout, health checks or maintenance notifications."""
@@ -322,6 +336,13 @@ def check_replicas(reply: Any, acked: int, replication: Replication, name: str |
         acked=acked,
         reply=reply,
     )
+
+
+def wrong_type(exc: BaseException, name: str | None) -> BaseException:
+    """A clear error for a lock name that is a key of another type, else ``exc`` itself."""
+    if "WRONGTYPE" in str(exc):
+        return InvalidArgumentError(f"key {name!r} holds a value that is not a lock")
+    return exc
 
 
 def unavailable(exc: BaseException, address: str, name: str | None) -> ServerUnavailableError:

@@ -311,7 +311,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ._cli_run import RunOptions, run
 
     if not args.argv:
-        raise UsageError(f"no COMMAND given: {PROG} run NAME [options] -- COMMAND [ARGS...]")
+        raise UsageError(f"no COMMAND given: {PROG} run [options] NAME -- COMMAND [ARGS...]")
     if args.name == "":
         raise UsageError("the lock NAME must not be empty")
     url = server_url(args)
@@ -332,12 +332,12 @@ def _add_run(commands: Commands) -> None:
         "run",
         help="run a command only while holding a lock (a flock(1) across machines)",
         usage=f"{PROG} run [options] NAME -- COMMAND [ARGS...]",
-        description="Run COMMAND while holding the lock NAME, then release it.",
+        description="Run COMMAND while holding the lock NAME, then release it. COMMAND and its"
+        " arguments come after '--' (run directly, no shell; none of them is read by redlease).",
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("name", metavar="NAME", help="the lock (its Redis key)")
-    parser.add_argument("argv", nargs="*", metavar="COMMAND", help="the command and its arguments")
     parser.add_argument(
         "--wait",
         type=seconds_arg(zero=True),
@@ -514,8 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
-    """``(to parse, passed on)``: for ``run``, what follows the first ``--`` (COMMAND, whose
-    options argparse must not see); for ``bench``, everything after ``bench``."""
+    """``(to parse, passed on)``: for ``run``, what follows the first ``--`` (COMMAND: none of
+    it is parsed, so its options can never be taken for ours); for ``bench``, everything after
+    ``bench``."""
     for i, word in enumerate(argv):
         if word.startswith("-"):
             continue  # a top-level option (none takes a value)
@@ -548,14 +549,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     to_parse, passed_on = _split_passthrough(words)
     parser = build_parser()
     try:
-        args = parser.parse_args(to_parse)
+        args, extras = parser.parse_known_args(to_parse)
+        if extras and args.command == "run":  # `run NAME cmd`: COMMAND not after "--"
+            parser.exit(
+                2,
+                f"{PROG} run: error: unrecognized arguments: {_scrub(' '.join(extras))}"
+                f" (give COMMAND after '--': {PROG} run [options] NAME -- COMMAND [ARGS...])\n",
+            )
+        if extras:
+            parser.error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exc:  # usage error (2), --help or --version (0)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    if passed_on is not None:
-        if args.command == "bench":
-            args.bench_args = passed_on
-        else:  # run: a "--" after COMMAND's first word belongs to COMMAND
-            args.argv = [*args.argv, "--", *passed_on] if args.argv else passed_on
+    if args.command == "bench":
+        args.bench_args = passed_on or []
+    elif args.command == "run":
+        args.argv = passed_on or []
     handler: Handler = args.handler
     url: str | None = getattr(args, "url", None)
     try:

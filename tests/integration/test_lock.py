@@ -375,3 +375,32 @@ async def test_server_down_is_a_clear_connection_error(side):
     assert isinstance(info.value, ConnectionError)
     assert "127.0.0.1" in str(info.value) and "hunter2secret" not in str(info.value)
     assert "'x'" in str(info.value)
+
+
+async def test_names_and_keys_that_are_not_locks(side, server, name):
+    client = side.client(server.url)
+    with pytest.raises(InvalidArgumentError, match="hash tag"):
+        client.lock("a}b{")
+    raw = redis.Redis.from_url(server.url)
+    raw.set(name + ":string", "x")
+    raw.hset(name + ":hash", mapping={"colour": "blue"})
+    raw.close()
+    for key in (name + ":string", name + ":hash"):
+        with pytest.raises(InvalidArgumentError, match="not a lock"):
+            await side(client.lock(key).statistics())
+    with pytest.raises(InvalidArgumentError, match="not a lock"):
+        await side(client.lock(name + ":string").acquire(blocking=False))
+
+
+async def test_a_hung_server_does_not_hide_a_lost_lease(side, private_server, name):
+    lost = threading.Event()
+    client = side.client(private_server.url, watchdog_timeout=0.9)
+    lock = client.lock(name, on_lease_lost=lambda _e: lost.set())
+    assert await side(lock.acquire())
+    private_server.pause()  # answers nothing: renewals hang rather than fail
+    try:
+        started = time.monotonic()
+        await eventually(lost.is_set, timeout=20)
+        assert time.monotonic() - started < 10
+    finally:
+        private_server.resume()

@@ -16,23 +16,20 @@ import redis.asyncio
 import redis.exceptions
 
 from .._channels import Waiter
-from .._core import fence
+from .._clientbase import ClientBase
 from .._core.lock import Hold
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
-from .._core.watchdog import RenewalPolicy
 from .._naming import name_maker
 from .._shell import (
     CONNECTION_ERRORS,
     HANDOFF_WINDOW,
-    ClientState,
     TaskOwners,
-    address_of,
     check_replicas,
     unavailable,
+    wrong_type,
 )
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
-from ..events import Listener
-from ..options import Seconds, replication, seconds, window
+from ..options import Seconds
 from .subscriber import Subscriber, wait
 
 T = TypeVar("T")
@@ -60,7 +57,7 @@ async def finish_despite_cancel(awaitable: Awaitable[T], then: Callable[[T], Any
         raise
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     """A redlease client over one ``redis.asyncio.Redis``: the asyncio twin of ``Client``.
 
     Use it from one event loop. ``watchdog_timeout``, ``handoff_window``, ``replicas`` and
@@ -81,18 +78,15 @@ class AsyncClient:
                 f"AsyncClient needs a redis.asyncio.Redis, got {type(redis_client).__name__}"
                 " (use Client for redis.Redis)"
             )
-        self.redis = redis_client
-        self._state = ClientState(
-            seconds(watchdog_timeout, "watchdog_timeout"),
-            window(handoff_window, "handoff_window"),
-            replication(replicas, replica_timeout),
+        super().__init__(
+            redis_client,
+            watchdog_timeout=watchdog_timeout,
+            handoff_window=handoff_window,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )
-        self._policy = RenewalPolicy(self._state.watchdog_timeout)
-        self.address = address_of(redis_client.connection_pool.connection_kwargs)
-        self._owns_redis = False
         self._subscriber: Subscriber | None = None
         self._watchdog: asyncio.Task[None] | None = None
-        self._closed = False
 
     @classmethod
     def from_url(
@@ -115,15 +109,6 @@ class AsyncClient:
         )
         client._owns_redis = True
         return client
-
-    @property
-    def id(self) -> str:
-        self._state.check_fork()
-        return self._state.id
-
-    @property
-    def watchdog_timeout(self) -> float:
-        return self._state.watchdog_timeout
 
     def lock(
         self,
@@ -165,13 +150,6 @@ class AsyncClient:
 
         return decorate
 
-    def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
-        self._state.listeners.add(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        self._state.listeners.remove(listener)
-
     async def fenced_set(
         self, key: str, value: str | bytes, token: int, *, px: int | None = None
     ) -> None:
@@ -181,11 +159,7 @@ class AsyncClient:
         ``px`` is an expiry in milliseconds. Use it to protect a Redis resource from a holder
         whose lease ran out while it paused.
         """
-        if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
-            raise InvalidArgumentError(f"fencing token must be a positive int, got {token!r}")
-        if px is not None and (isinstance(px, bool) or not isinstance(px, int) or px <= 0):
-            raise InvalidArgumentError(f"px must be a positive int of milliseconds, got {px!r}")
-        await self._run(fence.fenced_set(key, value, token, px or 0), key)
+        await self._run(self._fenced_set_op(key, value, token, px), key)
 
     async def close(self) -> None:
         """Stop the watchdog and the subscriber; close the redis client if this client made it.
@@ -216,9 +190,6 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    def __repr__(self) -> str:
-        return f"<redlease.AsyncClient {self.address} id={self._state.id}>"
-
     # --- the driver -----------------------------------------------------------------------
 
     def _owner(self) -> str:
@@ -245,6 +216,8 @@ class AsyncClient:
             except CONNECTION_ERRORS as exc:
                 if attempt == 2:
                     raise unavailable(exc, self.address, name) from exc
+            except redis.exceptions.ResponseError as exc:
+                raise wrong_type(exc, name) from exc
         raise AssertionError("unreachable")
 
     async def _send(self, call: Call, name: str | None, replication: Replication | None) -> Any:
@@ -339,8 +312,16 @@ class AsyncClient:
     async def _renew(self, batch: list[Hold], call: Call) -> bool:
         state = self._state
         sent_at = time.monotonic()
+        bound = self._policy.interval + (
+            call.replication.timeout_ms / 1000 if call.replication else 0
+        )
         try:
-            reply = await self._call(call, None)
+            # a hung server must not hide an expired lease: bound the call
+            reply = await asyncio.wait_for(self._call(call, None), bound)
+        except asyncio.TimeoutError:
+            error = unavailable(TimeoutError("renewal timed out"), self.address, None)
+            state.renewal_failed(batch, self._policy, error)
+            return False
         except (ServerUnavailableError, ReplicaError) as exc:
             state.renewal_failed(batch, self._policy, exc)
             return False

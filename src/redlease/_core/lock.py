@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LeaseLostError, ReplicaError, ServerUnavailableError
+from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from . import codes, scripts
 from .backoff import full_jitter
 from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys
@@ -207,7 +207,10 @@ def status(keys: LockKeys) -> Operation[Status]:
     fields = {_text(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
     token = fields.get(FENCE_FIELD)
     # a reservation for the next waiter and the fencing token are not holders
-    holders = {k: int(v) for k, v in fields.items() if not k.startswith(OWN_FIELDS)}
+    try:
+        holders = {k: int(v) for k, v in fields.items() if not k.startswith(OWN_FIELDS)}
+    except ValueError:
+        raise InvalidArgumentError(f"key {keys.name!r} is a hash but not a lock") from None
     if ttl_ms == -2 or not holders:
         return Status(ttl=None, holders={}, waiters=waiters)
     ttl = math.inf if ttl_ms == -1 else ttl_ms / 1000

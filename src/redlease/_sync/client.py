@@ -15,19 +15,18 @@ import redis
 import redis.exceptions
 
 from .._channels import Waiter
-from .._core import fence
+from .._clientbase import ClientBase
 from .._core.lock import Hold
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
-from .._core.watchdog import RenewalPolicy
 from .._naming import name_maker
 from .._shell import (
     CONNECTION_ERRORS,
     HANDOFF_WINDOW,
-    ClientState,
     ThreadOwners,
-    address_of,
+    bounded_kwargs,
     check_replicas,
     unavailable,
+    wrong_type,
 )
 from ..errors import (
     InvalidArgumentError,
@@ -36,8 +35,7 @@ from ..errors import (
     ReplicaError,
     ServerUnavailableError,
 )
-from ..events import Listener
-from ..options import Seconds, replication, seconds, window
+from ..options import Seconds
 from .subscriber import Subscriber, wait
 
 T = TypeVar("T")
@@ -47,7 +45,7 @@ P = ParamSpec("P")
 _owners = ThreadOwners()
 
 
-class Client:
+class Client(ClientBase):
     """A redlease client over one ``redis.Redis``: makes locks, renews their leases, wakes
     their waiters. Thread-safe; share one per process (or per server).
 
@@ -73,19 +71,16 @@ class Client:
                 f"Client needs a redis.Redis, got {type(redis_client).__name__}"
                 " (use AsyncClient for redis.asyncio)"
             )
-        self.redis = redis_client
-        self._state = ClientState(
-            seconds(watchdog_timeout, "watchdog_timeout"),
-            window(handoff_window, "handoff_window"),
-            replication(replicas, replica_timeout),
+        super().__init__(
+            redis_client,
+            watchdog_timeout=watchdog_timeout,
+            handoff_window=handoff_window,
+            replicas=replicas,
+            replica_timeout=replica_timeout,
         )
-        self._policy = RenewalPolicy(self._state.watchdog_timeout)
-        self.address = address_of(redis_client.connection_pool.connection_kwargs)
-        self._owns_redis = False
         self._subscriber: Subscriber | None = None
         self._watchdog: _Watchdog | None = None
         self._start_mutex = threading.Lock()
-        self._closed = False
 
     @classmethod
     def from_url(
@@ -108,16 +103,6 @@ class Client:
         )
         client._owns_redis = True
         return client
-
-    @property
-    def id(self) -> str:
-        """This client's id: the first half of every owner field it writes."""
-        self._state.check_fork()
-        return self._state.id
-
-    @property
-    def watchdog_timeout(self) -> float:
-        return self._state.watchdog_timeout
 
     def lock(
         self,
@@ -158,13 +143,6 @@ class Client:
 
         return decorate
 
-    def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
-        self._state.listeners.add(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        self._state.listeners.remove(listener)
-
     def fenced_set(
         self, key: str, value: str | bytes, token: int, *, px: int | None = None
     ) -> None:
@@ -174,11 +152,7 @@ class Client:
         ``px`` is an expiry in milliseconds. Use it to protect a Redis resource from a holder
         whose lease ran out while it paused.
         """
-        if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
-            raise InvalidArgumentError(f"fencing token must be a positive int, got {token!r}")
-        if px is not None and (isinstance(px, bool) or not isinstance(px, int) or px <= 0):
-            raise InvalidArgumentError(f"px must be a positive int of milliseconds, got {px!r}")
-        self._run(fence.fenced_set(key, value, token, px or 0), key)
+        self._run(self._fenced_set_op(key, value, token, px), key)
 
     def close(self) -> None:
         """Stop the watchdog and the subscriber; close the redis client if this client made it.
@@ -206,9 +180,6 @@ class Client:
     ) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"<redlease.Client {self.address} id={self._state.id}>"
-
     # --- the driver -----------------------------------------------------------------------
 
     def _owner(self) -> str:
@@ -221,7 +192,13 @@ class Client:
         self._subscriber = None
         self._watchdog = None
 
-    def _call(self, call: Call, name: str | None, replication: Replication | None = None) -> Any:
+    def _call(
+        self,
+        call: Call,
+        name: str | None,
+        replication: Replication | None = None,
+        via: redis.Redis | None = None,
+    ) -> Any:
         """Run one script. Every script is idempotent for a repeated request, so a call that
         failed on a dead pooled connection (a restarted server) is sent once more at once.
         With ``replication`` the script and a ``WAIT`` go in one round trip."""
@@ -229,21 +206,25 @@ class Client:
         for attempt in (1, 2):
             try:
                 try:
-                    return self._send(call, name, replication)
+                    return self._send(call, name, replication, via or self.redis)
                 except redis.exceptions.NoScriptError:
                     # a restarted server has an empty script cache
-                    self.redis.script_load(call.script.source)
-                    return self._send(call, name, replication)
+                    (via or self.redis).script_load(call.script.source)
+                    return self._send(call, name, replication, via or self.redis)
             except CONNECTION_ERRORS as exc:
                 if attempt == 2:
                     raise unavailable(exc, self.address, name) from exc
+            except redis.exceptions.ResponseError as exc:
+                raise wrong_type(exc, name) from exc
         raise AssertionError("unreachable")
 
-    def _send(self, call: Call, name: str | None, replication: Replication | None) -> Any:
+    def _send(
+        self, call: Call, name: str | None, replication: Replication | None, via: redis.Redis
+    ) -> Any:
         sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
         if replication is None:
-            return self.redis.evalsha(sha, numkeys, *args)
-        pipe = self.redis.pipeline(transaction=False)
+            return via.evalsha(sha, numkeys, *args)
+        pipe = via.pipeline(transaction=False)
         pipe.evalsha(sha, numkeys, *args)
         pipe.wait(replication.replicas, replication.timeout_ms)
         reply, acked = pipe.execute()
@@ -315,6 +296,17 @@ class _Watchdog:
         self._client = client
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        pool = client.redis.connection_pool
+        timeout = client._policy.interval + (
+            client._state.replication.timeout_ms / 1000 if client._state.replication else 0
+        )
+        self._redis = redis.Redis(
+            connection_pool=redis.ConnectionPool(
+                connection_class=pool.connection_class,
+                max_connections=4,
+                **bounded_kwargs(pool.connection_kwargs, timeout),
+            )
+        )
 
     def ensure_running(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -327,6 +319,7 @@ class _Watchdog:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
+        self._redis.close()
 
     def _loop(self) -> None:
         policy, state = self._client._policy, self._client._state
@@ -343,7 +336,7 @@ class _Watchdog:
         state = self._client._state
         sent_at = time.monotonic()
         try:
-            reply = self._client._call(call, None)
+            reply = self._client._call(call, None, via=self._redis)
         except (ServerUnavailableError, ReplicaError) as exc:
             state.renewal_failed(batch, self._client._policy, exc)
             return False

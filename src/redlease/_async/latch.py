@@ -1,0 +1,59 @@
+"""The asyncio count-down latch: the same names and semantics as ``CountDownLatch``."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._core import latch as core
+from .._core.latch import LatchStatistics
+from .._core.semaphore import primitive_name, wait_timeout
+from ..options import Seconds
+from .client import finish_despite_cancel
+
+if TYPE_CHECKING:
+    from .client import AsyncClient
+
+
+class AsyncCountDownLatch:
+    """A count-down latch shared by every client of the server (Redisson's RCountDownLatch).
+
+    A cancelled ``wait`` leaves nothing behind; a cancelled ``count_down`` still completes
+    (bounded) before the cancellation propagates.
+    """
+
+    def __init__(self, client: AsyncClient, name: str) -> None:
+        self.client = client
+        self._keys = core.LatchKeys.for_name(primitive_name(name, "latch"))
+
+    @property
+    def name(self) -> str:
+        return self._keys.name
+
+    async def try_set_count(self, count: int) -> bool:
+        """Set the count if the latch is not armed (count 0); ``False`` when it is."""
+        value = core.count_arg(count)
+        return await self.client._run(core.try_set_count(self._keys, value), self.name)
+
+    async def count_down(self) -> None:
+        """Take one off the count; at zero, wake every waiter. Does nothing on an open latch."""
+        op = self.client._run(core.count_down(self._keys), self.name)
+        await finish_despite_cancel(op, lambda _left: None)
+
+    async def count(self) -> int:
+        """The count now (0: open)."""
+        return (await self.client._run(core.status(self._keys), self.name))[0]
+
+    async def wait(self, timeout: Seconds | None = None) -> bool:
+        """Wait until the count is zero; ``False`` when ``timeout`` ran out first (``None``:
+        as long as it takes; ``0``: check once)."""
+        op = core.wait(self._keys, self.client._owner(), timeout=wait_timeout(timeout))
+        return await self.client._run(op, self.name)
+
+    async def statistics(self) -> LatchStatistics:
+        state = await self.client._run(core.status(self._keys), self.name)
+        sub = self.client._subscriber
+        local = sub.waiting(self._keys.channel) if sub is not None else 0
+        return core.statistics(state, self.name, local)
+
+    def __repr__(self) -> str:
+        return f"<redlease.AsyncCountDownLatch {self.name!r} on {self.client.address}>"

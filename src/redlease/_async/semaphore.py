@@ -1,0 +1,332 @@
+"""The asyncio semaphore and lease semaphore (same names and semantics as the sync ones), and
+the renewer of a client's lease permits."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from .._core import semaphore as core
+from .._core.semaphore import Granted, PermitTable, SemaphoreStatistics
+from .._shell import fork_generation, log
+from .._sync.semaphore import report_lost
+from ..errors import LeaseLostError, LockTimeoutError
+from ..options import Seconds
+from .client import finish_despite_cancel
+
+if TYPE_CHECKING:
+    from .client import AsyncClient
+
+
+class AsyncSemaphore:
+    """A counting semaphore shared by every client of the server (Redisson's RSemaphore).
+
+    Cancelling ``acquire`` after the server granted the permits gives them back; a cancelled
+    ``release`` still completes (bounded) before the cancellation propagates.
+    """
+
+    def __init__(self, client: AsyncClient, name: str) -> None:
+        self.client = client
+        self._keys = core.SemaphoreKeys.for_name(core.primitive_name(name, "semaphore"))
+
+    @property
+    def name(self) -> str:
+        return self._keys.name
+
+    async def try_set_permits(self, permits: int) -> bool:
+        """Set the number of permits if it was never set; ``False`` when it already was."""
+        count = core.positive_int(permits, "permits")
+        return await self.client._run(core.try_set_permits(self._keys, count), self.name)
+
+    async def add_permits(self, permits: int) -> None:
+        """Add ``permits`` to the semaphore (to its total too) and wake its waiters."""
+        count = core.positive_int(permits, "permits")
+        await self.client._run(core.add_permits(self._keys, count), self.name)
+
+    async def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> bool:
+        """Take ``permits`` at once; ``False`` when ``timeout`` ran out first (``None``: wait
+        as long as it takes; ``0``: try once)."""
+        count = core.positive_int(permits, "permits")
+        wait = core.wait_timeout(timeout)
+        op = core.acquire(self._keys, self.client._owner(), permits=count, timeout=wait)
+        return await self.client._run(op, self.name)
+
+    async def release(self, permits: int = 1) -> None:
+        """Give back ``permits``. ``InvalidArgumentError`` when that would leave more permits
+        than the semaphore has in total (released more than taken)."""
+        count = core.positive_int(permits, "permits")
+        op = core.release(self._keys, permits=count, request_id=core.new_request_id())
+        await finish_despite_cancel(self.client._run(op, self.name), lambda _free: None)
+
+    async def available(self) -> int:
+        """Permits free now (0 when never set)."""
+        return (await self.client._run(core.status(self._keys), self.name)).available or 0
+
+    async def statistics(self) -> SemaphoreStatistics:
+        status = await self.client._run(core.status(self._keys), self.name)
+        return core.statistics(status, self.name, _local_waiters(self.client, self._keys.channel))
+
+    @asynccontextmanager
+    async def hold(self, permits: int = 1, timeout: Seconds | None = None) -> AsyncIterator[None]:
+        """``async with sem.hold(timeout=5):`` a bounded wait that raises
+        ``LockTimeoutError`` when it runs out, then gives the permits back on exit."""
+        if not await self.acquire(permits, timeout):
+            raise _timeout(self.name, self.client._owner(), timeout)
+        try:
+            yield
+        finally:
+            await self.release(permits)
+
+    async def __aenter__(self) -> AsyncSemaphore:
+        await self.acquire()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+    def __repr__(self) -> str:
+        return f"<redlease.AsyncSemaphore {self.name!r} on {self.client.address}>"
+
+
+class AsyncLeaseSemaphore:
+    """A semaphore whose every permit has an id and a lease (Redisson's
+    RPermitExpirableSemaphore): the asyncio twin of ``LeaseSemaphore``.
+
+    Cancelling ``acquire`` after the server granted a permit gives it back; a cancelled
+    ``release`` still completes (bounded) before the cancellation propagates.
+    """
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> None:
+        self.client = client
+        self._keys = core.LeaseSemaphoreKeys.for_name(core.primitive_name(name, "lease semaphore"))
+        self._lease = None if lease is None else core.lease_seconds(lease)
+        self._on_lease_lost = on_lease_lost
+        self._entered: dict[str, list[str]] = {}  # owner -> permits taken by ``async with``
+
+    @property
+    def name(self) -> str:
+        return self._keys.name
+
+    async def try_set_permits(self, permits: int) -> bool:
+        """Set the number of permits if it was never set; ``False`` when it already was."""
+        count = core.positive_int(permits, "permits")
+        return await self.client._run(core.lease_try_set_permits(self._keys, count), self.name)
+
+    async def acquire(
+        self, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> str | None:
+        """Take one permit; returns its id, or ``None`` when ``timeout`` ran out first
+        (``None``: wait as long as it takes; ``0``: try once)."""
+        wait = core.wait_timeout(timeout)
+        chosen = self._lease if lease is None else core.lease_seconds(lease)
+        op = core.lease_acquire(
+            self._keys,
+            self.client._owner(),
+            lease=self.client.watchdog_timeout if chosen is None else chosen,
+            timeout=wait,
+        )
+        granted = await self.client._run(op, self.name)
+        if granted is None:
+            return None
+        keeper(self.client).granted(self._keys, granted, chosen is None, self._on_lease_lost)
+        return granted.permit_id
+
+    async def release(self, permit_id: str) -> None:
+        """Give back the permit ``permit_id``. ``LeaseLostError`` when its lease ran out
+        first; ``InvalidArgumentError`` for an id that is not a held permit."""
+        permit = core.permit_id(permit_id)
+        kept = keeper(self.client)
+        kept.table.begin_release(permit)
+        op = core.lease_release(self._keys, permit, request_id=core.new_request_id())
+        try:
+            code = await finish_despite_cancel(
+                self.client._run(op, self.name),
+                lambda code: kept.finish(self._keys, permit, code),
+            )
+        except asyncio.CancelledError:
+            raise  # the release completed (or its outcome is unknown) and was accounted for
+        except BaseException:
+            kept.table.abort_release(permit)  # unknown outcome: keep it; a retry is safe
+            raise
+        error = kept.finish(self._keys, permit, code)
+        if error is not None:
+            raise error
+
+    async def renew(self, permit_id: str, lease: Seconds | None = None) -> None:
+        """Extend the permit's lease to at least ``lease`` from now (default: the semaphore's
+        lease, else ``watchdog_timeout``). ``LeaseLostError`` when it is gone."""
+        permit = core.permit_id(permit_id)
+        chosen = self._lease if lease is None else core.lease_seconds(lease)
+        seconds = self.client.watchdog_timeout if chosen is None else chosen
+        sent_at = time.monotonic()
+        ok = await self.client._run(core.renew(self._keys, permit, seconds), self.name)
+        error = keeper(self.client).renewed(self._keys, permit, ok, sent_at)
+        if error is not None:
+            raise error
+
+    async def available(self) -> int:
+        """Permits free now, counting those whose lease ran out (0 when never set)."""
+        return (await self.client._run(core.lease_status(self._keys), self.name)).available or 0
+
+    async def statistics(self) -> SemaphoreStatistics:
+        status = await self.client._run(core.lease_status(self._keys), self.name)
+        local = _local_waiters(self.client, self._keys.channel)
+        return core.lease_statistics(status, self.name, local)
+
+    @asynccontextmanager
+    async def hold(
+        self, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> AsyncIterator[str]:
+        """``async with sem.hold(timeout=5) as permit_id:`` a bounded wait that raises
+        ``LockTimeoutError`` when it runs out, then gives the permit back on exit."""
+        permit = await self.acquire(timeout, lease)
+        if permit is None:
+            raise _timeout(self.name, self.client._owner(), timeout)
+        try:
+            yield permit
+        finally:
+            await self.release(permit)
+
+    async def __aenter__(self) -> str:
+        permit = await self.acquire()
+        assert permit is not None  # no timeout: waits as long as it takes
+        self._entered.setdefault(self.client._owner(), []).append(permit)
+        return permit
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        owner = self.client._owner()
+        stack = self._entered[owner]
+        permit = stack.pop()
+        if not stack:
+            del self._entered[owner]
+        await self.release(permit)
+
+    def __repr__(self) -> str:
+        return f"<redlease.AsyncLeaseSemaphore {self.name!r} on {self.client.address}>"
+
+
+def _local_waiters(client: AsyncClient, channel: str) -> int:
+    sub = client._subscriber
+    return sub.waiting(channel) if sub is not None else 0
+
+
+def _timeout(name: str, owner: str, timeout: Seconds | None) -> LockTimeoutError:
+    return LockTimeoutError(
+        f"semaphore {name!r}: no permit within {timeout} s", name=name, owner=owner
+    )
+
+
+# --- the renewer of lease permits -------------------------------------------------------------
+
+
+class AsyncPermitKeeper:
+    """A client's lease permits, and one task that renews the watched ones, batched per
+    semaphore, every ``watchdog_timeout / 3`` (sooner after a failed round).
+
+    The task starts with the first watched permit and ends when none is left, the client is
+    closed or gone. One per client: a stand-in until the client's watchdog renews permits too.
+    """
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = weakref.ref(client)
+        self.generation = fork_generation()
+        self.table = PermitTable()
+        self._task: asyncio.Task[None] | None = None
+
+    def granted(
+        self,
+        keys: core.LeaseSemaphoreKeys,
+        granted: Granted,
+        watched: bool,
+        listener: Callable[[LeaseLostError], None] | None,
+    ) -> None:
+        self.table.granted(keys, granted, watched=watched, listener=listener)
+        if watched and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(
+                self._loop(), name="redlease-permit-renewer"
+            )
+
+    def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
+        """Forget a released permit; the error its release reports, if any."""
+        lost = self.table.take_lost(permit)
+        ours = self.table.released(permit) is not None
+        return core.release_error(keys, permit, code, ours, lost)
+
+    def renewed(
+        self, keys: core.LeaseSemaphoreKeys, permit: str, ok: bool, sent_at: float
+    ) -> Exception | None:
+        record = self.table.get(permit)
+        if ok:
+            if record is not None:
+                record.renewed_at = sent_at
+            return None
+        lost = self.table.take_lost(permit)
+        ours = self.table.released(permit) is not None
+        return core.release_error(keys, permit, core.UNKNOWN, ours, lost)
+
+    async def _loop(self) -> None:
+        delay: float | None = None
+        while True:
+            client = self._client()
+            if client is None or client._closed:
+                return
+            delay = client._policy.interval if delay is None else delay
+            del client  # do not keep the client alive while asleep
+            await asyncio.sleep(delay)
+            client = self._client()
+            if client is None or client._closed:
+                return
+            permits = self.table.watched()
+            if not permits:
+                return  # the next watched grant starts a new task
+            delay = client._policy.next_delay(await self._renew_all(client, permits))
+            del client
+
+    async def _renew_all(self, client: AsyncClient, permits: list[core.Permit]) -> bool:
+        lease = client.watchdog_timeout
+        ok = True
+        for batch, call in PermitTable.calls(permits, lease):
+            sent_at = time.monotonic()
+            try:
+                reply = await client._call(call, batch[0].keys.name)
+            except Exception as exc:
+                log.warning("lease permit renewal failed: %s", exc)
+                ok = False
+                gone = self.table.renewal_failed(batch, time.monotonic(), lease)
+            else:
+                gone = self.table.renewed(batch, reply, sent_at)
+            report_lost(gone)
+        return ok
+
+
+_keepers: weakref.WeakKeyDictionary[AsyncClient, AsyncPermitKeeper] = weakref.WeakKeyDictionary()
+
+
+def keeper(client: AsyncClient) -> AsyncPermitKeeper:
+    """The client's permit keeper (a new one in a forked child: it holds no permits)."""
+    kept = _keepers.get(client)
+    if kept is None or kept.generation != fork_generation():
+        kept = _keepers[client] = AsyncPermitKeeper(client)
+    return kept

@@ -1,0 +1,65 @@
+"""The part of ``Client`` and ``AsyncClient`` that does no I/O: options, state, listeners."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._core import fence
+from ._core.requests import Operation
+from ._core.watchdog import RenewalPolicy
+from ._shell import HANDOFF_WINDOW, ClientState, address_of
+from .errors import InvalidArgumentError
+from .events import Listener
+from .options import Seconds, replication, seconds, window
+
+
+class ClientBase:
+    """Shared by both clients; each adds its own I/O (driver, subscriber, watchdog)."""
+
+    def __init__(
+        self,
+        redis_client: Any,
+        *,
+        watchdog_timeout: Seconds = 30.0,
+        handoff_window: Seconds | None = HANDOFF_WINDOW,
+        replicas: int = 0,
+        replica_timeout: Seconds = 1.0,
+    ) -> None:
+        self.redis = redis_client
+        self._state = ClientState(
+            seconds(watchdog_timeout, "watchdog_timeout"),
+            window(handoff_window, "handoff_window"),
+            replication(replicas, replica_timeout),
+        )
+        self._policy = RenewalPolicy(self._state.watchdog_timeout)
+        self.address = address_of(redis_client.connection_pool.connection_kwargs)
+        self._owns_redis = False
+        self._closed = False
+
+    @property
+    def id(self) -> str:
+        """This client's id: the first half of every owner field it writes."""
+        self._state.check_fork()
+        return self._state.id
+
+    @property
+    def watchdog_timeout(self) -> float:
+        return self._state.watchdog_timeout
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
+        self._state.listeners.add(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._state.listeners.remove(listener)
+
+    def __repr__(self) -> str:
+        return f"<redlease.{type(self).__name__} {self.address} id={self._state.id}>"
+
+    @staticmethod
+    def _fenced_set_op(key: str, value: str | bytes, token: int, px: int | None) -> Operation[None]:
+        if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
+            raise InvalidArgumentError(f"fencing token must be a positive int, got {token!r}")
+        if px is not None and (isinstance(px, bool) or not isinstance(px, int) or px <= 0):
+            raise InvalidArgumentError(f"px must be a positive int of milliseconds, got {px!r}")
+        return fence.fenced_set(key, value, token, px or 0)

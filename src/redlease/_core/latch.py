@@ -1,0 +1,143 @@
+"""The count-down latch as pure operations, in Redisson's RCountDownLatch layout.
+
+The key is the name, a string holding the count; no key means count 0 (open). Counting down to
+zero deletes the key and publishes on ``redisson_countdownlatch__channel__{<name>}``: ``0``
+(Redisson's zero-count message) then ``2``, which wakes every redlease waiter (a ``0`` alone
+wakes one waiter per redlease client). Every wait is bounded and re-checks the count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from .keys import same_slot_key
+from .lock import PLACE_MS
+from .requests import Call, Operation
+from .scripts import Script
+from .semaphore import RECEIPT_MS, leave_call, wait_loop
+
+LATCH_TRY_SET = Script.load("latch_try_set")
+LATCH_COUNT_DOWN = Script.load("latch_count_down")
+LATCH_WAIT = Script.load("latch_wait")
+LATCH_STATUS = Script.load("latch_status")
+
+SCRIPTS = (LATCH_TRY_SET, LATCH_COUNT_DOWN, LATCH_WAIT, LATCH_STATUS)
+"""The latch's own scripts; a waiter that gives up uses ``semaphore.SEMAPHORE_LEAVE``."""
+
+ZERO_COUNT_MESSAGE = "0"
+WAKE_ALL_MESSAGE = "2"
+NEW_COUNT_MESSAGE = "1"
+
+
+def count_arg(value: object) -> int:
+    """A latch count: an int >= 1 (a latch at zero is simply open: no key)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"count must be an int, got {value!r}")
+    if value <= 0:
+        raise InvalidArgumentError(
+            f"count must be a positive int (a latch at 0 is already open), got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class LatchKeys:
+    """The keys and channel of one count-down latch (Redisson RCountDownLatch layout)."""
+
+    name: str
+    channel: str
+    waiters: str
+    receipt_prefix: str
+
+    @classmethod
+    def for_name(cls, name: str) -> LatchKeys:
+        return cls(
+            name=name,
+            # Redisson: "redisson_countdownlatch__channel__{" + name + "}"
+            channel=f"redisson_countdownlatch__channel__{{{name}}}",
+            waiters=same_slot_key(name, "redlease:latch-waiters:"),
+            receipt_prefix=same_slot_key(name, "redlease:latch-receipt:", ":"),
+        )
+
+    def receipt(self, request_id: str) -> str:
+        return self.receipt_prefix + request_id
+
+
+@dataclass(frozen=True)
+class LatchStatistics:
+    """A latch as the server and this client see it, read in one round trip."""
+
+    name: str
+    count: int
+    """0: open."""
+    waiters: int
+    """Callers of every client waiting now (registrations kept on the server)."""
+    local_waiters: int
+    """Threads or tasks of this client waiting now."""
+    ttl: float | None
+    """The latch key's expiry (``None``: none, or open)."""
+
+
+def try_set_count(keys: LatchKeys, count: int) -> Operation[bool]:
+    reply = yield Call(LATCH_TRY_SET, (keys.name, keys.channel), (count,))
+    return bool(int(reply))
+
+
+def count_down(keys: LatchKeys, *, request_id: str | None = None) -> Operation[int]:
+    """Count down by one; returns the count left. A retry of the same request (same id)
+    counts nothing twice."""
+    request_id = request_id or uuid.uuid4().hex
+    reply = yield Call(
+        LATCH_COUNT_DOWN, (keys.name, keys.channel, keys.receipt(request_id)), (RECEIPT_MS,)
+    )
+    return int(reply)
+
+
+def check_call(keys: LatchKeys, owner: str, register: bool) -> Call:
+    return Call(LATCH_WAIT, (keys.name, keys.waiters), (owner, PLACE_MS if register else 0))
+
+
+def wait(
+    keys: LatchKeys,
+    owner: str,
+    *,
+    timeout: float | None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Operation[bool]:
+    """Wait until the count is zero, up to ``timeout``; ``False`` when it ran out first."""
+
+    def attempt(register: bool) -> Generator[Any, Any, tuple[bool | None, float]]:
+        count = int((yield check_call(keys, owner, register)))
+        return (True if count == 0 else None), math.inf
+
+    result = yield from wait_loop(
+        keys.channel,
+        owner,
+        leave_call(keys.waiters, owner),
+        attempt,
+        timeout=timeout,
+        clock=clock,
+    )
+    return bool(result)
+
+
+def status(keys: LatchKeys) -> Operation[tuple[int, float | None, int]]:
+    """(count, ttl seconds or ``None``, waiters)."""
+    reply = yield Call(LATCH_STATUS, (keys.name, keys.waiters), ())
+    count, ttl_ms, waiters = (int(v) for v in reply)
+    return count, (None if ttl_ms < 0 else ttl_ms / 1000), waiters
+
+
+def statistics(
+    state: tuple[int, float | None, int], name: str, local_waiters: int
+) -> LatchStatistics:
+    count, ttl, waiters = state
+    return LatchStatistics(
+        name=name, count=count, waiters=waiters, local_waiters=local_waiters, ttl=ttl
+    )

@@ -1,0 +1,728 @@
+"""Semaphores as pure operations, and the bounded wait loop they share with the latch.
+
+Two kinds, both in Redisson's data layout so that Java and Python clients share them:
+
+- the counting semaphore (Redisson ``RSemaphore``): the key is the name, a string holding the
+  permits available now. redlease also keeps the total (set plus added) under a key of its own,
+  which lets a release that would give back more than was taken be refused;
+- the lease semaphore (Redisson ``RPermitExpirableSemaphore``): the same counter, plus a zset
+  ``{<name>}:timeout`` of permit id -> lease end (ms, server clock). A permit whose lease ran out
+  is given back by the next caller, so a crashed holder's permits come back by themselves.
+
+Every acquire and release carries a request id (or, for a lease permit, its id) so that a
+request retried after a lost reply takes or gives back nothing twice.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
+from .backoff import full_jitter
+from .keys import hash_slot, hash_tag, same_slot_key
+from .lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
+from .requests import Call, Operation, Sleep, Subscribe, WaitWake
+from .scripts import Script
+
+R = TypeVar("R")
+
+RECEIPT_MS = 30_000
+"""How long a granted acquire or a done release stays recognisable to a retry."""
+
+BATCH = 256
+"""Permits of one semaphore renewed by one script call."""
+
+SEMAPHORE_TRY_SET = Script.load("semaphore_try_set")
+SEMAPHORE_ADD = Script.load("semaphore_add")
+SEMAPHORE_ACQUIRE = Script.load("semaphore_acquire")
+SEMAPHORE_RELEASE = Script.load("semaphore_release")
+SEMAPHORE_STATUS = Script.load("semaphore_status")
+SEMAPHORE_LEAVE = Script.load("semaphore_leave")
+LEASE_SEMAPHORE_TRY_SET = Script.load("lease_semaphore_try_set")
+LEASE_SEMAPHORE_ACQUIRE = Script.load("lease_semaphore_acquire")
+LEASE_SEMAPHORE_RELEASE = Script.load("lease_semaphore_release")
+LEASE_SEMAPHORE_RENEW = Script.load("lease_semaphore_renew")
+LEASE_SEMAPHORE_STATUS = Script.load("lease_semaphore_status")
+
+SCRIPTS = (
+    SEMAPHORE_TRY_SET,
+    SEMAPHORE_ADD,
+    SEMAPHORE_ACQUIRE,
+    SEMAPHORE_RELEASE,
+    SEMAPHORE_STATUS,
+    SEMAPHORE_LEAVE,
+    LEASE_SEMAPHORE_TRY_SET,
+    LEASE_SEMAPHORE_ACQUIRE,
+    LEASE_SEMAPHORE_RELEASE,
+    LEASE_SEMAPHORE_RENEW,
+    LEASE_SEMAPHORE_STATUS,
+)
+
+# reply codes (first element of the scripts' replies)
+GRANTED = 1
+RELEASED = 1
+SHORT = 0
+UNKNOWN = 0
+LOST = -1
+TOO_MANY = -2
+NOT_SET = -3
+
+
+# --- arguments ------------------------------------------------------------------------------
+
+
+def primitive_name(name: object, what: str) -> str:
+    """A non-empty name whose braces, if any, form a hash tag (so every key shares its slot)."""
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"{what} name must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidArgumentError(f"{what} name must not be empty")
+    if "{" in name and hash_tag(name) == name:
+        raise InvalidArgumentError(
+            f"{what} name {name!r} has braces that do not form a hash tag; use '{{tag}}' or none"
+        )
+    return name
+
+
+def positive_int(value: object, what: str) -> int:
+    """``value`` as an int >= 1; ``InvalidArgumentError`` naming ``what`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
+    if value <= 0:
+        raise InvalidArgumentError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+def wait_timeout(value: object) -> float | None:
+    """A wait's ``timeout``: ``None`` (as long as it takes) or seconds >= 0 (0: try once)."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"timeout must be a number of seconds or None, got {value!r}")
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(f"timeout must be None or seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def lease_seconds(value: object) -> float:
+    """A lease: positive, finite seconds (``timedelta`` accepted)."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"lease must be a number of seconds, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidArgumentError(f"lease must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def permit_id(value: object) -> str:
+    """A permit id as ``acquire`` returns it: 32 lowercase hex digits (16 bytes, as Redisson)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"permit_id must be a str, got {type(value).__name__}")
+    text = value.lower()
+    if len(text) != 32 or any(c not in "0123456789abcdef" for c in text):
+        raise InvalidArgumentError(
+            f"permit_id must be 32 hex digits as returned by acquire(), got {value!r}"
+        )
+    return text
+
+
+def new_permit_id() -> str:
+    """A fresh permit id: 16 random bytes in hex (Redisson's format)."""
+    return uuid.uuid4().hex
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+def _redisson_prefixed(prefix: str, name: str) -> str:
+    """Redisson's ``prefixName``: ``prefix:{name}``, or ``prefix:name`` for a name with braces."""
+    return f"{prefix}:{name}" if "{" in name else f"{prefix}:{{{name}}}"
+
+
+def _redisson_suffixed(name: str, suffix: str) -> str:
+    """Redisson's ``suffixName``: ``{name}:suffix``, or ``name:suffix`` for a name with braces."""
+    key = f"{name}:{suffix}" if "{" in name else f"{{{name}}}:{suffix}"
+    assert hash_slot(key) == hash_slot(name), key
+    return key
+
+
+@dataclass(frozen=True)
+class SemaphoreKeys:
+    """The keys and channel of one counting semaphore (Redisson RSemaphore layout)."""
+
+    name: str
+    channel: str
+    total: str
+    waiters: str
+    receipt_prefix: str
+
+    @classmethod
+    def for_name(cls, name: str) -> SemaphoreKeys:
+        return cls(
+            name=name,
+            channel=_redisson_prefixed("redisson_sc", name),
+            total=same_slot_key(name, "redlease:sem-total:"),
+            waiters=same_slot_key(name, "redlease:sem-waiters:"),
+            receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
+        )
+
+    def receipt(self, request_id: str) -> str:
+        return self.receipt_prefix + request_id
+
+
+@dataclass(frozen=True)
+class LeaseSemaphoreKeys:
+    """The keys and channel of one lease semaphore (Redisson RPermitExpirableSemaphore layout)."""
+
+    name: str
+    channel: str
+    leases: str
+    waiters: str
+    receipt_prefix: str
+
+    @classmethod
+    def for_name(cls, name: str) -> LeaseSemaphoreKeys:
+        return cls(
+            name=name,
+            channel=_redisson_prefixed("redisson_sc", name),
+            leases=_redisson_suffixed(name, "timeout"),
+            waiters=same_slot_key(name, "redlease:sem-waiters:"),
+            receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
+        )
+
+    def receipt(self, request_id: str) -> str:
+        return self.receipt_prefix + request_id
+
+
+# --- statistics -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SemaphoreStatistics:
+    """A semaphore as the server and this client see it, read in one round trip."""
+
+    name: str
+    permits: int | None
+    """Total permits: set plus added (``None``: never set, or set by a Redisson client)."""
+    available: int
+    """Permits free now (a lease semaphore counts run-out leases as free)."""
+    holders: int | None
+    """Permits taken now (``None`` when the total is unknown)."""
+    waiters: int
+    """Callers of every client waiting for permits now (registrations kept on the server)."""
+    local_waiters: int
+    """Threads or tasks of this client waiting now."""
+    ttl: float | None
+    """Counting semaphore: the key's expiry (``None``: none). Lease semaphore: seconds until
+    the soonest held permit's lease ends (``None``: none held)."""
+
+
+# --- the wait loop shared by semaphores and the latch ---------------------------------------
+
+
+def wait_loop(
+    channel: str,
+    owner: str,
+    leave: Call | None,
+    attempt: Callable[[bool], Generator[Any, Any, tuple[R | None, float]]],
+    *,
+    timeout: float | None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Operation[R | None]:
+    """Try, and while time is left wait for a wake-up and try again; ``None`` on timeout.
+
+    ``attempt(register)`` is one try: it returns the result (``None``: not yet) and how long
+    until a re-check is worthwhile anyway (``math.inf``: only a wake-up helps). Listening
+    starts before the first try when the client already listens on ``channel``, else after
+    the first failed try, which is then repeated at once (a wake-up between the two would be
+    missed). Every wait is bounded by the hint, our own deadline and ``RECHECK``, so a lost
+    message costs at most ``RECHECK``. A waiter that has listened rides out a server outage of
+    up to ``OUTAGE_TOLERANCE``. ``timeout=0`` tries once. Giving up runs ``leave``.
+    """
+    deadline = None if timeout is None else clock() + timeout
+    blocking = timeout is None or timeout > 0
+    subscribed = bool(blocking and (yield Subscribe(channel, owner, leave, True)))
+    failing_since: float | None = None
+    failures = 0
+    while True:
+        try:
+            result, hint = yield from attempt(blocking)
+        except ServerUnavailableError:
+            now = clock()
+            failing_since = now if failing_since is None else failing_since
+            out_of_time = deadline is not None and now >= deadline
+            if not subscribed or out_of_time or now - failing_since >= OUTAGE_TOLERANCE:
+                raise
+            failures += 1
+            pause = full_jitter(failures, base=0.02, cap=0.5, random=random.random)
+            yield Sleep(pause if deadline is None else min(pause, deadline - now))
+            continue
+        failing_since, failures = None, 0
+        if result is not None:
+            return result
+        if not blocking:
+            return None
+        remaining = math.inf if deadline is None else deadline - clock()
+        if remaining <= 0:
+            if leave is not None:
+                yield leave
+            return None
+        if not subscribed:
+            yield Subscribe(channel, owner, leave)  # listens, or raises
+            subscribed = True
+            continue
+        yield WaitWake(max(0.0, min(remaining, hint, RECHECK)))
+
+
+def leave_call(waiters: str, owner: str) -> Call:
+    """A waiter drops its registration (it gave up)."""
+    return Call(SEMAPHORE_LEAVE, (waiters,), (owner,))
+
+
+# --- the counting semaphore -----------------------------------------------------------------
+
+
+def try_set_permits(keys: SemaphoreKeys, permits: int) -> Operation[bool]:
+    reply = yield Call(SEMAPHORE_TRY_SET, (keys.name, keys.total, keys.channel), (permits,))
+    return bool(int(reply))
+
+
+def add_permits(keys: SemaphoreKeys, permits: int) -> Operation[int]:
+    """Add ``permits``; returns the permits available now."""
+    reply = yield Call(SEMAPHORE_ADD, (keys.name, keys.total, keys.channel), (permits,))
+    return int(reply[0])
+
+
+def release_call(keys: SemaphoreKeys, permits: int, request_id: str) -> Call:
+    return Call(
+        SEMAPHORE_RELEASE,
+        (keys.name, keys.total, keys.channel, keys.receipt(request_id)),
+        (permits, RECEIPT_MS),
+    )
+
+
+def acquire_call(
+    keys: SemaphoreKeys, owner: str, permits: int, request_id: str, register: bool
+) -> Call:
+    """One try; if the caller is cancelled after the server granted it, the undo gives the
+    permits back."""
+
+    def undo(reply: Any) -> Call | None:
+        if int(reply[0]) == GRANTED:
+            return release_call(keys, permits, new_request_id())
+        return None
+
+    return Call(
+        SEMAPHORE_ACQUIRE,
+        (keys.name, keys.total, keys.waiters, keys.receipt(request_id)),
+        (permits, owner, PLACE_MS if register else 0, RECEIPT_MS),
+        undo=undo,
+    )
+
+
+def _too_many(name: str, permits: int, total: int) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"semaphore {name!r}: permits={permits} is more than its {total} permits in total"
+    )
+
+
+def acquire(
+    keys: SemaphoreKeys,
+    owner: str,
+    *,
+    permits: int,
+    timeout: float | None,
+    request_id: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Operation[bool]:
+    """Take ``permits`` at once, waiting up to ``timeout`` (``None``: as long as it takes).
+
+    One request id serves every try of this call, so a try retried after a lost reply finds
+    its receipt and takes nothing twice.
+    """
+    request_id = request_id or new_request_id()
+
+    def attempt(register: bool) -> Generator[Any, Any, tuple[bool | None, float]]:
+        reply = yield acquire_call(keys, owner, permits, request_id, register)
+        code = int(reply[0])
+        if code == GRANTED:
+            return True, 0.0
+        if code == TOO_MANY:
+            raise _too_many(keys.name, permits, int(reply[2]))
+        return None, math.inf
+
+    result = yield from wait_loop(
+        keys.channel,
+        owner,
+        leave_call(keys.waiters, owner),
+        attempt,
+        timeout=timeout,
+        clock=clock,
+    )
+    return bool(result)
+
+
+def release(keys: SemaphoreKeys, *, permits: int, request_id: str) -> Operation[int]:
+    """Give back ``permits``; returns the permits available now. A release that would leave
+    more permits than the semaphore's total, or one to a semaphore never set, raises
+    ``InvalidArgumentError``."""
+    reply = yield release_call(keys, permits, request_id)
+    code, available, total = int(reply[0]), int(reply[1]), int(reply[2])
+    if code == NOT_SET:
+        raise InvalidArgumentError(
+            f"semaphore {keys.name!r}: release(permits={permits}) gives back permits that were "
+            "never taken: it has no permits set (use try_set_permits or add_permits)"
+        )
+    if code == TOO_MANY:
+        raise InvalidArgumentError(
+            f"semaphore {keys.name!r}: release(permits={permits}) would give back more permits "
+            f"than were taken ({available} of {total} are free already)"
+        )
+    return available
+
+
+@dataclass(frozen=True)
+class SemaphoreStatus:
+    available: int | None
+    """``None``: never set."""
+    total: int | None
+    waiters: int
+    ttl: float | None
+
+
+def status(keys: SemaphoreKeys) -> Operation[SemaphoreStatus]:
+    reply = yield Call(SEMAPHORE_STATUS, (keys.name, keys.total, keys.waiters), ())
+    available, total, waiters, ttl_ms = (int(v) for v in reply)
+    return SemaphoreStatus(
+        available=None if ttl_ms == -2 else available,
+        total=None if total < 0 else total,
+        waiters=waiters,
+        ttl=None if ttl_ms < 0 else ttl_ms / 1000,
+    )
+
+
+def statistics(status: SemaphoreStatus, name: str, local_waiters: int) -> SemaphoreStatistics:
+    available = status.available or 0
+    return SemaphoreStatistics(
+        name=name,
+        permits=status.total,
+        available=available,
+        holders=None if status.total is None else max(0, status.total - available),
+        waiters=status.waiters,
+        local_waiters=local_waiters,
+        ttl=status.ttl,
+    )
+
+
+# --- the lease semaphore --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Granted:
+    """A permit just granted: its id and the lease left when the server granted it."""
+
+    permit_id: str
+    ttl: float
+    requested_at: float
+
+
+def lease_try_set_permits(keys: LeaseSemaphoreKeys, permits: int) -> Operation[bool]:
+    reply = yield Call(LEASE_SEMAPHORE_TRY_SET, (keys.name, keys.leases, keys.channel), (permits,))
+    return bool(int(reply))
+
+
+def lease_release_call(keys: LeaseSemaphoreKeys, permit: str, request_id: str) -> Call:
+    return Call(
+        LEASE_SEMAPHORE_RELEASE,
+        (keys.name, keys.leases, keys.channel, keys.receipt(request_id)),
+        (bytes.fromhex(permit), RECEIPT_MS),
+    )
+
+
+def lease_acquire_call(
+    keys: LeaseSemaphoreKeys, owner: str, permit: str, lease: float, register: bool
+) -> Call:
+    """One try for ``permit``; a caller cancelled after the grant gives it back (undo)."""
+
+    def undo(reply: Any) -> Call | None:
+        if int(reply[0]) == GRANTED:
+            return lease_release_call(keys, permit, new_request_id())
+        return None
+
+    return Call(
+        LEASE_SEMAPHORE_ACQUIRE,
+        (keys.name, keys.leases, keys.channel, keys.waiters),
+        (bytes.fromhex(permit), to_ms(lease), owner, PLACE_MS if register else 0),
+        undo=undo,
+    )
+
+
+def lease_acquire(
+    keys: LeaseSemaphoreKeys,
+    owner: str,
+    *,
+    lease: float,
+    timeout: float | None,
+    permit: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Operation[Granted | None]:
+    """Take one permit under ``lease``, waiting up to ``timeout``; ``None`` when it ran out.
+
+    The permit id is chosen here, once, so a try retried after a lost reply finds its own
+    permit and takes no second one. Success needs lease time left by the local clock, counted
+    from before the request was sent, minus the drift allowance; a grant that arrives too late
+    is given back. While no permit is free, a wait is also bounded by the soonest lease end
+    (an expired permit is given back by the next try).
+    """
+    permit = permit or new_permit_id()
+
+    def attempt(register: bool) -> Generator[Any, Any, tuple[Granted | None, float]]:
+        sent_at = clock()
+        reply = yield lease_acquire_call(keys, owner, permit, lease, register)
+        code, ms = int(reply[0]), int(reply[1])
+        if code == GRANTED:
+            if clock() - sent_at < ms / 1000 - drift(lease):
+                return Granted(permit_id=permit, ttl=ms / 1000, requested_at=sent_at), 0.0
+            yield lease_release_call(keys, permit, new_request_id())  # too late: give it back
+            return None, 0.0
+        return None, math.inf if ms < 0 else ms / 1000
+
+    return (
+        yield from wait_loop(
+            keys.channel,
+            owner,
+            leave_call(keys.waiters, owner),
+            attempt,
+            timeout=timeout,
+            clock=clock,
+        )
+    )
+
+
+def lease_release(keys: LeaseSemaphoreKeys, permit: str, *, request_id: str) -> Operation[int]:
+    """Give back ``permit``; returns the code (``RELEASED``, ``UNKNOWN`` or ``LOST``)."""
+    reply = yield lease_release_call(keys, permit, request_id)
+    return int(reply[0])
+
+
+def renew_call(keys: LeaseSemaphoreKeys, permits: Sequence[str], lease: float) -> Call:
+    return Call(
+        LEASE_SEMAPHORE_RENEW,
+        (keys.name, keys.leases, keys.channel),
+        (to_ms(lease), *(bytes.fromhex(p) for p in permits)),
+    )
+
+
+def renew(keys: LeaseSemaphoreKeys, permit: str, lease: float) -> Operation[bool]:
+    """Extend one permit's lease to at least ``lease`` from now; ``False`` when it is gone."""
+    reply = yield renew_call(keys, (permit,), lease)
+    return bool(int(reply[0]))
+
+
+@dataclass(frozen=True)
+class LeaseSemaphoreStatus:
+    available: int | None
+    """Free now, counting run-out leases as free; ``None``: never set."""
+    held: int
+    soonest: float | None
+    waiters: int
+
+
+def lease_status(keys: LeaseSemaphoreKeys) -> Operation[LeaseSemaphoreStatus]:
+    reply = yield Call(LEASE_SEMAPHORE_STATUS, (keys.name, keys.leases, keys.waiters), ())
+    available, held, expired, soonest_ms, waiters = (int(v) for v in reply)
+    never_set = available < 0 and held == 0 and expired == 0
+    return LeaseSemaphoreStatus(
+        available=None if never_set else max(0, available) + expired,
+        held=held,
+        soonest=None if soonest_ms < 0 else soonest_ms / 1000,
+        waiters=waiters,
+    )
+
+
+def lease_statistics(
+    status: LeaseSemaphoreStatus, name: str, local_waiters: int
+) -> SemaphoreStatistics:
+    available = status.available or 0
+    return SemaphoreStatistics(
+        name=name,
+        permits=None if status.available is None else available + status.held,
+        available=available,
+        holders=status.held,
+        waiters=status.waiters,
+        local_waiters=local_waiters,
+        ttl=status.soonest,
+    )
+
+
+def release_error(
+    keys: LeaseSemaphoreKeys, permit: str, code: int, ours: bool, lost: LeaseLostError | None
+) -> Exception | None:
+    """What a lease-permit release (or renew) reports: nothing when done; ``LeaseLostError``
+    when the permit's lease ran out (the server says so, or this client held it or found it
+    lost); else ``InvalidArgumentError``: an id that is not a held permit."""
+    if code == RELEASED:
+        return None
+    if lost is not None:
+        return lost
+    if code == LOST or ours:
+        return LeaseLostError(
+            f"lease semaphore {keys.name!r}: permit {permit} lost (its lease ran out)",
+            name=keys.name,
+            owner=permit,
+        )
+    return InvalidArgumentError(
+        f"lease semaphore {keys.name!r}: permit_id {permit} is not a held permit "
+        "(never granted, already released, or its lease ran out)"
+    )
+
+
+# --- the client's record of lease permits, for renewal --------------------------------------
+
+
+@dataclass
+class Permit:
+    """A lease permit this client holds: ``watched`` ones are renewed by the client."""
+
+    keys: LeaseSemaphoreKeys
+    permit_id: str
+    watched: bool
+    renewed_at: float
+    listeners: list[Callable[[LeaseLostError], None]] = field(default_factory=list)
+    releasing: bool = False
+    """Set while its release is on the wire, so that renewal does not call it lost."""
+
+
+def lost_error(permit: Permit, why: str) -> LeaseLostError:
+    return LeaseLostError(
+        f"lease semaphore {permit.keys.name!r}: permit {permit.permit_id} lost ({why})",
+        name=permit.keys.name,
+        owner=permit.permit_id,
+    )
+
+
+class PermitTable:
+    """Permits the server granted to this client, by id; and the ones found lost, until their
+    release reports it. Not thread-safe by itself: the sync shell holds a mutex around it.
+
+    Its renewal interface (``calls``, ``renewed``, ``renewal_failed``) is what a client-wide
+    watchdog needs from any primitive whose holds it renews.
+    """
+
+    def __init__(self) -> None:
+        self._permits: dict[str, Permit] = {}
+        self._lost: dict[str, LeaseLostError] = {}
+
+    def __len__(self) -> int:
+        return len(self._permits)
+
+    def get(self, permit: str) -> Permit | None:
+        return self._permits.get(permit)
+
+    def granted(
+        self,
+        keys: LeaseSemaphoreKeys,
+        granted: Granted,
+        *,
+        watched: bool,
+        listener: Callable[[LeaseLostError], None] | None,
+    ) -> Permit:
+        record = Permit(
+            keys=keys,
+            permit_id=granted.permit_id,
+            watched=watched,
+            renewed_at=granted.requested_at,
+            listeners=[listener] if listener is not None else [],
+        )
+        self._permits[granted.permit_id] = record
+        self._lost.pop(granted.permit_id, None)
+        return record
+
+    def begin_release(self, permit: str) -> Permit | None:
+        record = self._permits.get(permit)
+        if record is not None:
+            record.releasing = True
+        return record
+
+    def abort_release(self, permit: str) -> None:
+        record = self._permits.get(permit)
+        if record is not None:
+            record.releasing = False
+
+    def released(self, permit: str) -> Permit | None:
+        """Forget a permit given back (or found gone); returns its record, if it was ours."""
+        self._lost.pop(permit, None)
+        return self._permits.pop(permit, None)
+
+    def take_lost(self, permit: str) -> LeaseLostError | None:
+        return self._lost.pop(permit, None)
+
+    def lost(self, record: Permit, error: LeaseLostError) -> bool:
+        """Record that ``record`` is gone on the server; ``False`` if it was released meanwhile."""
+        if self._permits.get(record.permit_id) is not record:
+            return False
+        del self._permits[record.permit_id]
+        self._lost[record.permit_id] = error
+        return True
+
+    def watched(self) -> list[Permit]:
+        return [p for p in self._permits.values() if p.watched and not p.releasing]
+
+    def clear(self) -> None:
+        self._permits.clear()
+        self._lost.clear()
+
+    @staticmethod
+    def calls(permits: Iterable[Permit], lease: float) -> list[tuple[list[Permit], Call]]:
+        """Renewal calls: one per semaphore (its keys share a slot), at most ``BATCH`` each."""
+        groups: dict[str, list[Permit]] = {}
+        for record in permits:
+            groups.setdefault(record.keys.name, []).append(record)
+        out = []
+        for group in groups.values():
+            for start in range(0, len(group), BATCH):
+                batch = group[start : start + BATCH]
+                ids = [p.permit_id for p in batch]
+                out.append((batch, renew_call(batch[0].keys, ids, lease)))
+        return out
+
+    def renewed(
+        self, batch: Sequence[Permit], reply: Sequence[Any], sent_at: float
+    ) -> list[tuple[Permit, LeaseLostError]]:
+        """Apply a renewal reply; returns the permits found gone (now recorded as lost)."""
+        gone = []
+        for record, ok in zip(batch, reply, strict=True):
+            if int(ok):
+                record.renewed_at = sent_at
+            elif not record.releasing:
+                error = lost_error(record, "renewal found it gone")
+                if self.lost(record, error):
+                    gone.append((record, error))
+        return gone
+
+    def renewal_failed(
+        self, batch: Sequence[Permit], now: float, lease: float
+    ) -> list[tuple[Permit, LeaseLostError]]:
+        """A renewal could not reach the server: permits not renewed for a whole lease are
+        certainly gone; returns them (now recorded as lost)."""
+        gone = []
+        for record in batch:
+            if not record.releasing and now - record.renewed_at >= lease:
+                error = lost_error(record, "not renewed for a whole lease")
+                if self.lost(record, error):
+                    gone.append((record, error))
+        return gone

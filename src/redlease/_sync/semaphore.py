@@ -1,0 +1,363 @@
+"""The thread-based semaphore and lease semaphore, and the renewer of a client's lease permits."""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from .._core import semaphore as core
+from .._core.semaphore import Granted, PermitTable, SemaphoreStatistics
+from .._shell import fork_generation, log
+from ..errors import LeaseLostError, LockTimeoutError
+from ..options import Seconds
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+class Semaphore:
+    """A counting semaphore shared by every client of the server (Redisson's RSemaphore).
+
+    Permits are not owned: any thread may release what another took. ``with sem:`` takes one
+    permit (waiting as long as it takes) and gives it back. A holder that crashes keeps its
+    permits for good; use ``LeaseSemaphore`` when that matters.
+    """
+
+    def __init__(self, client: Client, name: str) -> None:
+        self.client = client
+        self._keys = core.SemaphoreKeys.for_name(core.primitive_name(name, "semaphore"))
+
+    @property
+    def name(self) -> str:
+        return self._keys.name
+
+    def try_set_permits(self, permits: int) -> bool:
+        """Set the number of permits if it was never set; ``False`` when it already was."""
+        count = core.positive_int(permits, "permits")
+        return self.client._run(core.try_set_permits(self._keys, count), self.name)
+
+    def add_permits(self, permits: int) -> None:
+        """Add ``permits`` to the semaphore (to its total too) and wake its waiters."""
+        count = core.positive_int(permits, "permits")
+        self.client._run(core.add_permits(self._keys, count), self.name)
+
+    def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> bool:
+        """Take ``permits`` at once; ``False`` when ``timeout`` ran out first (``None``: wait
+        as long as it takes; ``0``: try once). Waiters are woken by releases (pub/sub) and
+        re-check at least every few seconds."""
+        count = core.positive_int(permits, "permits")
+        wait = core.wait_timeout(timeout)
+        op = core.acquire(self._keys, self.client._owner(), permits=count, timeout=wait)
+        return self.client._run(op, self.name)
+
+    def release(self, permits: int = 1) -> None:
+        """Give back ``permits``. ``InvalidArgumentError`` when that would leave more permits
+        than the semaphore has in total (released more than taken)."""
+        count = core.positive_int(permits, "permits")
+        op = core.release(self._keys, permits=count, request_id=core.new_request_id())
+        self.client._run(op, self.name)
+
+    def available(self) -> int:
+        """Permits free now (0 when never set)."""
+        return self.client._run(core.status(self._keys), self.name).available or 0
+
+    def statistics(self) -> SemaphoreStatistics:
+        status = self.client._run(core.status(self._keys), self.name)
+        return core.statistics(status, self.name, _local_waiters(self.client, self._keys.channel))
+
+    @contextmanager
+    def hold(self, permits: int = 1, timeout: Seconds | None = None) -> Iterator[None]:
+        """``with sem.hold(timeout=5):`` a bounded wait that raises ``LockTimeoutError`` when
+        it runs out, then gives the permits back on exit."""
+        if not self.acquire(permits, timeout):
+            raise _timeout(self.name, self.client._owner(), timeout)
+        try:
+            yield
+        finally:
+            self.release(permits)
+
+    def __enter__(self) -> Semaphore:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<redlease.Semaphore {self.name!r} on {self.client.address}>"
+
+
+class LeaseSemaphore:
+    """A semaphore whose every permit has an id and a lease (Redisson's
+    RPermitExpirableSemaphore): a crashed holder's permits come back when their lease ends.
+
+    ``acquire()`` returns the permit id (``None`` on timeout). Without a ``lease`` (here or in
+    the constructor) the permit lasts the client's ``watchdog_timeout`` and is renewed every
+    third of that for as long as it is held; with one, it simply expires. When renewal finds a
+    permit gone, ``on_lease_lost`` runs and its ``release`` raises ``LeaseLostError``.
+    The one to use for limiting concurrent work across processes.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> None:
+        self.client = client
+        self._keys = core.LeaseSemaphoreKeys.for_name(core.primitive_name(name, "lease semaphore"))
+        self._lease = None if lease is None else core.lease_seconds(lease)
+        self._on_lease_lost = on_lease_lost
+        self._entered: dict[str, list[str]] = {}  # owner -> permits taken by ``with``
+        self._mutex = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._keys.name
+
+    def try_set_permits(self, permits: int) -> bool:
+        """Set the number of permits if it was never set; ``False`` when it already was."""
+        count = core.positive_int(permits, "permits")
+        return self.client._run(core.lease_try_set_permits(self._keys, count), self.name)
+
+    def acquire(self, timeout: Seconds | None = None, lease: Seconds | None = None) -> str | None:
+        """Take one permit; returns its id, or ``None`` when ``timeout`` ran out first
+        (``None``: wait as long as it takes; ``0``: try once)."""
+        wait = core.wait_timeout(timeout)
+        chosen = self._lease if lease is None else core.lease_seconds(lease)
+        op = core.lease_acquire(
+            self._keys,
+            self.client._owner(),
+            lease=self.client.watchdog_timeout if chosen is None else chosen,
+            timeout=wait,
+        )
+        granted = self.client._run(op, self.name)
+        if granted is None:
+            return None
+        keeper(self.client).granted(self._keys, granted, chosen is None, self._on_lease_lost)
+        return granted.permit_id
+
+    def release(self, permit_id: str) -> None:
+        """Give back the permit ``permit_id``. ``LeaseLostError`` when its lease ran out
+        first; ``InvalidArgumentError`` for an id that is not a held permit."""
+        permit = core.permit_id(permit_id)
+        kept = keeper(self.client)
+        kept.begin_release(permit)
+        op = core.lease_release(self._keys, permit, request_id=core.new_request_id())
+        try:
+            code = self.client._run(op, self.name)
+        except BaseException:
+            kept.abort_release(permit)  # unknown outcome: keep it; a retry is safe
+            raise
+        error = kept.finish(self._keys, permit, code)
+        if error is not None:
+            raise error
+
+    def renew(self, permit_id: str, lease: Seconds | None = None) -> None:
+        """Extend the permit's lease to at least ``lease`` from now (default: the semaphore's
+        lease, else ``watchdog_timeout``). ``LeaseLostError`` when it is gone."""
+        permit = core.permit_id(permit_id)
+        chosen = self._lease if lease is None else core.lease_seconds(lease)
+        seconds = self.client.watchdog_timeout if chosen is None else chosen
+        sent_at = time.monotonic()
+        ok = self.client._run(core.renew(self._keys, permit, seconds), self.name)
+        error = keeper(self.client).renewed(self._keys, permit, ok, sent_at)
+        if error is not None:
+            raise error
+
+    def available(self) -> int:
+        """Permits free now, counting those whose lease ran out (0 when never set)."""
+        return self.client._run(core.lease_status(self._keys), self.name).available or 0
+
+    def statistics(self) -> SemaphoreStatistics:
+        status = self.client._run(core.lease_status(self._keys), self.name)
+        local = _local_waiters(self.client, self._keys.channel)
+        return core.lease_statistics(status, self.name, local)
+
+    @contextmanager
+    def hold(self, timeout: Seconds | None = None, lease: Seconds | None = None) -> Iterator[str]:
+        """``with sem.hold(timeout=5) as permit_id:`` a bounded wait that raises
+        ``LockTimeoutError`` when it runs out, then gives the permit back on exit."""
+        permit = self.acquire(timeout, lease)
+        if permit is None:
+            raise _timeout(self.name, self.client._owner(), timeout)
+        try:
+            yield permit
+        finally:
+            self.release(permit)
+
+    def __enter__(self) -> str:
+        permit = self.acquire()
+        assert permit is not None  # no timeout: waits as long as it takes
+        with self._mutex:
+            self._entered.setdefault(self.client._owner(), []).append(permit)
+        return permit
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        owner = self.client._owner()
+        with self._mutex:
+            stack = self._entered[owner]
+            permit = stack.pop()
+            if not stack:
+                del self._entered[owner]
+        self.release(permit)
+
+    def __repr__(self) -> str:
+        return f"<redlease.LeaseSemaphore {self.name!r} on {self.client.address}>"
+
+
+def _local_waiters(client: Client, channel: str) -> int:
+    sub = client._subscriber
+    return sub.waiting(channel) if sub is not None else 0
+
+
+def _timeout(name: str, owner: str, timeout: Seconds | None) -> LockTimeoutError:
+    return LockTimeoutError(
+        f"semaphore {name!r}: no permit within {timeout} s", name=name, owner=owner
+    )
+
+
+# --- the renewer of lease permits -------------------------------------------------------------
+
+
+class PermitKeeper:
+    """A client's lease permits, and one thread that renews the watched ones, batched per
+    semaphore, every ``watchdog_timeout / 3`` (sooner after a failed round).
+
+    The thread starts with the first watched permit and ends when none is left, the client is
+    closed or gone. One per client: a stand-in until the client's watchdog renews permits too.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = weakref.ref(client)
+        self.generation = fork_generation()
+        self.mutex = threading.Lock()
+        self.table = PermitTable()
+        self._thread: threading.Thread | None = None
+
+    def granted(
+        self,
+        keys: core.LeaseSemaphoreKeys,
+        granted: Granted,
+        watched: bool,
+        listener: Callable[[LeaseLostError], None] | None,
+    ) -> None:
+        with self.mutex:
+            self.table.granted(keys, granted, watched=watched, listener=listener)
+            if watched and self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="redlease-permit-renewer", daemon=True
+                )
+                self._thread.start()
+
+    def begin_release(self, permit: str) -> None:
+        with self.mutex:
+            self.table.begin_release(permit)
+
+    def abort_release(self, permit: str) -> None:
+        with self.mutex:
+            self.table.abort_release(permit)
+
+    def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
+        """Forget a released permit; the error its release reports, if any."""
+        with self.mutex:
+            lost = self.table.take_lost(permit)
+            ours = self.table.released(permit) is not None
+        return core.release_error(keys, permit, code, ours, lost)
+
+    def renewed(
+        self, keys: core.LeaseSemaphoreKeys, permit: str, ok: bool, sent_at: float
+    ) -> Exception | None:
+        with self.mutex:
+            record = self.table.get(permit)
+            if ok:
+                if record is not None:
+                    record.renewed_at = sent_at
+                return None
+            lost = self.table.take_lost(permit)
+            ours = self.table.released(permit) is not None
+        return core.release_error(keys, permit, core.UNKNOWN, ours, lost)
+
+    def _loop(self) -> None:
+        delay: float | None = None
+        try:
+            while True:
+                client = self._client()
+                if client is None or client._closed:
+                    return
+                delay = client._policy.interval if delay is None else delay
+                del client  # do not keep the client alive while asleep
+                time.sleep(delay)
+                client = self._client()
+                if client is None or client._closed:
+                    return
+                with self.mutex:
+                    permits = self.table.watched()
+                    if not permits:
+                        self._thread = None  # the next watched grant starts a new one
+                        return
+                delay = client._policy.next_delay(self._renew_all(client, permits))
+                del client
+        finally:
+            with self.mutex:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _renew_all(self, client: Client, permits: list[core.Permit]) -> bool:
+        lease = client.watchdog_timeout
+        ok = True
+        for batch, call in PermitTable.calls(permits, lease):
+            sent_at = time.monotonic()
+            try:
+                reply = client._call(call, batch[0].keys.name)
+            except Exception as exc:
+                log.warning("lease permit renewal failed: %s", exc)
+                ok = False
+                with self.mutex:
+                    gone = self.table.renewal_failed(batch, time.monotonic(), lease)
+            else:
+                with self.mutex:
+                    gone = self.table.renewed(batch, reply, sent_at)
+            report_lost(gone)
+        return ok
+
+
+def report_lost(gone: list[tuple[core.Permit, LeaseLostError]]) -> None:
+    """Log each lost permit and tell its listeners."""
+    for record, error in gone:
+        log.warning("%s", error)
+        for listener in record.listeners:
+            try:
+                listener(error)
+            except Exception:
+                log.exception("lease-lost callback for semaphore %r failed", record.keys.name)
+
+
+_keepers: weakref.WeakKeyDictionary[Client, PermitKeeper] = weakref.WeakKeyDictionary()
+_keepers_mutex = threading.Lock()
+
+
+def keeper(client: Client) -> PermitKeeper:
+    """The client's permit keeper (a new one in a forked child: it holds no permits)."""
+    with _keepers_mutex:
+        kept = _keepers.get(client)
+        if kept is None or kept.generation != fork_generation():
+            kept = _keepers[client] = PermitKeeper(client)
+        return kept

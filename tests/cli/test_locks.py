@@ -1,0 +1,283 @@
+"""``redlease status``, ``list``, ``release --force`` and ``bench`` run as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from redlease import Client, cli
+from redlease.testing import RedisServer, free_port
+
+from .helpers import assert_one_line, cli_env, eventually, finish, run_cli, start_cli
+
+
+@pytest.fixture
+def holder(url: str) -> Iterator[Client]:
+    """A client holding locks with explicit leases (no watchdog thread needed)."""
+    with Client.from_url(url) as client:
+        yield client
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"cli:{uuid.uuid4().hex[:8]}:"
+
+
+def hold(client: Client, name: str, lease: float = 60) -> None:
+    assert client.lock(name).acquire(lease=lease)
+
+
+def owner_of(client: Client, holders: dict[str, int]) -> str:
+    (owner,) = holders
+    assert owner.startswith(f"{client.id}:")
+    return owner
+
+
+# --- status ---------------------------------------------------------------------------------
+
+
+def test_status_json(url: str, name: str, holder: Client) -> None:
+    hold(holder, name)
+    free = f"{name}:free"
+    result = run_cli("status", "--url", url, "--json", name, free)
+    assert result.returncode == 0, result.stderr
+    held_view, free_view = json.loads(result.stdout)
+    assert set(held_view) == {"name", "locked", "ttl", "holders"}
+    assert held_view["name"] == name
+    assert held_view["locked"] is True
+    assert 0 < held_view["ttl"] <= 60
+    assert held_view["holders"][owner_of(holder, held_view["holders"])] == 1
+    assert free_view == {"name": free, "locked": False, "ttl": None, "holders": {}}
+
+
+def test_status_text_shows_holder_hold_count_and_ttl(url: str, name: str, holder: Client) -> None:
+    hold(holder, name)
+    hold(holder, name)  # re-entered: 2 holds
+    result = run_cli("status", "--url", url, name, f"{name}:free")
+    assert result.returncode == 0, result.stderr
+    held_line, free_line = result.stdout.splitlines()
+    assert held_line.startswith(f"{name}: held by {holder.id}:")
+    assert "(2 holds)" in held_line and "ttl " in held_line
+    assert free_line == f"{name}:free: free"
+
+
+def test_status_of_a_key_that_is_not_a_lock(url: str, name: str, r: redis.Redis) -> None:
+    r.set(f"{name}:string", "x")
+    r.hset(f"{name}:hash", "email", "a@example.com")
+    result = run_cli(
+        "status", "--url", url, "--json", f"{name}:string", f"{name}:hash", f"{name}:free"
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 2
+    assert "string key, not a lock" in errors[0]
+    assert "not a lock" in errors[1]
+    assert [v["name"] for v in json.loads(result.stdout)] == [f"{name}:free"]
+
+
+def test_status_url_from_environment(url: str, name: str) -> None:
+    result = run_cli("status", name, env=cli_env(REDLEASE_URL=url))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"{name}: free"
+
+
+def test_status_without_url_is_exit_2(name: str) -> None:
+    result = run_cli("status", name)
+    assert result.returncode == 2
+    assert "REDLEASE_URL" in assert_one_line(result.stderr, starts="redlease: error: ")
+
+
+# --- list -----------------------------------------------------------------------------------
+
+
+def test_list_finds_held_locks_only(url: str, prefix: str, holder: Client, r: redis.Redis) -> None:
+    hold(holder, f"{prefix}lock")
+    r.set(f"{prefix}string", "x")
+    r.hset(f"{prefix}hash", mapping={"name": "x", "email": "y"})
+    r.hset(f"{prefix}fake", "not-a-uuid:1", 1)
+    result = run_cli("list", "--url", url, "--json", f"{prefix}*")
+    assert result.returncode == 0, result.stderr
+    views = json.loads(result.stdout)
+    assert [v["name"] for v in views] == [f"{prefix}lock"]
+    assert views[0]["locked"] is True
+    owner_of(holder, views[0]["holders"])
+
+    text = run_cli("list", "--url", url, f"{prefix}*")
+    assert text.returncode == 0, text.stderr
+    assert text.stdout.startswith(f"{prefix}lock: held by {holder.id}:")
+    assert len(text.stdout.splitlines()) == 1
+
+
+def test_list_limit(url: str, prefix: str, holder: Client) -> None:
+    for i in range(3):
+        hold(holder, f"{prefix}{i}")
+    result = run_cli("list", "--url", url, "--json", "--limit", "2", f"{prefix}*")
+    assert result.returncode == 0, result.stderr
+    assert len(json.loads(result.stdout)) == 2
+    assert "--limit 2" in assert_one_line(result.stderr)
+
+
+def test_list_nothing(url: str, prefix: str) -> None:
+    result = run_cli("list", "--url", url, "--json", f"{prefix}*")
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == []
+
+
+# --- release --force ------------------------------------------------------------------------
+
+
+def test_force_release_wakes_a_waiter(url: str, name: str, holder: Client, r: redis.Redis) -> None:
+    hold(holder, name)  # a 60 s lease: the waiter gets in well before only if woken
+    waiter = start_cli("run", "--url", url, "--wait", "30", name, "--", sys.executable, "-c", "")
+    try:
+        channel = f"redisson_lock__channel:{{{name}}}"
+        eventually(
+            lambda: dict(r.pubsub_numsub(channel))[channel.encode()] > 0,
+            what="waiter waiting",
+            proc=waiter,
+        )
+        result = run_cli("release", "--force", "--yes", "--url", url, name)
+        assert result.returncode == 0, result.stderr
+        assert f"released lock {name}" in result.stdout
+    finally:
+        status, _, err = finish(waiter, timeout=20)
+    assert status == 0, err
+    assert r.exists(name) == 0
+
+
+def test_force_release_of_a_free_lock_is_exit_1(url: str, name: str) -> None:
+    result = run_cli("release", "--force", "--yes", "--url", url, name)
+    assert result.returncode == 1
+    assert "not held" in assert_one_line(result.stderr, starts="redlease: error: ")
+
+
+def test_force_release_needs_yes_without_a_terminal(
+    url: str, name: str, holder: Client, r: redis.Redis
+) -> None:
+    hold(holder, name)
+    result = run_cli("release", "--force", "--url", url, name)  # stdin is /dev/null
+    assert result.returncode == 2
+    assert "--yes" in assert_one_line(result.stderr, starts="redlease: error: ")
+    assert r.exists(name) == 1
+
+
+def test_force_release_needs_force(url: str, name: str) -> None:
+    result = run_cli("release", "--yes", "--url", url, name)
+    assert result.returncode == 2
+    assert "--force" in assert_one_line(result.stderr)
+
+
+def test_force_release_leaves_other_keys_alone(url: str, name: str, r: redis.Redis) -> None:
+    r.set(name, "precious")
+    result = run_cli("release", "--force", "--yes", "--url", url, name)
+    assert result.returncode == 1
+    assert "not a lock" in assert_one_line(result.stderr)
+    assert r.get(name) == b"precious"
+
+
+# --- servers, URLs and passwords ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def password_server() -> Iterator[RedisServer]:
+    """A server that requires the password ``s3cret``."""
+    with RedisServer() as srv:
+        admin = redis.Redis.from_url(srv.url)
+        admin.config_set("requirepass", "s3cret")
+        admin.close()
+        yield srv
+
+
+@pytest.mark.parametrize("password", ["s3cret", "wrong-s3cret"])
+@pytest.mark.parametrize(
+    "command", [["status", "x"], ["list"], ["release", "--force", "--yes", "x"]]
+)
+def test_password_is_never_printed(
+    password_server: RedisServer, password: str, command: list[str]
+) -> None:
+    secret_url = f"redis://:{password}@127.0.0.1:{password_server.port}/0"
+    result = run_cli(*command, "--url", secret_url)
+    assert password not in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    if password == "wrong-s3cret":
+        assert result.returncode == 1
+        assert "authentication failed" in assert_one_line(result.stderr)
+
+
+@pytest.mark.parametrize(
+    "command", [["status", "x"], ["list"], ["release", "--force", "--yes", "x"]]
+)
+def test_server_down_is_one_line_exit_1(command: list[str]) -> None:
+    down = f"redis://:s3cret@127.0.0.1:{free_port()}/0"
+    result = run_cli(*command, "--url", down)
+    assert result.returncode == 1
+    assert "cannot reach" in assert_one_line(result.stderr, starts="redlease: error: ")
+    assert "s3cret" not in result.stdout + result.stderr
+
+
+def test_unknown_option_does_not_echo_a_password() -> None:
+    result = run_cli("list", "--uri=redis://:s3cret@127.0.0.1:1")
+    assert result.returncode == 2
+    assert "s3cret" not in assert_one_line(result.stderr)
+
+
+# --- bench ----------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not cli.bench_script().is_file(), reason="needs the source checkout")
+def test_bench_passes_its_arguments_on() -> None:
+    result = run_cli("bench", "--help")
+    assert result.returncode == 0, result.stderr
+    assert "--quick" in result.stdout
+
+
+def test_bench_without_a_checkout_says_so(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(cli, "bench_script", lambda: tmp_path / "benchmarks" / "bench.py")
+    assert cli.main(["bench", "--quick"]) == 1
+    err = capsys.readouterr().err
+    assert "source checkout" in assert_one_line(err, starts="redlease: error: ")
+
+
+@pytest.mark.parametrize(("answer", "status"), [("y\n", 0), ("n\n", 1), ("", 1)])
+def test_force_release_asks_on_a_terminal(
+    url: str, name: str, holder: Client, r: redis.Redis, answer: str, status: int
+) -> None:
+    hold(holder, name)
+    controller, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "redlease", "release", "--force", "--url", url, name],
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+        )
+        os.close(terminal)
+        terminal = -1
+        if answer:
+            os.write(controller, answer.encode())
+        else:
+            os.write(controller, b"\x04")  # Ctrl-D: end of input
+        code, out, err = finish(proc, timeout=30)
+    finally:
+        os.close(controller)
+        if terminal >= 0:
+            os.close(terminal)
+    assert code == status, err
+    assert "force-release" in err and "[y/N]" in err
+    assert r.exists(name) == (0 if status == 0 else 1)
+    if status == 0:
+        assert f"released lock {name}" in out
