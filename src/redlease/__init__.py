@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ._async.client import AsyncClient
-from ._async.lock import AsyncLock
+from ._async.lock import AsyncFairLock, AsyncLock
 from ._sync.client import Client
-from ._sync.lock import Lock
+from ._sync.lock import FairLock, Lock
 from .errors import (
     InvalidArgumentError,
     LeaseLostError,
@@ -22,8 +22,10 @@ from .stats import Lease, LockStatistics
 
 __all__ = [
     "AsyncClient",
+    "AsyncFairLock",
     "AsyncLock",
     "Client",
+    "FairLock",
     "InvalidArgumentError",
     "Lease",
     "LeaseLostError",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from ._core import lock as core
 from ._core.keys import LockKeys
 from ._core.requests import Operation
-from ._shell import ClientState
+from ._shell import HANDOFF_WINDOW, ClientState
 from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, ReplicaError
 from .options import Seconds, lock_name, optional_seconds, replication, wait_args
 from .stats import Lease, LockStatistics
@@ -33,6 +33,9 @@ class ReleasePlan:
 
 class LockBase:
     """Shared by both shells; each shell supplies the I/O and the owner of the caller."""
+
+    _fair = False
+    """A fair lock never lets a newcomer take a free lock ahead of a live waiter in line."""
 
     def __init__(
         self,
@@ -75,6 +78,7 @@ class LockBase:
             lease=self._state.watchdog_timeout if chosen is None else chosen,
             blocking=blocking,
             timeout=wait,
+            fair=self._fair,
         )
         return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
 
@@ -112,7 +116,9 @@ class LockBase:
             owner,
             held=hold.count,
             request_id=uuid.uuid4().hex,
-            handoff_ms=self._state.handoff_ms,
+            # a fair lock always hands over to the first waiter in line
+            handoff_ms=self._state.handoff_ms
+            or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
         )
         return ReleasePlan(owner=owner, hold=hold, op=op)
 

@@ -55,7 +55,7 @@ def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
     assert call.script is scripts.LOCK_ACQUIRE
     assert call.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.fence)
     place_ms = call.args[3]
-    assert call.args == (to_ms(lease), OWNER, held, place_ms)
+    assert call.args == (to_ms(lease), OWNER, held, place_ms, 0)  # 0: not a fair lock
     assert place_ms in (0, PLACE_MS)
 
 
@@ -422,3 +422,9 @@ def test_status_decodes_bytes_and_str(reply: list) -> None:
 def test_status_hides_a_reservation() -> None:
     st_ = run_status([800, 2, "redlease:handoff", "c1:9"])
     assert st_ == Status(ttl=None, holders={}, waiters=2)
+
+
+def test_a_fair_acquire_says_so_to_the_script() -> None:
+    op = acquire(KEYS, OWNER, held=0, lease=5.0, blocking=False, timeout=None, fair=True)
+    call = next(op)
+    assert isinstance(call, Call) and call.args[-1] == 1

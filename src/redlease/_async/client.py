@@ -123,6 +123,19 @@ class AsyncClient(ClientBase):
         ``replicas`` overrides the client's replica-confirmed writes for this lock."""
         return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
 
+    def fair_lock(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
+    ) -> AsyncFairLock:
+        """A reentrant lock served strictly in arrival order (see ``AsyncFairLock``)."""
+        return AsyncFairLock(
+            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+        )
+
     def locked(
         self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
@@ -329,4 +342,4 @@ class AsyncClient(ClientBase):
         return True
 
 
-from .lock import AsyncLock  # noqa: E402  (AsyncLock needs AsyncClient)
+from .lock import AsyncFairLock, AsyncLock  # noqa: E402  (AsyncLock needs AsyncClient)

@@ -139,3 +139,15 @@ class AsyncLock(LockBase):
 
     def __repr__(self) -> str:
         return f"<redlease.AsyncLock {self.name!r} on {self.client.address}>"
+
+
+class AsyncFairLock(AsyncLock):
+    """A reentrant lock that is strictly first come, first served across all clients.
+
+    A blocking acquire takes a place in a line kept on the server; a release hands the lock to
+    the first live waiter and wakes only it; a newcomer never takes a free lock ahead of a live
+    waiter. A waiter that gives up leaves the line; one that dies loses its place within 20 s
+    (it must re-check every 5 s to keep it). Not Redisson's RedissonFairLock layout.
+    """
+
+    _fair = True

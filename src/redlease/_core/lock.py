@@ -51,7 +51,9 @@ class Acquired:
     token: int
 
 
-def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float, queue: bool) -> Call:
+def _acquire_call(
+    keys: LockKeys, owner: str, held: int, lease: float, queue: bool, fair: bool = False
+) -> Call:
     def undo(reply: Any) -> Call | None:
         code, count = int(reply[0]), int(reply[1])
         if code == codes.GRANTED and count == held + 1:
@@ -61,7 +63,7 @@ def _acquire_call(keys: LockKeys, owner: str, held: int, lease: float, queue: bo
     return Call(
         scripts.LOCK_ACQUIRE,
         (keys.name, keys.queue, keys.deadlines, keys.fence),
-        (to_ms(lease), owner, held, PLACE_MS if queue else 0),
+        (to_ms(lease), owner, held, PLACE_MS if queue else 0, int(fair)),
         undo=undo,
     )
 
@@ -90,12 +92,14 @@ def acquire(
     lease: float,
     blocking: bool,
     timeout: float | None,
+    fair: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> Operation[Acquired | None]:
     """Try, and while allowed wait for a wake-up and try again; ``None`` when not acquired.
 
     A blocking caller that finds the lock held takes a place in line (server side, by arrival);
-    a release reserves the lock for the first live waiter and wakes only that one.
+    a release reserves the lock for the first live waiter and wakes only that one. A ``fair``
+    lock also keeps a newcomer from taking a free lock ahead of a live waiter in line.
     Success needs lease time left by the local clock, counted from before the request was
     sent, minus the drift allowance; a grant that arrives too late is given back.
     A wake-up is only a hint: every wait is bounded by the holder's TTL, ``RECHECK`` and our
@@ -112,7 +116,7 @@ def acquire(
     while True:
         sent_at = clock()
         try:
-            reply = yield _acquire_call(keys, owner, held, lease, queue=blocking)
+            reply = yield _acquire_call(keys, owner, held, lease, queue=blocking, fair=fair)
         except ReplicaError as exc:
             # not confirmed by enough replicas: a failover could lose it, so give it back
             reply = exc.reply

@@ -117,6 +117,17 @@ class Client(ClientBase):
         ``replicas`` overrides the client's replica-confirmed writes for this lock."""
         return Lock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
 
+    def fair_lock(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
+    ) -> FairLock:
+        """A reentrant lock served strictly in arrival order (see ``FairLock``)."""
+        return FairLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+
     def locked(
         self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -344,4 +355,4 @@ class _Watchdog:
         return True
 
 
-from .lock import Lock  # noqa: E402  (Lock needs Client; Client.lock returns Lock)
+from .lock import FairLock, Lock  # noqa: E402  (Lock needs Client; Client.lock returns Lock)

@@ -7,6 +7,8 @@
 -- ARGV[2]  owner field "<client-id>:<thread-id>"
 -- ARGV[3]  hold count the caller believes it has (0 on a first acquire)
 -- ARGV[4]  how long a place in the queue lasts unless the caller retries, ms (0: do not queue)
+-- ARGV[5]  1 for a fair lock: a free lock goes to the first live waiter in line, never to a
+--          newcomer that would pass it (0: a free lock is anyone's)
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
@@ -29,23 +31,41 @@ if count ~= expected then
   return {-1, count, redis.call('pttl', KEYS[1]), 0}
 end
 local lease = tonumber(ARGV[1])
+local function queue_and_wait(ttl)
+  local place_ms = tonumber(ARGV[4])
+  if place_ms > 0 then
+    local now = redis.call('time')
+    local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    redis.call('zadd', KEYS[2], 'NX', now_us, ARGV[2])
+    redis.call('hset', KEYS[3], ARGV[2], math.floor(now_us / 1000) + place_ms)
+    redis.call('pexpire', KEYS[2], place_ms)
+    redis.call('pexpire', KEYS[3], place_ms)
+  end
+  return {0, 0, ttl, 0}
+end
 if count == 0 then
   if redis.call('exists', KEYS[1]) == 1 then
     -- a released lock may be reserved (field "redlease:handoff") for the first waiter in line
     if redis.call('hget', KEYS[1], 'redlease:handoff') ~= ARGV[2]
         or redis.call('hlen', KEYS[1]) ~= 1 then
-      local place_ms = tonumber(ARGV[4])
-      if place_ms > 0 then
-        local now = redis.call('time')
-        local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
-        redis.call('zadd', KEYS[2], 'NX', now_us, ARGV[2])
-        redis.call('hset', KEYS[3], ARGV[2], math.floor(now_us / 1000) + place_ms)
-        redis.call('pexpire', KEYS[2], place_ms)
-        redis.call('pexpire', KEYS[3], place_ms)
-      end
-      return {0, 0, redis.call('pttl', KEYS[1]), 0}
+      return queue_and_wait(redis.call('pttl', KEYS[1]))
     end
     redis.call('del', KEYS[1])
+  elseif ARGV[5] == '1' and redis.call('exists', KEYS[2]) == 1 then
+    -- fair: the first live waiter in line goes first (lapsed places are dropped on the way)
+    local now = redis.call('time')
+    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    for _ = 1, 16 do
+      local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+      if not head or head == ARGV[2] then
+        break
+      end
+      if tonumber(redis.call('hget', KEYS[3], head) or '0') > now_ms then
+        return queue_and_wait(-2)
+      end
+      redis.call('zrem', KEYS[2], head)
+      redis.call('hdel', KEYS[3], head)
+    end
   end
   local now = redis.call('time')
   local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1,

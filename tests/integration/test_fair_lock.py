@@ -1,0 +1,98 @@
+"""The fair lock: strictly first come, first served, on a real server, sync and asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import redis
+
+from redlease._core.keys import LockKeys
+
+from .helpers import eventually
+
+
+async def test_newcomers_never_pass_a_live_waiter(side, server, name):
+    keys = LockKeys.for_name(name)
+    raw = redis.Redis.from_url(server.url)
+    # a live waiter in line, and the lock free (its reservation lapsed, say)
+    raw.zadd(keys.queue, {"first-in-line:1": 1})
+    raw.hset(keys.deadlines, "first-in-line:1", int(time.time() * 1000) + 60_000)
+    fair = side.client(server.url).fair_lock(name)
+    assert not await side(fair.acquire(blocking=False))
+    plain = side.client(server.url).lock(name)
+    assert await side(plain.acquire(blocking=False))  # the plain lock is not strict
+    await side(plain.release())  # reserves it for the waiter in line
+    assert raw.hget(name, "redlease:handoff") == b"first-in-line:1"
+    # the waiter never comes: its reservation and then its place lapse; the newcomer gets it
+    raw.delete(name)
+    raw.hset(keys.deadlines, "first-in-line:1", 1)
+    assert await side(fair.acquire(blocking=False))
+    assert raw.zcard(keys.queue) == 0
+    await side(fair.release())
+    raw.close()
+
+
+async def test_fifo_order_under_contention(side, server, name):
+    holder = side.client(server.url).fair_lock(name)
+    assert await side(holder.acquire())
+    order: list[int] = []
+    clients = [side.client(server.url) for _ in range(4)]
+
+    async def queued(count: int) -> bool:
+        return (await side(holder.statistics())).waiters == count
+
+    if side.is_async:
+
+        async def wait_turn(i: int) -> None:
+            lock = clients[i].fair_lock(name)
+            assert await lock.acquire(timeout=30)
+            order.append(i)
+            await asyncio.sleep(0.01)
+            await lock.release()
+
+        tasks = []
+        for i in range(4):
+            tasks.append(asyncio.create_task(wait_turn(i)))
+            await eventually(lambda i=i: queued(i + 1))
+        await holder.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 60)
+    else:
+
+        def wait_turn(i: int) -> None:
+            lock = clients[i].fair_lock(name)
+            assert lock.acquire(timeout=30)
+            order.append(i)
+            time.sleep(0.01)
+            lock.release()
+
+        threads = []
+        for i in range(4):
+            threads.append(threading.Thread(target=wait_turn, args=(i,)))
+            threads[-1].start()
+            await eventually(lambda i=i: queued(i + 1))
+        holder.release()
+        for t in threads:
+            t.join(60)
+    assert order == [0, 1, 2, 3]
+
+
+async def test_a_waiter_that_gives_up_does_not_block_the_line(side, server, name):
+    holder = side.client(server.url).fair_lock(name)
+    quitter = side.client(server.url).fair_lock(name)
+    patient = side.client(server.url).fair_lock(name)
+    assert await side(holder.acquire())
+    assert not await side(quitter.acquire(timeout=0.3))  # leaves the line on timeout
+    assert (await side(holder.statistics())).waiters == 0
+    await side(holder.release())
+    assert await side(patient.acquire(blocking=False))
+    await side(patient.release())
+
+
+async def test_fair_lock_is_reentrant_and_fenced(side, server, name):
+    lock = side.client(server.url).fair_lock(name)
+    async with side.hold(lock) as outer:
+        async with side.hold(lock) as inner:
+            assert inner.hold_count == 2 and inner.fencing_token == outer.fencing_token
+    assert not await side(lock.locked())
