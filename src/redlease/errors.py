@@ -11,6 +11,7 @@ __all__ = [
     "LeaseLostError",
     "LockTimeoutError",
     "NotOwnedError",
+    "QuorumError",
     "RedleaseError",
     "ReplicaError",
     "ServerUnavailableError",
@@ -81,3 +82,28 @@ class ServerUnavailableError(RedleaseError, ConnectionError):
         super().__init__(message)
         self.address = address
         self.name = name
+
+
+class QuorumError(_LockError, ConnectionError):
+    """Fewer than a majority of a Redlock's masters did what was asked, in time.
+
+    Raised by a ``with`` statement (or a non-blocking ``acquire``) that cannot get the lock on a
+    majority, and by a ``release`` that cannot reach a majority. ``quorum`` is the majority
+    needed; ``outcomes`` maps each master's address to what it answered ("granted", "held by
+    another owner", "unavailable: ...", ...); ``errors`` keeps the exception of each master
+    that failed."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str,
+        owner: str | None = None,
+        quorum: int,
+        outcomes: dict[str, str],
+        errors: dict[str, BaseException] | None = None,
+    ) -> None:
+        super().__init__(message, name=name, owner=owner)
+        self.quorum = quorum
+        self.outcomes = outcomes
+        self.errors = errors or {}

@@ -92,7 +92,6 @@ async def test_a_waiter_that_gives_up_does_not_block_the_line(side, server, name
 
 async def test_fair_lock_is_reentrant_and_fenced(side, server, name):
     lock = side.client(server.url).fair_lock(name)
-    async with side.hold(lock) as outer:
-        async with side.hold(lock) as inner:
-            assert inner.hold_count == 2 and inner.fencing_token == outer.fencing_token
+    async with side.hold(lock) as outer, side.hold(lock) as inner:
+        assert inner.hold_count == 2 and inner.fencing_token == outer.fencing_token
     assert not await side(lock.locked())

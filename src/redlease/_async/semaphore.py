@@ -272,7 +272,17 @@ class AsyncPermitKeeper:
         """Forget a released permit; the error its release reports, if any."""
         lost = self.table.take_lost(permit)
         ours = self.table.released(permit) is not None
+        self._stop_if_idle()
         return core.release_error(keys, permit, code, ours, lost)
+
+    def _stop_if_idle(self) -> None:
+        """End the renewer with the last watched permit, so that no task outlives the client
+        (nothing tells the keeper that the client closed; the next watched grant restarts it).
+        """
+        task = self._task
+        if task is not None and not task.done() and not self.table.watched():
+            task.cancel()
+            self._task = None
 
     def renewed(
         self, keys: core.LeaseSemaphoreKeys, permit: str, ok: bool, sent_at: float
@@ -284,6 +294,7 @@ class AsyncPermitKeeper:
             return None
         lost = self.table.take_lost(permit)
         ours = self.table.released(permit) is not None
+        self._stop_if_idle()
         return core.release_error(keys, permit, core.UNKNOWN, ours, lost)
 
     async def _loop(self) -> None:

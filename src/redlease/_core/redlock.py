@@ -107,8 +107,8 @@ def _failed(reply: Any) -> bool:
 
 
 def _why(exc: BaseException) -> str:
-    kind = "unavailable" if isinstance(exc, ServerUnavailableError) else "error"
-    return f"{kind}: {exc}"
+    # an unavailable server's message already says so ("redis server ... unavailable ...")
+    return str(exc) if isinstance(exc, ServerUnavailableError) else f"error: {exc}"
 
 
 def _labels(masters: Sequence[str]) -> list[str]:
@@ -216,6 +216,14 @@ def granted_validity(counted: Tally, masters: int, lease: float, elapsed: float)
     return validity(majority_value(ttls, masters), elapsed, lease)
 
 
+def acquire_call(keys: LockKeys, owner: str, held: int, lease: float) -> Call:
+    """The single-master acquire script call, without a place in line: exactly what a
+    non-blocking ``lock.acquire`` sends first (so the two cannot drift apart)."""
+    call = next(lock.acquire(keys, owner, held=held, lease=lease, blocking=False, timeout=None))
+    assert isinstance(call, Call)
+    return call
+
+
 def acquire(
     keys: LockKeys,
     owner: str,
@@ -255,7 +263,7 @@ def acquire(
     backoffs = 0
     while True:
         give_back = release_call(keys, owner, held + 1, request_id=uuid.uuid4().hex)
-        call = lock._acquire_call(keys, owner, held, lease, queue=False)
+        call = acquire_call(keys, owner, held, lease)
         sent_at = clock()
         replies = yield Fanout((call,) * n, master_timeout, on_cancel=(give_back,) * n)
         elapsed = clock() - sent_at
