@@ -7,7 +7,7 @@ from typing import Any
 from ._core import fence
 from ._core.requests import Operation
 from ._core.watchdog import RenewalPolicy
-from ._shell import HANDOFF_WINDOW, ClientState, address_of
+from ._shell import HANDOFF_WINDOW, ClientState, describe, is_cluster
 from .errors import InvalidArgumentError
 from .events import Listener
 from .options import Seconds, replication, seconds, window
@@ -32,7 +32,10 @@ class ClientBase:
             replication(replicas, replica_timeout),
         )
         self._policy = RenewalPolicy(self._state.watchdog_timeout)
-        self.address = address_of(redis_client.connection_pool.connection_kwargs)
+        self.address = describe(redis_client)
+        self.cluster = is_cluster(redis_client)
+        if self.cluster and self._state.replication is not None:
+            raise InvalidArgumentError("replica-confirmed writes are not supported on a cluster")
         self._owns_redis = False
         self._closed = False
 

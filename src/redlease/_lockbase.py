@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._core import lock as core
-from ._core.keys import LockKeys
+from ._core.keys import LockKeys, hash_slot
 from ._core.requests import Operation
 from ._shell import HANDOFF_WINDOW, ClientState
 from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, ReplicaError
@@ -45,6 +45,7 @@ class LockBase:
         lease: Seconds | None,
         on_lease_lost: Callable[[LeaseLostError], None] | None,
         replicas: int | None,
+        cluster: bool = False,
     ) -> None:
         self._state = state
         try:
@@ -53,6 +54,11 @@ class LockBase:
             raise
         except ValueError as exc:
             raise InvalidArgumentError(str(exc)) from None
+        if cluster and hash_slot(self._keys.channel) != hash_slot(name):
+            raise InvalidArgumentError(
+                f"lock name {name!r}: on a cluster a name cannot carry a hash tag of its own "
+                "('{...}'), because Redisson's unlock channel for it would hash elsewhere"
+            )
         self._lease = optional_seconds(lease, "lease")
         self._on_lease_lost = on_lease_lost
         self._replication = state.replication

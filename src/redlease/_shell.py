@@ -314,10 +314,44 @@ def subscriber_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
     kwargs = {
         key: value
         for key, value in connection_kwargs.items()
-        if not key.startswith(("maint_notifications", "oss_cluster_maint"))
+        if not key.startswith(("maint_notifications", "oss_cluster_maint", "redis_connect_func"))
     }
     kwargs.update(health_check_interval=0, socket_timeout=None)
     return kwargs
+
+
+def connection_source(client: Any) -> Callable[[], tuple[Any, dict[str, Any], str]]:
+    """Where a dedicated connection (the subscriber's) comes from: the client's own pool, or on
+    a cluster a node picked anew at every (re)connect, so a failed node is left behind.
+    Returns (connection class, keyword arguments, ``host:port``)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        kwargs = subscriber_kwargs(pool.connection_kwargs)
+        return lambda: (pool.connection_class, kwargs, address_of(kwargs))
+
+    def pick_node() -> tuple[Any, dict[str, Any], str]:
+        node = client.get_random_node()
+        node_pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+        if node_pool is not None:  # redis.cluster
+            cls, kwargs = node_pool.connection_class, node_pool.connection_kwargs
+        else:  # redis.asyncio.cluster
+            cls, kwargs = node.connection_class, node.connection_kwargs
+        return cls, subscriber_kwargs(kwargs), f"{node.host}:{node.port}"
+
+    return pick_node
+
+
+def describe(client: Any) -> str:
+    """``host:port`` of a client (the first startup node of a cluster); never a password."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return address_of(pool.connection_kwargs)
+    nodes = client.get_nodes() or []
+    return f"cluster {nodes[0].host}:{nodes[0].port}" if nodes else "cluster"
+
+
+def is_cluster(client: Any) -> bool:
+    return getattr(client, "connection_pool", None) is None and hasattr(client, "get_nodes")
 
 
 CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)

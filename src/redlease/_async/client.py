@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.exceptions
 
 from .._channels import Waiter
@@ -66,17 +67,17 @@ class AsyncClient(ClientBase):
 
     def __init__(
         self,
-        redis_client: redis.asyncio.Redis,
+        redis_client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster,
         *,
         watchdog_timeout: Seconds = 30.0,
         handoff_window: Seconds | None = HANDOFF_WINDOW,
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
     ) -> None:
-        if not isinstance(redis_client, redis.asyncio.Redis):
+        if not isinstance(redis_client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster):
             raise TypeError(
-                f"AsyncClient needs a redis.asyncio.Redis, got {type(redis_client).__name__}"
-                " (use Client for redis.Redis)"
+                "AsyncClient needs a redis.asyncio.Redis or RedisCluster, got "
+                f"{type(redis_client).__name__} (use Client for redis.Redis)"
             )
         super().__init__(
             redis_client,
@@ -97,11 +98,14 @@ class AsyncClient(ClientBase):
         handoff_window: Seconds | None = HANDOFF_WINDOW,
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
+        cluster: bool = False,
         **redis_kwargs: Any,
     ) -> AsyncClient:
-        """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)``."""
+        """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)`` (with
+        ``cluster=True``, ``redis.asyncio.cluster.RedisCluster.from_url``)."""
+        factory = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
         client = cls(
-            redis.asyncio.Redis.from_url(url, **redis_kwargs),
+            factory.from_url(url, **redis_kwargs),
             watchdog_timeout=watchdog_timeout,
             handoff_window=handoff_window,
             replicas=replicas,
@@ -318,7 +322,7 @@ class AsyncClient(ClientBase):
         while True:
             await asyncio.sleep(delay)
             ok = True
-            for batch, call in policy.calls(state.holds.watched()):
+            for batch, call in policy.calls(state.holds.watched(), by_slot=self.cluster):
                 ok = await self._renew(batch, call) and ok
             delay = policy.next_delay(ok)
 

@@ -35,7 +35,12 @@ class AsyncLock(LockBase):
         replicas: int | None = None,
     ) -> None:
         super().__init__(
-            client._state, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+            client._state,
+            name,
+            lease=lease,
+            on_lease_lost=on_lease_lost,
+            replicas=replicas,
+            cluster=client.cluster,
         )
         self.client = client
 

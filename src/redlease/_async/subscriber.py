@@ -18,7 +18,7 @@ import redis.asyncio
 
 from .._channels import ChannelTable, Waiter, text
 from .._core.backoff import full_jitter
-from .._shell import CONNECTION_ERRORS, address_of, log, subscriber_kwargs, unavailable
+from .._shell import CONNECTION_ERRORS, connection_source, describe, log, unavailable
 from .._sync.subscriber import LINGER, SUBSCRIBE_TIMEOUT
 
 
@@ -35,10 +35,8 @@ async def wait(waiter: Waiter, timeout: float) -> bool:
 
 class Subscriber:
     def __init__(self, client: redis.asyncio.Redis) -> None:
-        pool = client.connection_pool
-        self._connection_class = pool.connection_class
-        self._kwargs = subscriber_kwargs(pool.connection_kwargs)
-        self.address = address_of(self._kwargs)
+        self._source = connection_source(client)
+        self.address = describe(client)
         self._table = ChannelTable(asyncio.Event)
         self._conn: Any = None
         self._task: asyncio.Task[None] | None = None
@@ -127,8 +125,9 @@ class Subscriber:
                 await asyncio.sleep(full_jitter(failures, base=0.05, cap=2.0, random=random.random))
 
     async def _connect(self) -> None:
-        conn = self._connection_class(**self._kwargs)
-        await conn.connect()  # type: ignore[no-untyped-call]
+        connection_class, kwargs, self.address = self._source()
+        conn = connection_class(**kwargs)
+        await conn.connect()
         self._conn = conn
         self._last_error = None
         for channel in self._table.resubscribe():

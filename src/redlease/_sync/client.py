@@ -12,6 +12,7 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 import redis
+import redis.cluster
 import redis.exceptions
 
 from .._channels import Waiter
@@ -59,16 +60,16 @@ class Client(ClientBase):
 
     def __init__(
         self,
-        redis_client: redis.Redis,
+        redis_client: redis.Redis | redis.cluster.RedisCluster,
         *,
         watchdog_timeout: Seconds = 30.0,
         handoff_window: Seconds | None = HANDOFF_WINDOW,
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
     ) -> None:
-        if not isinstance(redis_client, redis.Redis):
+        if not isinstance(redis_client, redis.Redis | redis.cluster.RedisCluster):
             raise TypeError(
-                f"Client needs a redis.Redis, got {type(redis_client).__name__}"
+                f"Client needs a redis.Redis or RedisCluster, got {type(redis_client).__name__}"
                 " (use AsyncClient for redis.asyncio)"
             )
         super().__init__(
@@ -91,11 +92,14 @@ class Client(ClientBase):
         handoff_window: Seconds | None = HANDOFF_WINDOW,
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
+        cluster: bool = False,
         **redis_kwargs: Any,
     ) -> Client:
-        """A client over ``redis.Redis.from_url(url, **redis_kwargs)``, closed with the client."""
+        """A client over ``redis.Redis.from_url(url, **redis_kwargs)`` (with ``cluster=True``,
+        ``redis.cluster.RedisCluster.from_url``: any node's URL), closed with the client."""
+        factory = redis.cluster.RedisCluster if cluster else redis.Redis
         client = cls(
-            redis.Redis.from_url(url, **redis_kwargs),
+            factory.from_url(url, **redis_kwargs),
             watchdog_timeout=watchdog_timeout,
             handoff_window=handoff_window,
             replicas=replicas,
@@ -307,17 +311,21 @@ class _Watchdog:
         self._client = client
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        pool = client.redis.connection_pool
         timeout = client._policy.interval + (
             client._state.replication.timeout_ms / 1000 if client._state.replication else 0
         )
-        self._redis = redis.Redis(
-            connection_pool=redis.ConnectionPool(
-                connection_class=pool.connection_class,
-                max_connections=4,
-                **bounded_kwargs(pool.connection_kwargs, timeout),
+        # its own connections, whose calls never hang past a renewal interval (on a cluster
+        # the client's own, whose node connections carry the socket timeout the user chose)
+        self._redis: redis.Redis | None = None
+        if not client.cluster:
+            pool = client.redis.connection_pool
+            self._redis = redis.Redis(
+                connection_pool=redis.ConnectionPool(
+                    connection_class=pool.connection_class,
+                    max_connections=4,
+                    **bounded_kwargs(pool.connection_kwargs, timeout),
+                )
             )
-        )
 
     def ensure_running(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -330,7 +338,8 @@ class _Watchdog:
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
-        self._redis.close()
+        if self._redis is not None:
+            self._redis.close()
 
     def _loop(self) -> None:
         policy, state = self._client._policy, self._client._state
@@ -339,7 +348,7 @@ class _Watchdog:
             with state.mutex:
                 holds = state.holds.watched()
             ok = True
-            for batch, call in policy.calls(holds):
+            for batch, call in policy.calls(holds, by_slot=self._client.cluster):
                 ok = self.renew(batch, call) and ok
             delay = policy.next_delay(ok)
 

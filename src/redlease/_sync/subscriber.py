@@ -20,7 +20,7 @@ import redis
 
 from .._channels import ChannelTable, Waiter, text
 from .._core.backoff import full_jitter
-from .._shell import CONNECTION_ERRORS, address_of, log, subscriber_kwargs, unavailable
+from .._shell import CONNECTION_ERRORS, connection_source, describe, log, unavailable
 
 LINGER = 2.0
 """Seconds a channel stays subscribed after its last waiter left."""
@@ -37,10 +37,8 @@ def wait(waiter: Waiter, timeout: float) -> bool:
 
 class Subscriber:
     def __init__(self, client: redis.Redis) -> None:
-        pool = client.connection_pool
-        self._connection_class = pool.connection_class
-        self._kwargs = subscriber_kwargs(pool.connection_kwargs)
-        self.address = address_of(self._kwargs)
+        self._source = connection_source(client)
+        self.address = describe(client)
         self._mutex = threading.Lock()
         self._table = ChannelTable(threading.Event)
         self._outbox: list[tuple[str, str]] = []
@@ -144,7 +142,8 @@ class Subscriber:
                 pass
 
     def _connect(self) -> None:
-        conn = self._connection_class(**self._kwargs)
+        connection_class, kwargs, self.address = self._source()
+        conn = connection_class(**kwargs)
         conn.connect()
         self._conn = conn
         self._last_error = None

@@ -1,0 +1,108 @@
+"""A real local Redis Cluster: 3 masters with a replica each, on free loopback ports."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from redlease.testing import RedisServer, ServerBinary, find_servers, free_port
+
+pytestmark = pytest.mark.cluster
+
+
+def _cluster_binary() -> ServerBinary | None:
+    usable = [s for s in find_servers() if s.version_tuple >= (7,)]
+    return max(usable, key=lambda s: s.version_tuple) if usable else None
+
+
+class LocalCluster:
+    """Six ``--cluster-enabled`` servers joined with CLUSTER MEET/ADDSLOTS/REPLICATE."""
+
+    def __init__(self, binary: ServerBinary, masters: int = 3) -> None:
+        self.binary = binary
+        args = ("--cluster-enabled", "yes", "--cluster-node-timeout", "1500")
+        # the bus port defaults to port + 10000: give it a free port of its own instead
+        self.bus_ports = [free_port() for _ in range(masters * 2)]
+        self.nodes = [
+            RedisServer(binary, extra_args=(*args, "--cluster-port", str(bus)))
+            for bus in self.bus_ports
+        ]
+        self.masters = masters
+
+    def start(self) -> LocalCluster:
+        for node in self.nodes:
+            node.start()
+        clients = [redis.Redis(host=n.host, port=n.port, decode_responses=True) for n in self.nodes]
+        try:
+            for c in clients[1:]:
+                c.cluster("MEET", self.nodes[0].host, self.nodes[0].port, self.bus_ports[0])
+            per = 16384 // self.masters
+            for i in range(self.masters):
+                last = 16383 if i == self.masters - 1 else (i + 1) * per - 1
+                clients[i].cluster("ADDSLOTS", *range(i * per, last + 1))
+            ids = [c.cluster("MYID") for c in clients]
+            self._wait(lambda: all(len(c.cluster("NODES")) == len(clients) for c in clients))
+            for i in range(self.masters):
+                clients[self.masters + i].cluster("REPLICATE", ids[i])
+            self._wait(lambda: all(c.cluster("INFO")["cluster_state"] == "ok" for c in clients))
+            self._wait(lambda: all(_linked(clients[self.masters + i]) for i in range(self.masters)))
+        finally:
+            for c in clients:
+                c.close()
+        return self
+
+    def master_of(self, key: str) -> RedisServer:
+        """The node that serves ``key``'s slot now (as a live node sees the cluster)."""
+        for node in self.nodes:
+            if node.process is None:
+                continue
+            try:
+                with redis.Redis(host=node.host, port=node.port) as c:
+                    slot = c.cluster("KEYSLOT", key)
+                    for start, end, master, *_ in c.execute_command("CLUSTER", "SLOTS"):
+                        if start <= slot <= end:
+                            port = int(master[1])
+                            return next(n for n in self.nodes if n.port == port)
+            except redis.RedisError:
+                continue
+        raise LookupError(f"no live node knows who serves {key!r}")
+
+    @staticmethod
+    def _wait(condition, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if condition():
+                    return
+            except redis.RedisError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("local cluster did not come up in time")
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+
+def _linked(replica: redis.Redis) -> bool:
+    info = replica.info("replication")
+    return info.get("role") == "slave" and info.get("master_link_status") == "up"
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    binary = _cluster_binary()
+    if binary is None:
+        pytest.skip("no Redis/Valkey >= 7 found for a cluster")
+    c = LocalCluster(binary)
+    try:
+        yield c.start()
+    finally:
+        c.close()

@@ -1,0 +1,89 @@
+"""Locks on a real Redis Cluster (3 masters, 3 replicas), sync and asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from integration.helpers import eventually
+
+from redlease import InvalidArgumentError
+from redlease._core.keys import hash_slot
+
+pytestmark = pytest.mark.cluster
+
+NAMES = [f"order:{i}" for i in range(12)]  # spread over the three masters
+
+
+def test_names_spread_over_the_masters(cluster):
+    masters = {cluster.master_of(n).port for n in NAMES}
+    assert len(masters) == 3
+
+
+async def test_locks_on_every_master(side, cluster):
+    client = side.client(cluster.url, cluster=True)
+    other = side.client(cluster.url, cluster=True)
+    for name in NAMES:
+        lock = client.lock(name)
+        async with side.hold(lock, timeout=5) as lease:
+            assert lease.fencing_token > 0
+            assert not await side(other.lock(name).acquire(blocking=False))
+            assert (await side(other.lock(name).statistics())).locked
+        assert not await side(lock.locked())
+
+
+async def test_hand_off_through_pub_sub_on_a_cluster(side, cluster):
+    name = f"{NAMES[5]}:{side.kind}"  # the waiter keeps it: one name per side
+    holder = side.client(cluster.url, cluster=True).lock(name)
+    waiter_client = side.client(cluster.url, cluster=True)
+    assert await side(holder.acquire(lease=30))
+    started = time.monotonic()
+    if side.is_async:
+        task = asyncio.create_task(waiter_client.lock(name).acquire(timeout=25))
+        await eventually(lambda: _waiting(waiter_client, name))
+        await holder.release()
+        assert await task
+    else:
+        got: list[bool] = []
+        thread = threading.Thread(
+            target=lambda: got.append(waiter_client.lock(name).acquire(timeout=25))
+        )
+        thread.start()
+        await eventually(lambda: _waiting(waiter_client, name))
+        holder.release()
+        thread.join(30)
+        assert got == [True]
+    assert time.monotonic() - started < 10, "woken by the message, not by the 30 s lease"
+
+
+def _waiting(client, name) -> bool:
+    sub = client._subscriber
+    return sub is not None and sub.waiting(f"redisson_lock__channel:{{{name}}}") > 0
+
+
+async def test_watchdog_renews_locks_across_slots(side, cluster):
+    client = side.client(cluster.url, cluster=True, watchdog_timeout=1.5)
+    names = [f"renew:{i}" for i in range(60)]
+    assert len({hash_slot(n) for n in names}) > 3
+    for name in names:
+        assert await side(client.lock(name).acquire())
+    await asyncio.sleep(4) if side.is_async else time.sleep(4)  # several leases pass
+    for name in names:
+        assert await side(client.lock(name).owned())
+        await side(client.lock(name).release())
+
+
+async def test_fenced_set_on_a_cluster(side, cluster):
+    client = side.client(cluster.url, cluster=True)
+    async with side.hold(client.lock("fenced:1")) as lease:
+        await side(client.fenced_set("stock:{fenced:1}", "9", lease.fencing_token))
+
+
+async def test_names_with_their_own_hash_tag_are_refused(side, cluster):
+    client = side.client(cluster.url, cluster=True)
+    with pytest.raises(InvalidArgumentError, match="hash tag"):
+        client.lock("{user:1}:cart")
+    with pytest.raises(InvalidArgumentError, match="cluster"):
+        side.client(cluster.url, cluster=True, replicas=1)
