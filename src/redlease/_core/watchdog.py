@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import scripts
+from .keys import hash_slot
 from .lock import Hold, to_ms
 from .requests import Call, Replication
 
@@ -34,13 +35,17 @@ class RenewalPolicy:
     def expired(self, last_renewed: float, now: float) -> bool:
         return now - last_renewed >= self.timeout
 
-    def calls(self, holds: Sequence[Hold]) -> list[tuple[list[Hold], Call]]:
-        """Renewal calls for ``holds``, at most ``BATCH`` locks each."""
-        groups: dict[Replication | None, list[Hold]] = {}
+    def calls(
+        self, holds: Sequence[Hold], *, by_slot: bool = False
+    ) -> list[tuple[list[Hold], Call]]:
+        """Renewal calls for ``holds``, at most ``BATCH`` locks each; ``by_slot`` (a cluster)
+        keeps each call to the locks of one hash slot, as a cluster requires of a script."""
+        groups: dict[tuple[Replication | None, int], list[Hold]] = {}
         for hold in holds:  # holds that need replica acks are renewed with them
-            groups.setdefault(hold.replication, []).append(hold)
+            slot = hash_slot(hold.keys.name) if by_slot else 0
+            groups.setdefault((hold.replication, slot), []).append(hold)
         out = []
-        for replication, group in groups.items():
+        for (replication, _), group in groups.items():
             for start in range(0, len(group), BATCH):
                 batch = group[start : start + BATCH]
                 call = Call(
