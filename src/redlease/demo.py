@@ -13,6 +13,7 @@ against a misbehaving server.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import multiprocessing
 import multiprocessing.context
@@ -21,9 +22,10 @@ import multiprocessing.synchronize
 import os
 import queue
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TextIO, cast
 
@@ -338,7 +340,8 @@ def _run_round(
         else:
             round_.cancel.set()
             round_.go.set()
-        outcome = round_.wait_done()
+        with _progress(admin, keys, stock, "locked" if locked else "unlocked"):
+            outcome = round_.wait_done()
         seconds = time.perf_counter() - started
     finally:
         round_.close()
@@ -357,6 +360,36 @@ def _run_round(
         limits_hit=tuple(sorted({r.stopped_by for r in outcome} - {"sold out"})),
         warnings=warnings,
     )
+
+
+@contextlib.contextmanager
+def _progress(admin: redis.Redis, keys: DemoKeys, stock: int, label: str) -> Iterator[None]:
+    """A progress bar of items sold while a round runs, when stderr is a terminal and tqdm
+    (``pip install 'redlease[demo]'``) is installed; nothing otherwise."""
+    try:
+        tqdm = importlib.import_module("tqdm").tqdm  # optional: the demo extra
+    except ImportError:
+        tqdm = None
+    if tqdm is None or not sys.stderr.isatty():
+        yield
+        return
+    done = threading.Event()
+    bar = tqdm(total=stock, desc=f"  {label}", unit="sale", leave=False, file=sys.stderr)
+
+    def poll() -> None:
+        while not done.wait(0.05):
+            with contextlib.suppress(redis.RedisError, ValueError):
+                bar.n = int(cast("bytes | None", admin.get(keys.sold)) or 0)
+                bar.refresh()
+
+    poller = threading.Thread(target=poll, name="redlease-demo-progress", daemon=True)
+    poller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        poller.join(5)
+        bar.close()
 
 
 def _server_description(admin: redis.Redis) -> str:
