@@ -6,12 +6,15 @@ from typing import Any
 
 from ._async.client import AsyncClient
 from ._async.lock import AsyncFairLock, AsyncLock
+from ._async.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from ._sync.client import Client
 from ._sync.lock import FairLock, Lock
+from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from .errors import (
     InvalidArgumentError,
     LeaseLostError,
     LockTimeoutError,
+    LockUpgradeError,
     NotOwnedError,
     RedleaseError,
     ReplicaError,
@@ -24,6 +27,9 @@ __all__ = [
     "AsyncClient",
     "AsyncFairLock",
     "AsyncLock",
+    "AsyncReadLock",
+    "AsyncReadWriteLock",
+    "AsyncWriteLock",
     "Client",
     "FairLock",
     "InvalidArgumentError",
@@ -32,11 +38,15 @@ __all__ = [
     "Lock",
     "LockStatistics",
     "LockTimeoutError",
+    "LockUpgradeError",
     "NotOwnedError",
+    "ReadLock",
+    "ReadWriteLock",
     "RedleaseError",
     "ReplicaError",
     "ServerUnavailableError",
     "StaleTokenError",
+    "WriteLock",
     "__version__",
 ]
 

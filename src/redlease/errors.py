@@ -10,6 +10,7 @@ __all__ = [
     "InvalidArgumentError",
     "LeaseLostError",
     "LockTimeoutError",
+    "LockUpgradeError",
     "NotOwnedError",
     "QuorumError",
     "RedleaseError",
@@ -107,3 +108,9 @@ class QuorumError(_LockError, ConnectionError):
         self.quorum = quorum
         self.outcomes = outcomes
         self.errors = errors or {}
+
+
+class LockUpgradeError(_LockError, RuntimeError):
+    """The write lock of a read-write lock was asked for by an owner holding only its read
+    lock: the writer would wait for its own read hold forever. Release the read lock first
+    (the other way round, taking the read lock while holding the write lock, is allowed)."""

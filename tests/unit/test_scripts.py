@@ -37,10 +37,16 @@ def test_sha_is_sha1_of_the_source(script: scripts.Script) -> None:
 
 
 def test_every_lua_file_is_a_loaded_script_and_names_are_unique() -> None:
-    names = [s.name for s in scripts.ALL]
-    assert len(set(names)) == len(names)
-    assert len({s.sha for s in scripts.ALL}) == len(names)
-    assert sorted(names) == sorted(p.stem for p in LUA_FILES)
+    import importlib
+    import pkgutil
+
+    import redlease._core
+
+    for module in pkgutil.iter_modules(redlease._core.__path__):
+        importlib.import_module(f"redlease._core.{module.name}")
+    loaded = list(scripts.LOADED.values())
+    assert len({s.sha for s in loaded}) == len(loaded)
+    assert sorted(s.name for s in loaded) == sorted(p.stem for p in LUA_FILES)
 
 
 # --- the header comment ---------------------------------------------------------------------

@@ -140,6 +140,22 @@ class AsyncClient(ClientBase):
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
         )
 
+    def rw_lock(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
+    ) -> AsyncReadWriteLock:
+        """A read-write lock named ``name``: ``.read_lock()`` and ``.write_lock()``, each with
+        the ``AsyncLock`` API; many readers or one writer, writers first (see
+        ``AsyncReadWriteLock``). Not Redisson's RReadWriteLock layout; other arguments as for
+        ``lock``."""
+        return AsyncReadWriteLock(
+            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+        )
+
     def locked(
         self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
@@ -347,3 +363,4 @@ class AsyncClient(ClientBase):
 
 
 from .lock import AsyncFairLock, AsyncLock  # noqa: E402  (AsyncLock needs AsyncClient)
+from .rwlock import AsyncReadWriteLock  # noqa: E402  (AsyncReadWriteLock needs the client)

@@ -17,8 +17,16 @@ class Script:
 
     @classmethod
     def load(cls, name: str) -> Script:
-        source = resources.files("redlease").joinpath("lua").joinpath(f"{name}.lua").read_bytes()
-        return cls(name=name, source=source, sha=hashlib.sha1(source).hexdigest())
+        """Read ``lua/<name>.lua`` once (every primitive's module loads its own scripts)."""
+        if name not in LOADED:
+            source = resources.files("redlease").joinpath("lua").joinpath(f"{name}.lua")
+            data = source.read_bytes()
+            LOADED[name] = cls(name=name, source=data, sha=hashlib.sha1(data).hexdigest())
+        return LOADED[name]
+
+
+LOADED: dict[str, Script] = {}
+"""Every script loaded so far, by name."""
 
 
 LOCK_ACQUIRE = Script.load("lock_acquire")

@@ -6,12 +6,24 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from . import scripts
-from .keys import hash_slot
+from .keys import LockKeys, hash_slot
 from .lock import Hold, to_ms
 from .requests import Call, Replication
 
 BATCH = 256
 """Locks renewed by one script call."""
+
+
+@dataclass(frozen=True)
+class OwnRenewalKeys(LockKeys):
+    """Keys of holds that the watchdog renews with a script of their own instead of
+    ``lock_renew`` (a read-write lock's sides); ``name`` only labels the holds."""
+
+    def renew_call(
+        self, owners: Sequence[str], lease_ms: int, replication: Replication | None
+    ) -> Call:
+        """One call renewing these owners' holds; its reply: 1 (renewed) or 0 (gone) each."""
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
@@ -38,21 +50,33 @@ class RenewalPolicy:
     def calls(
         self, holds: Sequence[Hold], *, by_slot: bool = False
     ) -> list[tuple[list[Hold], Call]]:
-        """Renewal calls for ``holds``, at most ``BATCH`` locks each; ``by_slot`` (a cluster)
-        keeps each call to the locks of one hash slot, as a cluster requires of a script."""
-        groups: dict[tuple[Replication | None, int], list[Hold]] = {}
-        for hold in holds:  # holds that need replica acks are renewed with them
-            slot = hash_slot(hold.keys.name) if by_slot else 0
-            groups.setdefault((hold.replication, slot), []).append(hold)
+        """Renewal calls for ``holds``, at most ``BATCH`` locks each.
+
+        Holds that need replica acknowledgements are renewed together; ``by_slot`` (a cluster)
+        keeps each call to the locks of one hash slot, as a cluster requires of a script; holds
+        with ``OwnRenewalKeys`` (a read-write lock's sides) are renewed by their own script,
+        one lock per call."""
+        groups: dict[tuple[OwnRenewalKeys | int | None, Replication | None], list[Hold]] = {}
+        for hold in holds:
+            if isinstance(hold.keys, OwnRenewalKeys):
+                group: OwnRenewalKeys | int | None = hold.keys
+            else:
+                group = hash_slot(hold.keys.name) if by_slot else None
+            groups.setdefault((group, hold.replication), []).append(hold)
         out = []
-        for (replication, _), group in groups.items():
-            for start in range(0, len(group), BATCH):
-                batch = group[start : start + BATCH]
-                call = Call(
-                    scripts.LOCK_RENEW,
-                    tuple(h.keys.name for h in batch),
-                    (to_ms(self.timeout), *(h.owner for h in batch)),
-                    replication=replication,
-                )
+        lease_ms = to_ms(self.timeout)
+        for (group, replication), members in groups.items():
+            for start in range(0, len(members), BATCH):
+                batch = members[start : start + BATCH]
+                owners = [h.owner for h in batch]
+                if isinstance(group, OwnRenewalKeys):
+                    call = group.renew_call(owners, lease_ms, replication)
+                else:
+                    call = Call(
+                        scripts.LOCK_RENEW,
+                        tuple(h.keys.name for h in batch),
+                        (lease_ms, *owners),
+                        replication=replication,
+                    )
                 out.append((batch, call))
         return out

@@ -132,6 +132,21 @@ class Client(ClientBase):
         """A reentrant lock served strictly in arrival order (see ``FairLock``)."""
         return FairLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
 
+    def rw_lock(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
+    ) -> ReadWriteLock:
+        """A read-write lock named ``name``: ``.read_lock()`` and ``.write_lock()``, each with
+        the ``Lock`` API; many readers or one writer, writers first (see ``ReadWriteLock``).
+        Not Redisson's RReadWriteLock layout; other arguments as for ``lock``."""
+        return ReadWriteLock(
+            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+        )
+
     def locked(
         self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -365,3 +380,4 @@ class _Watchdog:
 
 
 from .lock import FairLock, Lock  # noqa: E402  (Lock needs Client; Client.lock returns Lock)
+from .rwlock import ReadWriteLock  # noqa: E402  (ReadWriteLock needs the client)

@@ -1,0 +1,409 @@
+"""The read-write lock as pure operations: many readers or one writer, reentrant on both sides.
+
+Not Redisson's RReadWriteLock layout (that one keeps a mode field and per-reader timeout keys
+whose names the scripts build); redlease and Redisson clients do not exclude each other on it.
+Every key below shares the lock name's cluster hash slot:
+
+- ``redlease:rw:{name}``: the writer's hold, a hash {writer, count, deadline, token};
+- ``redlease:rw-readers:{name}``: read hold counts, a hash {owner field -> count};
+- ``redlease:rw-leases:{name}``: reader leases, a zset {owner field -> lease end, ms}, so a
+  reader that is not renewed (it crashed) lapses by itself, whatever the other readers do;
+- ``redlease:rw-tokens:{name}``: the fencing token of each reader's hold;
+- ``redlease:rw-line:{name}`` and ``redlease:rw-places:{name}``: the writers waiting, by arrival,
+  each with a place that lapses unless its waiter re-checks in time;
+- ``redlease:rw-fence:{name}``: the last fencing token handed out (never expires).
+
+Deadlines are the server's clock (``TIME``). Policy: writer preference. While a writer has a
+live place in line, new readers wait (a reader's re-entry and the writer's own downgrade do
+not), and a freed lock goes to the first writer in line; readers go when the line is empty.
+So a stream of readers cannot starve a writer; a stream of writers can delay readers.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
+from .backoff import full_jitter
+from .keys import same_slot_key
+from .lock import OUTAGE_TOLERANCE, Acquired, Status, drift, to_ms
+from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
+from .scripts import Script
+from .watchdog import OwnRenewalKeys
+
+READ = "read"
+WRITE = "write"
+SIDES = (READ, WRITE)
+
+RW_READ_ACQUIRE = Script.load("rw_read_acquire")
+RW_WRITE_ACQUIRE = Script.load("rw_write_acquire")
+RW_READ_RELEASE = Script.load("rw_read_release")
+RW_WRITE_RELEASE = Script.load("rw_write_release")
+RW_LEAVE = Script.load("rw_leave")
+RW_RENEW = Script.load("rw_renew")
+RW_STATUS = Script.load("rw_status")
+RW_FORCE_RELEASE = Script.load("rw_force_release")
+
+SCRIPTS = (
+    RW_READ_ACQUIRE,
+    RW_WRITE_ACQUIRE,
+    RW_READ_RELEASE,
+    RW_WRITE_RELEASE,
+    RW_LEAVE,
+    RW_RENEW,
+    RW_STATUS,
+    RW_FORCE_RELEASE,
+)
+
+# reply codes (first element of the scripts' replies)
+GRANTED = 1
+HELD = 0
+LOST = -1
+UPGRADE = -2
+RELEASED = 1
+
+WAKE_ALL = "1"
+"""Published when every waiter should re-check (a freed write lock with nobody in line)."""
+
+RECHECK = 2.0
+"""A waiter re-checks at least this often: it keeps a writer's place in line alive, and
+bounds the cost of a lost wake-up."""
+
+PLACE_MS = 4 * int(RECHECK * 1000)
+"""How long a waiting writer's place lasts without a re-check. A writer that died while
+waiting holds back new readers for at most this long."""
+
+RECEIPT_MS = 30_000
+"""How long a final release stays recognisable to a retry (a literal in the release scripts)."""
+
+
+# --- keys -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RwKeys:
+    """The keys and channel of one read-write lock (all in the name's hash slot)."""
+
+    name: str
+    writer: str
+    readers: str
+    leases: str
+    tokens: str
+    line: str
+    places: str
+    fence: str
+    channel: str
+    receipt_prefix: str
+
+    @classmethod
+    def for_name(cls, name: str) -> RwKeys:
+        return cls(
+            name=name,
+            writer=same_slot_key(name, "redlease:rw:"),
+            readers=same_slot_key(name, "redlease:rw-readers:"),
+            leases=same_slot_key(name, "redlease:rw-leases:"),
+            tokens=same_slot_key(name, "redlease:rw-tokens:"),
+            line=same_slot_key(name, "redlease:rw-line:"),
+            places=same_slot_key(name, "redlease:rw-places:"),
+            fence=same_slot_key(name, "redlease:rw-fence:"),
+            channel=same_slot_key(name, "redlease:rw-channel:"),
+            receipt_prefix=same_slot_key(name, "redlease:rw-released:", ":"),
+        )
+
+    def receipt(self, owner: str) -> str:
+        """The key that remembers ``owner``'s last final release (for safe retries)."""
+        return self.receipt_prefix + owner
+
+    def label(self, side: str) -> str:
+        """How one side's holds are named in the client's hold table, events and logs."""
+        return f"{self.name} ({side})"
+
+    def side_keys(self, side: str) -> SideKeys:
+        """The keys of one side's holds in the client's hold table (renewed by ``rw_renew``)."""
+        return SideKeys(
+            name=self.label(side),
+            channel=self.channel,
+            queue=self.line,
+            deadlines=self.places,
+            fence=self.fence,
+            receipt_prefix=self.receipt_prefix,
+            rw=self,
+            side=side,
+        )
+
+
+@dataclass(frozen=True)
+class SideKeys(OwnRenewalKeys):
+    """One side of a read-write lock, as the client's hold table and watchdog see it: ``name``
+    is the side's label, and the watchdog renews its holds with ``rw_renew``."""
+
+    rw: RwKeys
+    side: str
+
+    def renew_call(
+        self, owners: Sequence[str], lease_ms: int, replication: Replication | None
+    ) -> Call:
+        rw = self.rw
+        return Call(
+            RW_RENEW,
+            (rw.writer, rw.readers, rw.leases, rw.tokens),
+            (lease_ms, self.side, *owners),
+            replication=replication,
+        )
+
+
+# --- acquire --------------------------------------------------------------------------------
+
+
+def upgrade_error(keys: RwKeys, owner: str) -> LockUpgradeError:
+    return LockUpgradeError(
+        f"read-write lock {keys.name!r}: owner {owner} holds the read lock and asked for the "
+        "write lock, which would wait for its own read hold forever; release the read lock "
+        "first (the other way round, taking the read lock while writing, is allowed)",
+        name=keys.label(WRITE),
+        owner=owner,
+    )
+
+
+def acquire_call(keys: RwKeys, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
+    """One try; if the caller is cancelled after the server granted it, the undo gives the
+    hold back."""
+
+    def undo(reply: Any) -> Call | None:
+        code, count = int(reply[0]), int(reply[1])
+        if code == GRANTED and count == held + 1:
+            return release_call(keys, side, owner, count, request_id=uuid.uuid4().hex)
+        return None
+
+    if side == READ:
+        return Call(
+            RW_READ_ACQUIRE,
+            (keys.writer, keys.readers, keys.leases, keys.tokens, keys.places, keys.fence),
+            (to_ms(lease), owner, held),
+            undo=undo,
+        )
+    return Call(
+        RW_WRITE_ACQUIRE,
+        (
+            keys.writer,
+            keys.readers,
+            keys.leases,
+            keys.tokens,
+            keys.line,
+            keys.places,
+            keys.fence,
+        ),
+        (to_ms(lease), owner, held, PLACE_MS if queue else 0),
+        undo=undo,
+    )
+
+
+def release_call(keys: RwKeys, side: str, owner: str, held: int, *, request_id: str) -> Call:
+    if side == READ:
+        return Call(
+            RW_READ_RELEASE,
+            (
+                keys.writer,
+                keys.readers,
+                keys.leases,
+                keys.tokens,
+                keys.line,
+                keys.places,
+                keys.channel,
+                keys.receipt(owner),
+            ),
+            (owner, held, request_id),
+        )
+    return Call(
+        RW_WRITE_RELEASE,
+        (keys.writer, keys.leases, keys.line, keys.places, keys.channel, keys.receipt(owner)),
+        (owner, held, request_id),
+    )
+
+
+def leave_call(keys: RwKeys, owner: str) -> Call:
+    """A waiting writer leaves the line (and wakes whom its place held back)."""
+    return Call(
+        RW_LEAVE, (keys.writer, keys.leases, keys.line, keys.places, keys.channel), (owner,)
+    )
+
+
+def _lost(keys: RwKeys, side: str, owner: str, what: str) -> LeaseLostError:
+    return LeaseLostError(
+        f"read-write lock {keys.name!r}: the {side} hold of owner {owner} {what}",
+        name=keys.label(side),
+        owner=owner,
+    )
+
+
+def acquire(
+    keys: RwKeys,
+    side: str,
+    owner: str,
+    *,
+    held: int,
+    reading: int = 0,
+    lease: float,
+    blocking: bool,
+    timeout: float | None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Operation[Acquired | None]:
+    """Take a hold on ``side``; ``None`` when not acquired (``timeout`` ran out, or held and
+    not ``blocking``).
+
+    ``held`` is the caller's hold count on that side, ``reading`` (write side only) its read
+    hold count: a first write hold asked for while reading raises ``LockUpgradeError`` at once
+    (it would wait for itself). A blocking writer takes a place in line; readers do not queue.
+    Success needs lease time left by the local clock, counted from before the request was
+    sent, minus the drift allowance; a grant that arrives too late is given back. Every wait
+    is bounded by the blocking holder's lease, ``RECHECK`` and our own deadline. A waiter
+    rides out a server outage of up to ``OUTAGE_TOLERANCE``. Giving up leaves the line.
+    """
+    if side == WRITE and held == 0 and reading > 0:
+        raise upgrade_error(keys, owner)
+    deadline = None if timeout is None else clock() + timeout
+    leave = leave_call(keys, owner) if side == WRITE else None
+    subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
+    failing_since: float | None = None
+    failures = 0
+    while True:
+        sent_at = clock()
+        try:
+            reply = yield acquire_call(keys, side, owner, held, lease, queue=blocking)
+        except ReplicaError as exc:
+            # not confirmed by enough replicas: a failover could lose it, so give it back
+            reply = exc.reply
+            if isinstance(reply, list) and int(reply[0]) == GRANTED and reply[1] == held + 1:
+                yield release_call(keys, side, owner, held + 1, request_id=uuid.uuid4().hex)
+            raise
+        except ServerUnavailableError:
+            now = clock()
+            failing_since = now if failing_since is None else failing_since
+            out_of_time = deadline is not None and now >= deadline
+            if not subscribed or out_of_time or now - failing_since >= OUTAGE_TOLERANCE:
+                raise
+            failures += 1
+            pause = full_jitter(failures, base=0.02, cap=0.5, random=random.random)
+            yield Sleep(pause if deadline is None else min(pause, deadline - now))
+            continue
+        failing_since, failures = None, 0
+        code, count, ms = int(reply[0]), int(reply[1]), int(reply[2])
+        if code == GRANTED:
+            if clock() - sent_at < lease - drift(lease):
+                return Acquired(
+                    count=count, ttl=ms / 1000, requested_at=sent_at, token=int(reply[3])
+                )
+            yield release_call(keys, side, owner, count, request_id=uuid.uuid4().hex)
+            ms = 0
+        elif code == LOST:
+            raise _lost(keys, side, owner, "was lost before re-entry")
+        elif code == UPGRADE:
+            raise upgrade_error(keys, owner)
+        if not blocking:
+            return None
+        remaining = math.inf if deadline is None else deadline - clock()
+        if remaining <= 0:
+            if leave is not None:
+                yield leave
+            return None
+        if not subscribed:
+            # Subscribe, then try again at once: a wake-up between our try and the
+            # subscription would otherwise go unheard until the next re-check.
+            yield Subscribe(keys.channel, owner, leave)
+            subscribed = True
+            continue
+        hint = RECHECK if ms < 0 else ms / 1000
+        yield WaitWake(max(0.0, min(remaining, hint, RECHECK)))
+
+
+def release(keys: RwKeys, side: str, owner: str, *, held: int, request_id: str) -> Operation[int]:
+    """Release one hold on ``side``; returns how many holds on that side the owner keeps."""
+    reply = yield release_call(keys, side, owner, held, request_id=request_id)
+    code, remaining = int(reply[0]), int(reply[1])
+    if code != RELEASED:
+        raise _lost(keys, side, owner, "is gone (its lease ran out or it was force-released)")
+    return remaining
+
+
+def force_release(keys: RwKeys, side: str) -> Operation[bool]:
+    """Drop every hold on ``side``, whoever has it; ``True`` if one was live."""
+    reply = yield Call(
+        RW_FORCE_RELEASE,
+        (keys.writer, keys.readers, keys.leases, keys.tokens, keys.channel),
+        (side,),
+    )
+    return bool(int(reply))
+
+
+# --- status ---------------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class RwStatus:
+    """A read-write lock as the server sees it: live holds only."""
+
+    writer: str | None
+    write_count: int
+    write_ttl: float | None
+    write_token: int | None
+    readers: dict[str, int]
+    read_ttl: float | None
+    """The longest reader lease left (``None``: no reader)."""
+    read_token: int | None
+    """The token of the asking owner's read hold (``None``: it reads not)."""
+    waiters: int
+    """Writers with a live place in line."""
+
+    def side(self, side: str) -> Status:
+        """One side, as a plain lock's status (``holders``: owner field -> hold count)."""
+        if side == WRITE:
+            if self.writer is None:
+                return Status(ttl=None, holders={}, waiters=self.waiters)
+            return Status(
+                ttl=self.write_ttl,
+                holders={self.writer: self.write_count},
+                waiters=self.waiters,
+                token=self.write_token,
+            )
+        if not self.readers:
+            return Status(ttl=None, holders={}, waiters=self.waiters)
+        return Status(
+            ttl=self.read_ttl,
+            holders=dict(self.readers),
+            waiters=self.waiters,
+            token=self.read_token,
+        )
+
+
+def parse_status(reply: Sequence[Any]) -> RwStatus:
+    writer, write_ms = _text(reply[0]), int(reply[2])
+    read_token, read_ms = int(reply[5]), int(reply[6])
+    pairs = reply[7:]
+    readers = {_text(pairs[i]): int(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+    return RwStatus(
+        writer=writer or None,
+        write_count=int(reply[1]) if writer else 0,
+        write_ttl=write_ms / 1000 if writer else None,
+        write_token=int(reply[3]) if writer else None,
+        readers=readers,
+        read_ttl=read_ms / 1000 if readers and read_ms >= 0 else None,
+        read_token=read_token or None,
+        waiters=int(reply[4]),
+    )
+
+
+def status(keys: RwKeys, owner: str) -> Operation[RwStatus]:
+    reply = yield Call(
+        RW_STATUS, (keys.writer, keys.readers, keys.leases, keys.tokens, keys.places), (owner,)
+    )
+    return parse_status(reply)

@@ -1,0 +1,77 @@
+"""The part of the read-write lock's sides that does no I/O, shared by both shells."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from ._core import rwlock as core
+from ._lockbase import AcquirePlan, LockBase, ReleasePlan
+from ._shell import ClientState
+from .errors import LeaseLostError, NotOwnedError
+from .options import Seconds, optional_seconds, wait_args
+
+
+class RwSideBase(LockBase):
+    """One side (read or write) of a read-write lock: a ``LockBase`` whose holds are kept in
+    the client's hold table under the side's label (``"<name> (read)"``), renewed by the
+    client's watchdog with ``rw_renew``, and taken and released with the ``rw_*`` scripts."""
+
+    _side: str = core.READ
+
+    def __init__(
+        self,
+        state: ClientState,
+        name: str,
+        *,
+        lease: Seconds | None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None,
+        replicas: int | None,
+    ) -> None:
+        # validates the name (and its braces), the lease and the replicas
+        super().__init__(state, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+        self._rw = core.RwKeys.for_name(self._keys.name)
+        self._keys = self._rw.side_keys(self._side)
+
+    @property
+    def rw_name(self) -> str:
+        """The name of the read-write lock this side belongs to."""
+        return self._rw.name
+
+    def _plan_acquire(
+        self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
+    ) -> AcquirePlan:
+        wait = wait_args(blocking, timeout)
+        chosen = optional_seconds(lease, "lease")
+        if chosen is None:
+            chosen = self._lease
+        reading = 0
+        if self._side == core.WRITE:
+            reading = self._state.count(self._rw.label(core.READ), owner)
+        op = core.acquire(
+            self._rw,
+            self._side,
+            owner,
+            held=self._state.count(self.name, owner),
+            reading=reading,
+            lease=self._state.watchdog_timeout if chosen is None else chosen,
+            blocking=blocking,
+            timeout=wait,
+        )
+        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
+
+    def _plan_release(self, owner: str) -> ReleasePlan:
+        hold = self._state.begin_release(self.name, owner)
+        if hold is None:
+            lost = self._state.take_lost(self.name, owner)
+            if lost is not None:
+                raise lost
+            raise NotOwnedError(
+                f"read-write lock {self._rw.name!r}: owner {owner} holds no {self._side} "
+                "lock: nothing to release",
+                name=self.name,
+                owner=owner,
+            )
+        op = core.release(self._rw, self._side, owner, held=hold.count, request_id=uuid.uuid4().hex)
+        return ReleasePlan(owner=owner, hold=hold, op=op)

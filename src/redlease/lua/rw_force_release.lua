@@ -1,0 +1,24 @@
+-- Drop every hold on one side of a read-write lock, whoever holds them, and wake waiters.
+-- KEYS[1]  writer: hash {writer, count, deadline, token} (see rw_write_acquire.lua)
+-- KEYS[2]  reader hold counts: hash {owner field -> read hold count}
+-- KEYS[3]  reader leases: zset {owner field -> lease end, ms (server clock)}
+-- KEYS[4]  reader tokens: hash {owner field -> fencing token}
+-- KEYS[5]  the lock's channel
+-- ARGV[1]  side: "read" or "write"
+-- Reply    1 when a live hold was dropped, else 0; "1" is published then (everyone re-checks)
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local after = '(' .. now
+local held
+if ARGV[1] == 'write' then
+  held = tonumber(redis.call('hget', KEYS[1], 'deadline') or '0') > now
+  redis.call('del', KEYS[1])
+else
+  held = redis.call('zcount', KEYS[3], after, '+inf') > 0
+  redis.call('del', KEYS[2], KEYS[3], KEYS[4])
+end
+if held then
+  redis.call('publish', KEYS[5], '1')
+  return 1
+end
+return 0

@@ -1,0 +1,65 @@
+-- Release one read hold of a read-write lock; the last reader's release wakes the first
+-- writer in line.
+-- KEYS[1]  writer: hash {writer, count, deadline, token} (see rw_write_acquire.lua)
+-- KEYS[2]  reader hold counts: hash {owner field -> read hold count}
+-- KEYS[3]  reader leases: zset {owner field -> lease end, ms (server clock)}
+-- KEYS[4]  reader tokens: hash {owner field -> fencing token}
+-- KEYS[5]  writers' line: zset {owner field -> arrival, us}
+-- KEYS[6]  writers' places: zset {owner field -> when its place lapses, ms}
+-- KEYS[7]  the lock's channel
+-- KEYS[8]  release receipt key (same hash slot): remembers the request id of a final release
+-- ARGV[1]  owner field
+-- ARGV[2]  read hold count the caller believes it has
+-- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
+-- Reply    {code, hold_count}
+--   1 RELEASED  hold_count is what remains (0: the caller reads no more)
+--  -1 LOST      the caller's read hold is gone (its lease ran out, force-released)
+-- When no live reader and no writer remains, the owner field of the first live writer in
+-- line is published: only that waiter wakes. A retry of a release that already ran answers
+-- RELEASED again and changes nothing (the receipt of a final release lasts 30 s).
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner = ARGV[1]
+local expected = tonumber(ARGV[2])
+local after = '(' .. now
+
+local count = 0
+if tonumber(redis.call('zscore', KEYS[3], owner) or '0') > now then
+  count = tonumber(redis.call('hget', KEYS[2], owner) or '0')
+end
+if count == expected and count > 0 then
+  if count > 1 then
+    redis.call('hincrby', KEYS[2], owner, -1)
+    return {1, count - 1}
+  end
+  redis.call('zrem', KEYS[3], owner)
+  redis.call('hdel', KEYS[2], owner)
+  redis.call('hdel', KEYS[4], owner)
+  redis.call('set', KEYS[8], ARGV[3], 'px', 30000)
+  if redis.call('zcount', KEYS[3], after, '+inf') == 0
+      and tonumber(redis.call('hget', KEYS[1], 'deadline') or '0') <= now then
+    for _, lapsed in ipairs(redis.call('zrangebyscore', KEYS[6], '-inf', now, 'LIMIT', 0, 64)) do
+      redis.call('zrem', KEYS[5], lapsed)
+      redis.call('zrem', KEYS[6], lapsed)
+    end
+    for _ = 1, 16 do
+      local head = redis.call('zrange', KEYS[5], 0, 0)[1]
+      if not head then
+        break
+      end
+      if redis.call('zscore', KEYS[6], head) then
+        redis.call('publish', KEYS[7], head)
+        break
+      end
+      redis.call('zrem', KEYS[5], head)
+    end
+  end
+  return {1, 0}
+end
+if count > 0 and count == expected - 1 then
+  return {1, count}
+end
+if count == 0 and expected == 1 and redis.call('get', KEYS[8]) == ARGV[3] then
+  return {1, 0}
+end
+return {-1, count}

@@ -1,0 +1,63 @@
+-- Release one write hold of a read-write lock; the last one wakes the first writer in line,
+-- or, with nobody in line, every waiting reader.
+-- KEYS[1]  writer: hash {writer, count, deadline, token} (see rw_write_acquire.lua)
+-- KEYS[2]  reader leases: zset {owner field -> lease end, ms (server clock)}
+-- KEYS[3]  writers' line: zset {owner field -> arrival, us}
+-- KEYS[4]  writers' places: zset {owner field -> when its place lapses, ms}
+-- KEYS[5]  the lock's channel
+-- KEYS[6]  release receipt key (same hash slot): remembers the request id of a final release
+-- ARGV[1]  owner field
+-- ARGV[2]  write hold count the caller believes it has
+-- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
+-- Reply    {code, hold_count}
+--   1 RELEASED  hold_count is what remains; 0 means the write lock was freed
+--  -1 LOST      the caller's write hold is gone (its lease ran out, force-released)
+-- Wake-ups: with a live writer in line, its owner field is published (only it wakes), once
+-- no reader (the releasing writer's own read holds, after a downgrade) is left; with nobody
+-- in line, "1" is published and every waiter re-checks. A retry of a release that already
+-- ran answers RELEASED again and changes nothing (the receipt lasts 30 s).
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local owner = ARGV[1]
+local expected = tonumber(ARGV[2])
+local after = '(' .. now
+
+local count = 0
+if redis.call('hget', KEYS[1], 'writer') == owner
+    and tonumber(redis.call('hget', KEYS[1], 'deadline')) > now then
+  count = tonumber(redis.call('hget', KEYS[1], 'count'))
+end
+if count == expected and count > 0 then
+  if count > 1 then
+    redis.call('hincrby', KEYS[1], 'count', -1)
+    return {1, count - 1}
+  end
+  redis.call('del', KEYS[1])
+  redis.call('set', KEYS[6], ARGV[3], 'px', 30000)
+  for _, lapsed in ipairs(redis.call('zrangebyscore', KEYS[4], '-inf', now, 'LIMIT', 0, 64)) do
+    redis.call('zrem', KEYS[3], lapsed)
+    redis.call('zrem', KEYS[4], lapsed)
+  end
+  local head = false
+  for _ = 1, 16 do
+    head = redis.call('zrange', KEYS[3], 0, 0)[1]
+    if not head or redis.call('zscore', KEYS[4], head) then
+      break
+    end
+    redis.call('zrem', KEYS[3], head)
+    head = false
+  end
+  if not head then
+    redis.call('publish', KEYS[5], '1')
+  elseif redis.call('zcount', KEYS[2], after, '+inf') == 0 then
+    redis.call('publish', KEYS[5], head)
+  end
+  return {1, 0}
+end
+if count > 0 and count == expected - 1 then
+  return {1, count}
+end
+if count == 0 and expected == 1 and redis.call('get', KEYS[6]) == ARGV[3] then
+  return {1, 0}
+end
+return {-1, count}
