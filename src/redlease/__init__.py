@@ -5,11 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from ._async.client import AsyncClient
+from ._async.latch import AsyncCountDownLatch
 from ._async.lock import AsyncFairLock, AsyncLock
 from ._async.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
+from ._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
+from ._core.latch import LatchStatistics
+from ._core.semaphore import SemaphoreStatistics
 from ._sync.client import Client
+from ._sync.latch import CountDownLatch
 from ._sync.lock import FairLock, Lock
 from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
+from ._sync.semaphore import LeaseSemaphore, Semaphore
 from .errors import (
     InvalidArgumentError,
     LeaseLostError,
@@ -25,16 +31,22 @@ from .stats import Lease, LockStatistics
 
 __all__ = [
     "AsyncClient",
+    "AsyncCountDownLatch",
     "AsyncFairLock",
+    "AsyncLeaseSemaphore",
     "AsyncLock",
     "AsyncReadLock",
     "AsyncReadWriteLock",
+    "AsyncSemaphore",
     "AsyncWriteLock",
     "Client",
+    "CountDownLatch",
     "FairLock",
     "InvalidArgumentError",
+    "LatchStatistics",
     "Lease",
     "LeaseLostError",
+    "LeaseSemaphore",
     "Lock",
     "LockStatistics",
     "LockTimeoutError",
@@ -44,6 +56,8 @@ __all__ = [
     "ReadWriteLock",
     "RedleaseError",
     "ReplicaError",
+    "Semaphore",
+    "SemaphoreStatistics",
     "ServerUnavailableError",
     "StaleTokenError",
     "WriteLock",

@@ -276,6 +276,13 @@ def test_sync_and_async_apis_match():
     pairs = [
         (redlease.Client, redlease.AsyncClient),
         (redlease.Lock, redlease.AsyncLock),
+        (redlease.FairLock, redlease.AsyncFairLock),
+        (redlease.ReadWriteLock, redlease.AsyncReadWriteLock),
+        (redlease.ReadLock, redlease.AsyncReadLock),
+        (redlease.WriteLock, redlease.AsyncWriteLock),
+        (redlease.Semaphore, redlease.AsyncSemaphore),
+        (redlease.LeaseSemaphore, redlease.AsyncLeaseSemaphore),
+        (redlease.CountDownLatch, redlease.AsyncCountDownLatch),
     ]
     for sync_cls, async_cls in pairs:
         sync_api = {n for n in dir(sync_cls) if not n.startswith("_")}

@@ -140,6 +140,25 @@ class AsyncClient(ClientBase):
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
         )
 
+    def semaphore(self, name: str) -> AsyncSemaphore:
+        """A counting semaphore named ``name`` (Redisson's RSemaphore layout)."""
+        return AsyncSemaphore(self, name)
+
+    def lease_semaphore(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> AsyncLeaseSemaphore:
+        """A semaphore whose permits have ids and leases, so a crashed holder's permits come
+        back by themselves (Redisson's RPermitExpirableSemaphore layout)."""
+        return AsyncLeaseSemaphore(self, name, lease=lease, on_lease_lost=on_lease_lost)
+
+    def latch(self, name: str) -> AsyncCountDownLatch:
+        """A count-down latch named ``name`` (Redisson's RCountDownLatch layout)."""
+        return AsyncCountDownLatch(self, name)
+
     def rw_lock(
         self,
         name: str,
@@ -362,5 +381,7 @@ class AsyncClient(ClientBase):
         return True
 
 
+from .latch import AsyncCountDownLatch  # noqa: E402
 from .lock import AsyncFairLock, AsyncLock  # noqa: E402  (AsyncLock needs AsyncClient)
 from .rwlock import AsyncReadWriteLock  # noqa: E402  (AsyncReadWriteLock needs the client)
+from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore  # noqa: E402

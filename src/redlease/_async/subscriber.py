@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 import time
 from typing import Any
 
@@ -22,13 +23,28 @@ from .._shell import CONNECTION_ERRORS, connection_source, describe, log, unavai
 from .._sync.subscriber import LINGER, SUBSCRIBE_TIMEOUT
 
 
+async def wait_event(event: asyncio.Event, timeout: float) -> bool:
+    """Whether ``event`` was set within ``timeout`` seconds.
+
+    Not ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that arrives just as
+    the event is set (CPython gh-86296), and a cancelled waiter must stop waiting."""
+    if sys.version_info >= (3, 11):
+        try:
+            async with asyncio.timeout(timeout):
+                await event.wait()
+        except TimeoutError:
+            return False
+        return True
+    try:  # pragma: no cover - Python 3.10
+        await asyncio.wait_for(event.wait(), timeout)
+    except asyncio.TimeoutError:
+        return False
+    return True
+
+
 async def wait(waiter: Waiter, timeout: float) -> bool:
     """Wait until ``waiter`` is woken or ``timeout`` passes; consume the wake-up."""
-    try:
-        await asyncio.wait_for(waiter.event.wait(), timeout)
-        woken = True
-    except asyncio.TimeoutError:
-        woken = False
+    woken = await wait_event(waiter.event, timeout)
     waiter.event.clear()
     return woken
 
@@ -53,14 +69,14 @@ class Subscriber:
         try:
             if new:
                 await self._send("SUBSCRIBE", channel)
-            await asyncio.wait_for(entry.confirmed.wait(), SUBSCRIBE_TIMEOUT)
-        except asyncio.TimeoutError:
-            self.unsubscribe(waiter)
-            why = self._last_error or TimeoutError("subscription not confirmed")
-            raise unavailable(why, self.address, name) from None
+            confirmed = await wait_event(entry.confirmed, SUBSCRIBE_TIMEOUT)
         except BaseException:
             self.unsubscribe(waiter)
             raise
+        if not confirmed:
+            self.unsubscribe(waiter)
+            why = self._last_error or TimeoutError("subscription not confirmed")
+            raise unavailable(why, self.address, name)
         return waiter
 
     def listen_if_live(self, channel: str, owner: str) -> Waiter | None:

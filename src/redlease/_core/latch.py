@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from .keys import same_slot_key
+from .keys import hash_slot, same_slot_key
 from .lock import PLACE_MS
 from .requests import Call, Operation
 from .scripts import Script
@@ -67,6 +67,18 @@ class LatchKeys:
 
     def receipt(self, request_id: str) -> str:
         return self.receipt_prefix + request_id
+
+
+def keys_for(name: str, *, cluster: bool) -> LatchKeys:
+    """The latch's keys; on a cluster a name with a hash tag of its own is refused, because
+    Redisson's channel for it (``...__{<name>}``) would hash to another slot."""
+    keys = LatchKeys.for_name(name)
+    if cluster and hash_slot(keys.channel) != hash_slot(name):
+        raise InvalidArgumentError(
+            f"latch name {name!r}: on a cluster a name cannot carry a hash tag of its own "
+            "('{...}'), because Redisson's latch channel for it would hash elsewhere"
+        )
+    return keys
 
 
 @dataclass(frozen=True)

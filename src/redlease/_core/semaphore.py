@@ -84,6 +84,10 @@ def primitive_name(name: object, what: str) -> str:
         raise InvalidArgumentError(f"{what} name must be a str, got {type(name).__name__}")
     if not name:
         raise InvalidArgumentError(f"{what} name must not be empty")
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"{what} name {name!r} is not valid text (UTF-8)") from None
     if "{" in name and hash_tag(name) == name:
         raise InvalidArgumentError(
             f"{what} name {name!r} has braces that do not form a hash tag; use '{{tag}}' or none"

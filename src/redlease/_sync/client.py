@@ -132,6 +132,25 @@ class Client(ClientBase):
         """A reentrant lock served strictly in arrival order (see ``FairLock``)."""
         return FairLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
 
+    def semaphore(self, name: str) -> Semaphore:
+        """A counting semaphore named ``name`` (Redisson's RSemaphore layout)."""
+        return Semaphore(self, name)
+
+    def lease_semaphore(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> LeaseSemaphore:
+        """A semaphore whose permits have ids and leases, so a crashed holder's permits come
+        back by themselves (Redisson's RPermitExpirableSemaphore layout)."""
+        return LeaseSemaphore(self, name, lease=lease, on_lease_lost=on_lease_lost)
+
+    def latch(self, name: str) -> CountDownLatch:
+        """A count-down latch named ``name`` (Redisson's RCountDownLatch layout)."""
+        return CountDownLatch(self, name)
+
     def rw_lock(
         self,
         name: str,
@@ -379,5 +398,7 @@ class _Watchdog:
         return True
 
 
+from .latch import CountDownLatch  # noqa: E402
 from .lock import FairLock, Lock  # noqa: E402  (Lock needs Client; Client.lock returns Lock)
 from .rwlock import ReadWriteLock  # noqa: E402  (ReadWriteLock needs the client)
+from .semaphore import LeaseSemaphore, Semaphore  # noqa: E402

@@ -23,7 +23,7 @@ class CountDownLatch:
 
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
-        self._keys = core.LatchKeys.for_name(primitive_name(name, "latch"))
+        self._keys = core.keys_for(primitive_name(name, "latch"), cluster=client.cluster)
 
     @property
     def name(self) -> str:

@@ -1,0 +1,47 @@
+-- Take one permit under a lease, after giving back permits whose lease ran out.
+-- KEYS[1]  semaphore key (permits available now)
+-- KEYS[2]  leases: zset {permit id -> when its lease ends, ms (server clock)}
+-- KEYS[3]  semaphore channel; a count raised by expired leases is published
+-- KEYS[4]  waiters: zset {owner field -> when its registration lapses, ms (server clock)}
+-- ARGV[1]  permit id chosen by the caller (16 random bytes), the same for a retry
+-- ARGV[2]  lease in milliseconds
+-- ARGV[3]  owner field of the caller
+-- ARGV[4]  how long the caller's registration as a waiter lasts, ms (0: do not register)
+-- Reply    {code, ms, available}
+--   1 GRANTED  ms is the lease left on the permit; a retried request finds its own id still
+--              leased and answers GRANTED without taking a second permit
+--   0 SHORT    no permit is free; ms is the time until the soonest lease ends (-1: none held).
+--              A registering caller now counts as a waiter.
+-- At most 100 expired leases are given back per call (bounded work; the rest on the next one).
+local now = redis.call('time')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local mine = redis.call('zscore', KEYS[2], ARGV[1])
+if mine and tonumber(mine) > now_ms then
+  return {1, tonumber(mine) - now_ms, tonumber(redis.call('get', KEYS[1]) or '0')}
+end
+local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now_ms, 'limit', 0, 100)
+if #expired > 0 then
+  redis.call('zrem', KEYS[2], unpack(expired))
+  local value = redis.call('incrby', KEYS[1], #expired)
+  redis.call('publish', KEYS[3], value)
+end
+local available = tonumber(redis.call('get', KEYS[1]) or '0')
+local lease = tonumber(ARGV[2])
+if available >= 1 then
+  available = redis.call('decr', KEYS[1])
+  redis.call('zadd', KEYS[2], now_ms + lease, ARGV[1])
+  redis.call('zrem', KEYS[4], ARGV[3])
+  return {1, lease, available}
+end
+local place_ms = tonumber(ARGV[4])
+if place_ms > 0 then
+  redis.call('zremrangebyscore', KEYS[4], '-inf', now_ms)
+  redis.call('zadd', KEYS[4], now_ms + place_ms, ARGV[3])
+  redis.call('pexpire', KEYS[4], place_ms)
+end
+local soonest = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
+local wait_ms = -1
+if soonest[2] then
+  wait_ms = math.max(0, tonumber(soonest[2]) - now_ms)
+end
+return {0, wait_ms, available}

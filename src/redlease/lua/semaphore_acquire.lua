@@ -1,0 +1,39 @@
+-- Take permits from a semaphore if enough are available (Redisson RSemaphore tryAcquire).
+-- KEYS[1]  semaphore key (permits available now)
+-- KEYS[2]  total permits (see semaphore_try_set.lua)
+-- KEYS[3]  waiters: zset {owner field -> when its registration lapses, ms (server clock)}
+-- KEYS[4]  receipt of this request (same hash slot): present once it was granted
+-- ARGV[1]  permits to take
+-- ARGV[2]  owner field of the caller "<client-id>:<owner-id>"
+-- ARGV[3]  how long the caller's registration as a waiter lasts, ms (0: do not register)
+-- ARGV[4]  how long the receipt is kept, ms
+-- Reply    {code, available, total}; total is -1 when unknown
+--   1 GRANTED   the permits were taken; a retry of a granted request (same receipt key) answers
+--               GRANTED again and takes nothing
+--   0 SHORT     not enough permits now (or none were ever set); a registering caller now
+--               counts as a waiter
+--  -2 TOO_MANY  more permits asked than the semaphore has in total: nothing changed
+local permits = tonumber(ARGV[1])
+local available = tonumber(redis.call('get', KEYS[1]) or '0')
+local total = tonumber(redis.call('get', KEYS[2]) or '-1')
+if redis.call('exists', KEYS[4]) == 1 then
+  return {1, available, total}
+end
+if total >= 0 and permits > total then
+  return {-2, available, total}
+end
+if available >= permits then
+  available = redis.call('decrby', KEYS[1], permits)
+  redis.call('set', KEYS[4], 1, 'px', ARGV[4])
+  redis.call('zrem', KEYS[3], ARGV[2])
+  return {1, available, total}
+end
+local place_ms = tonumber(ARGV[3])
+if place_ms > 0 then
+  local now = redis.call('time')
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  redis.call('zremrangebyscore', KEYS[3], '-inf', now_ms)
+  redis.call('zadd', KEYS[3], now_ms + place_ms, ARGV[2])
+  redis.call('pexpire', KEYS[3], place_ms)
+end
+return {0, available, total}

@@ -1,0 +1,27 @@
+-- Give permits back to a semaphore (Redisson RSemaphore release) and wake its waiters.
+-- KEYS[1]  semaphore key (permits available now)
+-- KEYS[2]  total permits (see semaphore_try_set.lua)
+-- KEYS[3]  semaphore channel; the new count is published, as Redisson does
+-- KEYS[4]  receipt of this request (same hash slot): present once it ran
+-- ARGV[1]  permits to give back
+-- ARGV[2]  how long the receipt is kept, ms
+-- Reply    {code, available, total}; total is -1 when unknown
+--   1 RELEASED  done; a retry of a request that already ran answers RELEASED and changes nothing
+--  -2 TOO_MANY  the count would exceed the total: more given back than taken; nothing changed
+--  -3 NOT_SET   the semaphore has no permits at all (never set): nothing was taken; unchanged
+local available = tonumber(redis.call('get', KEYS[1]) or '0')
+local total = tonumber(redis.call('get', KEYS[2]) or '-1')
+if redis.call('exists', KEYS[4]) == 1 then
+  return {1, available, total}
+end
+if total < 0 and redis.call('exists', KEYS[1]) == 0 then
+  return {-3, 0, -1}
+end
+local permits = tonumber(ARGV[1])
+if total >= 0 and available + permits > total then
+  return {-2, available, total}
+end
+available = redis.call('incrby', KEYS[1], permits)
+redis.call('set', KEYS[4], 1, 'px', ARGV[2])
+redis.call('publish', KEYS[3], available)
+return {1, available, total}

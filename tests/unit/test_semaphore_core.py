@@ -1,0 +1,517 @@
+"""The semaphore, lease semaphore and latch core: scripts, keys, arguments, the wait loop and
+the record of lease permits, driven by hand with a fake clock (no server)."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from redlease._core import latch, scripts
+from redlease._core import semaphore as core
+from redlease._core.keys import hash_slot
+from redlease._core.lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift
+from redlease._core.requests import Call, Sleep, Subscribe, WaitWake
+from redlease.errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
+
+from ._fakes import FakeClock, Finished, finish, step
+from .test_scripts import _redis_calls, header_arity
+
+OWNER = "5f0c2a9e-client:7"
+SEM = core.SemaphoreKeys.for_name("jobs")
+LSEM = core.LeaseSemaphoreKeys.for_name("workers")
+LATCH = latch.LatchKeys.for_name("gate")
+LUA_DIR = Path(str(resources.files("redlease").joinpath("lua")))
+MINE = core.SCRIPTS + latch.SCRIPTS
+
+
+def _permit(keys: core.LeaseSemaphoreKeys, permit: str) -> core.Permit:
+    return core.Permit(keys=keys, permit_id=permit, watched=True, renewed_at=0.0)
+
+
+# --- scripts --------------------------------------------------------------------------------
+
+
+def test_every_primitive_lua_file_is_a_loaded_script() -> None:
+    """Each semaphore_*, lease_semaphore_* and latch_* file is loaded once, by these cores,
+    and shares no name or source with any other script."""
+    names = [s.name for s in MINE]
+    assert len(set(names)) == len(names)
+    files = {
+        p.stem
+        for p in LUA_DIR.glob("*.lua")
+        if p.stem.startswith(("semaphore_", "lease_semaphore_", "latch_"))
+    }
+    assert sorted(names) == sorted(files)
+    assert not {s.name for s in scripts.ALL} & set(names)
+    assert not {s.sha for s in scripts.ALL} & {s.sha for s in MINE}
+    assert len({s.sha for s in MINE}) == len(names)
+
+
+@pytest.mark.parametrize("script", MINE, ids=lambda s: s.name)
+def test_sha_is_sha1_of_the_source(script: scripts.Script) -> None:
+    on_disk = (LUA_DIR / f"{script.name}.lua").read_bytes()
+    assert script.source == on_disk and script.sha == hashlib.sha1(on_disk).hexdigest()
+
+
+def _calls() -> list[tuple[Call, int]]:
+    """Every kind of Call these cores build, with the number of permits it is about."""
+    permit = core.new_permit_id()
+    calls = [
+        (next(core.try_set_permits(SEM, 3)), 1),
+        (next(core.add_permits(SEM, 2)), 1),
+        (core.acquire_call(SEM, OWNER, 2, "r1", register=True), 1),
+        (core.release_call(SEM, 2, "r2"), 1),
+        (next(core.release(SEM, permits=1, request_id="r3")), 1),
+        (next(core.status(SEM)), 1),
+        (core.leave_call(SEM.waiters, OWNER), 1),
+        (next(core.lease_try_set_permits(LSEM, 2)), 1),
+        (core.lease_acquire_call(LSEM, OWNER, permit, 30.0, register=False), 1),
+        (core.lease_release_call(LSEM, permit, "r4"), 1),
+        (next(core.lease_status(LSEM)), 1),
+        (next(core.renew(LSEM, permit, 10.0)), 1),
+        (next(latch.try_set_count(LATCH, 4)), 1),
+        (next(latch.count_down(LATCH)), 1),
+        (latch.check_call(LATCH, OWNER, register=True), 1),
+        (next(latch.status(LATCH)), 1),
+    ]
+    for call, _ in list(calls):
+        if call.undo is not None:
+            back = call.undo([core.GRANTED, 30000, 1])
+            assert back is not None
+            calls.append((back, 1))
+            assert call.undo([core.SHORT, -1, 0]) is None
+    for n in (1, 2, core.BATCH, core.BATCH + 5):
+        records = [_permit(LSEM, core.new_permit_id()) for _ in range(n)]
+        for batch, call in core.PermitTable.calls(records, 30.0):
+            calls.append((call, len(batch)))
+    return calls
+
+
+def test_calls_cover_every_script() -> None:
+    assert {c.script.name for c, _ in _calls()} == {s.name for s in MINE}
+
+
+@pytest.mark.parametrize(
+    ("call", "n"), _calls(), ids=lambda v: v.script.name if isinstance(v, Call) else str(v)
+)
+def test_calls_match_the_script_headers(call: Call, n: int) -> None:
+    assert header_arity(call.script.name, n) == (len(call.keys), len(call.args))
+    assert all(isinstance(k, str) and k for k in call.keys)
+    assert all(isinstance(a, str | int | bytes) and not isinstance(a, bool) for a in call.args)
+    # every key of a call shares the primitive's cluster slot
+    assert len({hash_slot(k) for k in call.keys if not k.startswith("redisson_")}) == 1
+
+
+@pytest.mark.parametrize("script", MINE, ids=lambda s: s.name)
+def test_scripts_publish_only_on_the_channel_key(script: scripts.Script) -> None:
+    for command, args in _redis_calls(script.source.decode()):
+        assert command not in {"keys", "scan", "eval", "evalsha", "flushall", "flushdb"}
+        if command == "publish":
+            assert args[0] in {"KEYS[2]", "KEYS[3]"}
+
+
+def test_receipt_lifetime_is_passed_not_written_in_the_scripts() -> None:
+    assert core.release_call(SEM, 1, "r").args[-1] == core.RECEIPT_MS
+    assert core.lease_release_call(LSEM, core.new_permit_id(), "r").args[-1] == core.RECEIPT_MS
+    assert next(latch.count_down(LATCH)).args == (core.RECEIPT_MS,)
+
+
+# --- keys and names -------------------------------------------------------------------------
+
+
+def test_redisson_key_and_channel_names() -> None:
+    assert SEM.name == "jobs" and SEM.channel == "redisson_sc:{jobs}"
+    assert LSEM.leases == "{workers}:timeout" and LSEM.channel == "redisson_sc:{workers}"
+    assert LATCH.channel == "redisson_countdownlatch__channel__{gate}"
+    tagged = core.LeaseSemaphoreKeys.for_name("{user:7}:slots")
+    assert tagged.leases == "{user:7}:slots:timeout"
+    assert tagged.channel == "redisson_sc:{user:7}:slots"
+
+
+def test_latch_names_with_a_tag_are_refused_on_a_cluster_only() -> None:
+    assert latch.keys_for("{user:7}:done", cluster=False).name == "{user:7}:done"
+    assert latch.keys_for("done", cluster=True).name == "done"
+    with pytest.raises(InvalidArgumentError, match="cluster"):
+        latch.keys_for("{user:7}:done", cluster=True)
+
+
+_CHARS = st.characters(blacklist_categories=("Cs",))  # text that UTF-8 can encode
+_PLAIN = st.characters(blacklist_categories=("Cs",), blacklist_characters="{}")
+_NAMES = st.one_of(
+    st.text(_PLAIN, min_size=1, max_size=20),
+    st.builds(
+        lambda a, t, b: f"{a}{{{t}}}{b}",
+        st.text(_CHARS, max_size=5).filter(lambda s: "{" not in s),
+        st.text(_PLAIN, min_size=1, max_size=8),
+        st.text(_CHARS, max_size=5),
+    ),
+)
+
+
+@given(_NAMES)
+def test_every_key_shares_the_name_slot(name: str) -> None:
+    name = core.primitive_name(name, "semaphore")
+    slot = hash_slot(name)
+    sem, lsem, gate = (
+        core.SemaphoreKeys.for_name(name),
+        core.LeaseSemaphoreKeys.for_name(name),
+        latch.LatchKeys.for_name(name),
+    )
+    for key in (sem.total, sem.waiters, sem.receipt("r"), lsem.leases, lsem.receipt("x")):
+        assert hash_slot(key) == slot, key
+    for key in (gate.waiters, gate.receipt("r")):
+        assert hash_slot(key) == slot, key
+
+
+# --- arguments ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.0, "2", None])
+def test_permits_must_be_a_positive_int(bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="permits"):
+        core.positive_int(bad, "permits")
+
+
+@pytest.mark.parametrize("bad", [0, -5, False, 3.5, "1"])
+def test_count_must_be_a_positive_int(bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="count"):
+        latch.count_arg(bad)
+
+
+@pytest.mark.parametrize("bad", [-0.001, -1, math.nan, math.inf, "1", True])
+def test_timeout_must_be_none_or_seconds(bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="timeout"):
+        core.wait_timeout(bad)
+
+
+def test_timeouts_and_leases_accept_timedelta_and_zero_means_try_once() -> None:
+    from datetime import timedelta
+
+    assert core.wait_timeout(None) is None
+    assert core.wait_timeout(0) == 0.0
+    assert core.wait_timeout(timedelta(seconds=2)) == 2.0
+    assert core.lease_seconds(timedelta(milliseconds=1500)) == 1.5
+    for bad in (0, -1, math.inf, "5"):
+        with pytest.raises(InvalidArgumentError, match="lease"):
+            core.lease_seconds(bad)
+
+
+@pytest.mark.parametrize("bad", ["", "xyz", "0" * 31, "0" * 33, "g" * 32, 5, None])
+def test_permit_id_must_be_32_hex_digits(bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="permit_id"):
+        core.permit_id(bad)
+
+
+def test_permit_ids_are_fresh_16_byte_hex() -> None:
+    ids = {core.new_permit_id() for _ in range(100)}
+    assert len(ids) == 100 and all(len(bytes.fromhex(i)) == 16 for i in ids)
+    assert core.permit_id("ABCDEF0123456789ABCDEF0123456789") == "abcdef0123456789" * 2
+
+
+@pytest.mark.parametrize("bad", ["", "a}b{", "x{}y", "\ud800", 7, None])
+def test_names_must_be_usable(bad: Any) -> None:
+    with pytest.raises(InvalidArgumentError, match="name"):
+        core.primitive_name(bad, "semaphore")
+
+
+# --- the counting semaphore's operations ---------------------------------------------------
+
+
+def _start(op: Any) -> Any:
+    """Start a blocking wait: it first listens if the client already does (here: not)."""
+    first = step(op, first=True)
+    assert isinstance(first, Subscribe) and first.only_if_live
+    return step(op, False)
+
+
+def test_acquire_waits_then_succeeds_with_one_request_id() -> None:
+    clock = FakeClock()
+    op = core.acquire(SEM, OWNER, permits=2, timeout=10.0, clock=clock)
+    call = _start(op)
+    assert call.script is core.SEMAPHORE_ACQUIRE and call.args[2] == PLACE_MS
+    receipt = call.keys[3]
+    sub = step(op, [core.SHORT, 1, 3])
+    assert sub == Subscribe(SEM.channel, OWNER, core.leave_call(SEM.waiters, OWNER))
+    again = step(op, True)  # subscribed: try again at once
+    assert again.keys[3] == receipt
+    wait = step(op, [core.SHORT, 0, 3])
+    assert wait == WaitWake(RECHECK)
+    clock.advance(1.0)
+    assert step(op, True).keys[3] == receipt  # the same request id on every try
+    assert finish(op, [core.GRANTED, 0, 3]) is True
+
+
+def test_acquire_too_many_raises_and_single_try_does_not_listen() -> None:
+    op = core.acquire(SEM, OWNER, permits=5, timeout=None)
+    call = _start(op)
+    with pytest.raises(InvalidArgumentError, match="permits=5"):
+        step(op, [core.TOO_MANY, 1, 3])
+    once = core.acquire(SEM, OWNER, permits=1, timeout=0)
+    call = step(once, first=True)
+    assert isinstance(call, Call) and call.args[2] == 0  # no registration as a waiter
+    assert finish(once, [core.SHORT, 0, 3]) is False
+
+
+def test_release_reports_over_release_and_unset() -> None:
+    op = core.release(SEM, permits=2, request_id="r")
+    step(op, first=True)
+    with pytest.raises(InvalidArgumentError, match="permits=2"):
+        step(op, [core.TOO_MANY, 2, 3])
+    op = core.release(SEM, permits=1, request_id="r")
+    step(op, first=True)
+    with pytest.raises(InvalidArgumentError, match="never taken"):
+        step(op, [core.NOT_SET, 0, -1])
+    op = core.release(SEM, permits=1, request_id="r")
+    step(op, first=True)
+    assert finish(op, [core.RELEASED, 3, 3]) == 3
+
+
+def test_status_and_statistics() -> None:
+    op = core.status(SEM)
+    step(op, first=True)
+    status = finish(op, [-1, -1, 0, -2])
+    stats = core.statistics(status, "jobs", 0)
+    assert (stats.permits, stats.available, stats.holders, stats.ttl) == (None, 0, None, None)
+    op = core.status(SEM)
+    step(op, first=True)
+    stats = core.statistics(finish(op, [1, 3, 2, 5000]), "jobs", 1)
+    assert (stats.permits, stats.available, stats.holders, stats.waiters) == (3, 1, 2, 2)
+    assert (stats.local_waiters, stats.ttl) == (1, 5.0)
+    op = core.lease_status(LSEM)
+    step(op, first=True)
+    stats = core.lease_statistics(finish(op, [0, 2, 1, 1500, 3]), "workers", 0)
+    assert (stats.permits, stats.available, stats.holders, stats.ttl) == (3, 1, 2, 1.5)
+    op = core.lease_status(LSEM)
+    step(op, first=True)
+    stats = core.lease_statistics(finish(op, [-1, 0, 0, -1, 0]), "workers", 0)
+    assert (stats.permits, stats.available, stats.holders, stats.ttl) == (None, 0, 0, None)
+
+
+# --- the wait loop --------------------------------------------------------------------------
+
+_REPLIES = st.lists(
+    st.tuples(st.integers(-1, 20_000), st.floats(0.0, 3.0), st.booleans()),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(timeout=st.one_of(st.none(), st.floats(0.01, 30.0)), replies=_REPLIES)
+def test_lease_waits_are_bounded_and_give_up_on_time(
+    timeout: float | None, replies: list[tuple[int, float, bool]]
+) -> None:
+    """Whatever the server answers, every wait is bounded by the soonest lease end, our
+    deadline and RECHECK; every try asks for the same permit; giving up leaves the line."""
+    clock = FakeClock()
+    deadline = None if timeout is None else clock() + timeout
+    op = core.lease_acquire(LSEM, OWNER, lease=30.0, timeout=timeout, clock=clock)
+    request = _start(op)
+    permit = request.args[0]
+    hint = math.inf
+    subscribed = False
+    for soonest_ms, elapsed, woken in replies:
+        assert isinstance(request, Call) and request.script is core.LEASE_SEMAPHORE_ACQUIRE
+        assert request.args[0] == permit
+        hint = math.inf if soonest_ms < 0 else soonest_ms / 1000
+        try:
+            request = step(op, [core.SHORT, soonest_ms, 0])
+        except Finished as done:
+            assert done.value is None
+            return
+        if isinstance(request, Subscribe):
+            assert not subscribed
+            subscribed = True
+            request = step(op, True)
+            continue
+        if request == core.leave_call(LSEM.waiters, OWNER):
+            assert deadline is not None and clock() >= deadline
+            with pytest.raises(Finished) as done:
+                step(op, 1)
+            assert done.value.value is None
+            return
+        assert isinstance(request, WaitWake)
+        limit = min(hint, RECHECK, math.inf if deadline is None else deadline - clock())
+        assert 0 <= request.timeout <= limit + 1e-9
+        clock.advance(min(elapsed, request.timeout))
+        request = step(op, woken)
+
+
+def test_lease_grant_that_comes_too_late_is_given_back() -> None:
+    clock = FakeClock()
+    op = core.lease_acquire(LSEM, OWNER, lease=1.0, timeout=10.0, clock=clock)
+    call = _start(op)
+    permit = call.args[0]
+    clock.advance(1.0 - drift(1.0))  # the reply took the whole lease
+    back = step(op, [core.GRANTED, 1000, 0])
+    assert back.script is core.LEASE_SEMAPHORE_RELEASE and back.args[0] == permit
+    sub = step(op, [core.RELEASED, 1])
+    assert isinstance(sub, Subscribe)
+    step(op, True)
+    got = finish(op, [core.GRANTED, 1000, 0])
+    assert got.permit_id == bytes(permit).hex() and got.ttl == 1.0
+
+
+def test_outage_is_ridden_out_only_while_listening() -> None:
+    clock = FakeClock()
+    op = core.acquire(SEM, OWNER, permits=1, timeout=None, clock=clock)
+    step(op, first=True)
+    step(op, False)
+    with pytest.raises(ServerUnavailableError):  # never listened: raise at once
+        op.throw(ServerUnavailableError("down"))
+    op = core.acquire(SEM, OWNER, permits=1, timeout=None, clock=clock)
+    step(op, first=True)
+    assert isinstance(step(op, True), Call)  # already listening
+    sleeps = 0
+    while True:
+        try:
+            request = op.throw(ServerUnavailableError("down"))
+        except ServerUnavailableError:
+            break
+        assert isinstance(request, Sleep) and 0 <= request.seconds <= 0.5
+        clock.advance(request.seconds + 0.1)
+        assert isinstance(step(op, None), Call)
+        sleeps += 1
+        assert sleeps < 1000
+    assert sleeps >= OUTAGE_TOLERANCE / 0.6
+
+
+def test_latch_wait_returns_at_zero_and_leaves_on_timeout() -> None:
+    clock = FakeClock()
+    op = latch.wait(LATCH, OWNER, timeout=1.0, clock=clock)
+    call = _start(op)
+    assert call == latch.check_call(LATCH, OWNER, register=True)
+    assert isinstance(step(op, 3), Subscribe)
+    assert isinstance(step(op, True), Call)
+    wait = step(op, 3)
+    assert wait == WaitWake(1.0)
+    clock.advance(1.0)
+    step(op, False)
+    assert step(op, 3) == core.leave_call(LATCH.waiters, OWNER)
+    assert finish(op, 1) is False
+    op = latch.wait(LATCH, OWNER, timeout=None, clock=clock)
+    _start(op)
+    assert finish(op, 0) is True
+
+
+def test_release_errors() -> None:
+    permit = core.new_permit_id()
+    assert core.release_error(LSEM, permit, core.RELEASED, True, None) is None
+    lost = core.release_error(LSEM, permit, core.LOST, False, None)
+    assert isinstance(lost, LeaseLostError) and lost.owner == permit
+    ours = core.release_error(LSEM, permit, core.UNKNOWN, True, None)
+    assert isinstance(ours, LeaseLostError)
+    known = LeaseLostError("x", name="workers", owner=permit)
+    assert core.release_error(LSEM, permit, core.UNKNOWN, False, known) is known
+    unknown = core.release_error(LSEM, permit, core.UNKNOWN, False, None)
+    assert isinstance(unknown, InvalidArgumentError) and "permit_id" in str(unknown)
+
+
+# --- the record of lease permits ------------------------------------------------------------
+
+
+def test_renewal_calls_group_by_semaphore_and_batch() -> None:
+    other = core.LeaseSemaphoreKeys.for_name("other")
+    records = [_permit(LSEM if i % 3 else other, core.new_permit_id()) for i in range(600)]
+    calls = core.PermitTable.calls(records, 9.0)
+    seen = []
+    for batch, call in calls:
+        assert len(batch) <= core.BATCH
+        assert len({p.keys.name for p in batch}) == 1
+        assert call.keys[1] == batch[0].keys.leases and call.args[0] == 9000
+        assert list(call.args[1:]) == [bytes.fromhex(p.permit_id) for p in batch]
+        seen.extend(batch)
+    assert sorted(p.permit_id for p in seen) == sorted(p.permit_id for p in records)
+
+
+class PermitTableMachine(RuleBasedStateMachine):
+    """Grants, releases, renewals and failures in any order: a permit is held, lost or
+    forgotten, never two at once; only held, watched, not-releasing permits are renewed;
+    each loss is reported once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = core.PermitTable()
+        self.now = 0.0
+        self.held: dict[str, bool] = {}  # id -> watched
+        self.releasing: set[str] = set()
+        self.lost: set[str] = set()
+        self.reported: list[str] = []
+        self.minted = 0  # deterministic ids: hypothesis replays must draw the same
+
+    @rule(watched=st.booleans(), other=st.booleans())
+    def grant(self, watched: bool, other: bool) -> None:
+        keys = core.LeaseSemaphoreKeys.for_name("other") if other else LSEM
+        self.minted += 1
+        granted = core.Granted(f"{self.minted:032x}", 30.0, self.now)
+        self.table.granted(keys, granted, watched=watched, listener=None)
+        self.held[granted.permit_id] = watched
+
+    @precondition(lambda self: self.held)
+    @rule(data=st.data())
+    def begin_release(self, data: st.DataObject) -> None:
+        permit = data.draw(st.sampled_from(sorted(self.held)))
+        self.table.begin_release(permit)
+        self.releasing.add(permit)
+
+    @precondition(lambda self: self.releasing)
+    @rule(data=st.data(), done=st.booleans())
+    def end_release(self, data: st.DataObject, done: bool) -> None:
+        permit = data.draw(st.sampled_from(sorted(self.releasing)))
+        self.releasing.discard(permit)
+        if done:
+            assert self.table.released(permit) is not None
+            del self.held[permit]
+        else:
+            self.table.abort_release(permit)
+
+    @rule(data=st.data(), elapsed=st.floats(0.0, 20.0))
+    def renewal_round(self, data: st.DataObject, elapsed: float) -> None:
+        self.now += elapsed
+        watched = self.table.watched()
+        assert {p.permit_id for p in watched} == {
+            p for p, w in self.held.items() if w and p not in self.releasing
+        }
+        for batch, _call in core.PermitTable.calls(watched, 30.0):
+            if data.draw(st.booleans()):
+                reply = data.draw(
+                    st.lists(st.sampled_from([0, 1]), min_size=len(batch), max_size=len(batch))
+                )
+                gone = self.table.renewed(batch, reply, self.now)
+            else:
+                gone = self.table.renewal_failed(batch, self.now, 30.0)
+            for record, error in gone:
+                assert isinstance(error, LeaseLostError) and error.owner == record.permit_id
+                self.reported.append(record.permit_id)
+                del self.held[record.permit_id]
+                self.lost.add(record.permit_id)
+
+    @precondition(lambda self: self.lost)
+    @rule(data=st.data())
+    def release_a_lost_one(self, data: st.DataObject) -> None:
+        permit = data.draw(st.sampled_from(sorted(self.lost)))
+        assert self.table.take_lost(permit) is not None
+        assert self.table.released(permit) is None
+        self.lost.discard(permit)
+
+    @invariant()
+    def states_are_exclusive(self) -> None:
+        assert len(self.table) == len(self.held)
+        assert not set(self.held) & self.lost
+        assert len(self.reported) == len(set(self.reported))
+        for permit in self.held:
+            assert self.table.get(permit) is not None
+
+
+PermitTableMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None
+)
+TestPermitTable = PermitTableMachine.TestCase
