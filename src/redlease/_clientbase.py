@@ -60,9 +60,18 @@ class ClientBase:
         return f"<redlease.{type(self).__name__} {self.address} id={self._state.id}>"
 
     @staticmethod
+    def _fenced_get_op(key: str, token: int) -> Operation[bytes | str | None]:
+        _check_token(token)
+        return fence.fenced_get(key, token)
+
+    @staticmethod
     def _fenced_set_op(key: str, value: str | bytes, token: int, px: int | None) -> Operation[None]:
-        if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
-            raise InvalidArgumentError(f"fencing token must be a positive int, got {token!r}")
+        _check_token(token)
         if px is not None and (isinstance(px, bool) or not isinstance(px, int) or px <= 0):
             raise InvalidArgumentError(f"px must be a positive int of milliseconds, got {px!r}")
         return fence.fenced_set(key, value, token, px or 0)
+
+
+def _check_token(token: int) -> None:
+    if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
+        raise InvalidArgumentError(f"fencing token must be a positive int, got {token!r}")

@@ -117,11 +117,15 @@ class LockBase:
                 name=self.name,
                 owner=owner,
             )
+        # a release that failed with an unknown outcome is retried with the same request id,
+        # so the server recognises one it already ran
+        if hold.release_id is None:
+            hold.release_id = uuid.uuid4().hex
         op = core.release(
             self._keys,
             owner,
             held=hold.count,
-            request_id=uuid.uuid4().hex,
+            request_id=hold.release_id,
             # a fair lock always hands over to the first waiter in line
             handoff_ms=self._state.handoff_ms
             or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
@@ -129,6 +133,7 @@ class LockBase:
         return ReleasePlan(owner=owner, hold=hold, op=op)
 
     def _released(self, plan: ReleasePlan, remaining: int) -> None:
+        plan.hold.release_id = None
         self._state.released(plan.hold, remaining)
 
     def _release_failed(self, plan: ReleasePlan, exc: BaseException) -> None:

@@ -198,10 +198,21 @@ def run_command(address: Address, *args: str | int | bytes, timeout: float = 5.0
     """Run one command on the server at ``address`` over a fresh connection and return its
     reply. No client library is involved (nor its retries); an error reply raises
     ``RuntimeError``, a connection problem or a timeout ``OSError``."""
+    return _run_commands(address, [args], timeout)[0]
+
+
+def _run_commands(
+    address: Address, commands: list[tuple[str | int | bytes, ...]], timeout: float
+) -> list[Reply]:
+    """Several commands, one after the other, on one fresh connection."""
     with socket.create_connection(_address(address), timeout=timeout) as sock:
         sock.settimeout(timeout)
-        sock.sendall(_encode(args))
-        return _Reader(sock).reply()
+        reader = _Reader(sock)
+        replies = []
+        for args in commands:
+            sock.sendall(_encode(args))
+            replies.append(reader.reply())
+        return replies
 
 
 def parse_info(reply: Reply) -> dict[str, str]:
@@ -376,8 +387,9 @@ class RedisServer:
 
         Called on a master it waits for its replicas; called on a replica, for that replica
         (asking its master through ``replica_of``). It polls ``INFO replication`` on the
-        master until ``connected_slaves`` is reached and the replicas are online, then asks
-        for their acknowledgement with ``WAIT`` until every replica's offset equals the master's.
+        master until ``connected_slaves`` is reached and the replicas are online, and until
+        their offsets reached the master's offset as of the check (``WAIT`` makes them report
+        at once): they then hold all that was written before, even while writes go on.
         Raises ``TimeoutError`` when that does not happen within ``timeout`` seconds.
         """
         master: tuple[str, int] = (
@@ -408,18 +420,26 @@ class RedisServer:
         online = [s for s in slaves if s.get("state") == "online"]
         if int(info.get("connected_slaves", "0")) < replicas or len(online) < replicas:
             return False
-        # WAIT makes the master ask its replicas for an acknowledgement now, rather than at
-        # their next once-a-second report; then the offsets must match.
+        # The replicas must reach the master's offset as of now (later writes may go on).
+        # A PUBLISH (to a channel nobody listens to) makes this connection a writer, so that
+        # its WAIT blocks and the master asks its replicas for an acknowledgement at once,
+        # rather than at their next once-a-second report.
+        offset = int(info.get("master_repl_offset", "0"))
         wait_ms = max(1, int(budget * 500))
-        acked = run_command(master, "WAIT", replicas, wait_ms, timeout=budget + 1)
-        if not isinstance(acked, int) or acked < replicas:
-            return False
-        info = parse_info(run_command(master, "INFO", "replication", timeout=budget))
-        offset = info.get("master_repl_offset")
+        *_, after = _run_commands(
+            master,
+            [
+                ("PUBLISH", "redlease:testing:sync", "1"),
+                ("WAIT", replicas, wait_ms),
+                ("INFO", "replication"),
+            ],
+            timeout=budget + 1,
+        )
+        info = parse_info(after)
         slaves = [_fields(v) for k, v in info.items() if k.startswith("slave") and k[5:].isdigit()]
         if self.replica_of is not None:
             slaves = [s for s in slaves if s.get("port") == str(self.port)]
-        return sum(1 for s in slaves if s.get("offset") == offset) >= replicas
+        return sum(1 for s in slaves if int(s.get("offset", "-1")) >= offset) >= replicas
 
     def promote(self) -> None:
         """Make this replica a master (``REPLICAOF NO ONE``): it keeps the data it has and takes

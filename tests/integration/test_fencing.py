@@ -95,3 +95,22 @@ async def test_fenced_write_bad_arguments(side, server, name):
             await side(client.fenced_set(name, "v", token))
     with pytest.raises(ValueError, match="px"):
         await side(client.fenced_set(name, "v", 5, px=0))
+
+
+async def test_fenced_read_modify_write_shuts_out_a_stale_holder(side, server, name):
+    resource = f"{name}:counter"
+    stale = side.client(server.url).lock(name)
+    assert await side(stale.acquire(lease=0.2))
+    stale_token = stale.fencing_token
+    client = side.client(server.url)
+    assert await side(client.fenced_get(resource, stale_token)) is None  # reads 0
+    newer = client.lock(name)
+    async with side.hold(newer, timeout=10) as lease:  # after the stale lease ran out
+        assert await side(client.fenced_get(resource, lease.fencing_token)) is None
+        # the stale holder writes between the new holder's read and write: refused
+        with pytest.raises(StaleTokenError):
+            await side(client.fenced_set(resource, "1", stale_token))
+        await side(client.fenced_set(resource, "1", lease.fencing_token))
+    with pytest.raises(StaleTokenError):
+        await side(client.fenced_get(resource, stale_token))
+    assert await side(client.fenced_get(resource, lease.fencing_token)) == b"1"

@@ -138,6 +138,7 @@ def _core_calls() -> list[tuple[Call, int]]:
     calls.append((lock.leave_call(KEYS, OWNER), 1))
     fenced = fence.fenced_set("orders:42:stock", "7", 123, 0)
     calls.append((next(fenced), 1))
+    calls.append((next(fence.fenced_get("orders:42:stock", 123)), 1))
     undo = calls[0][0].undo
     assert undo is not None
     undo_call = undo([1, 1, 30000])

@@ -202,6 +202,14 @@ class AsyncClient(ClientBase):
 
         return decorate
 
+    async def fenced_get(self, key: str, token: int) -> bytes | str | None:
+        """Read the string ``key`` as the holder of ``token``, and make ``key`` refuse every
+        older token from now on (``StaleTokenError`` if a newer one was already used).
+
+        Read with this and write with ``fenced_set``: a holder whose lease ran out can then
+        write neither before nor between them."""
+        return await self._run(self._fenced_get_op(key, token), key)
+
     async def fenced_set(
         self, key: str, value: str | bytes, token: int, *, px: int | None = None
     ) -> None:

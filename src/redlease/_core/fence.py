@@ -21,10 +21,23 @@ def fenced_set(resource: str, value: str | bytes, token: int, px: int) -> Operat
         (token, value, px),
     )
     if int(reply[0]) != 1:
-        raise StaleTokenError(
-            f"write to {resource!r} refused: token {token} is older than {int(reply[1])}, "
-            "which a later holder already used",
-            resource=resource,
-            token=token,
-            seen=int(reply[1]),
-        )
+        raise _stale("write to", resource, token, int(reply[1]))
+
+
+def fenced_get(resource: str, token: int) -> Operation[bytes | str | None]:
+    """Read ``resource`` and make it refuse every token older than ``token`` from now on."""
+    reply = yield Call(scripts.FENCED_GET, (resource, seen_key(resource)), (token,))
+    if int(reply[0]) != 1:
+        raise _stale("read of", resource, token, int(reply[1]))
+    value: bytes | str | None = reply[2]
+    return value
+
+
+def _stale(what: str, resource: str, token: int, seen: int) -> StaleTokenError:
+    return StaleTokenError(
+        f"{what} {resource!r} refused: token {token} is older than {seen}, "
+        "which a later holder already used",
+        resource=resource,
+        token=token,
+        seen=seen,
+    )

@@ -240,6 +240,8 @@ class Hold:
     leases: list[float | None] = field(default_factory=list)
     replication: Replication | None = None
     """Replica acknowledgements its renewals wait for."""
+    release_id: str | None = None
+    """The request id of a release whose outcome is unknown (a retry must reuse it)."""
     releasing: bool = False
     """Set while the final release is on the wire, so the watchdog does not call it lost."""
     listeners: list[Callable[[LeaseLostError], None]] = field(default_factory=list)

@@ -16,9 +16,9 @@ waiters by pub/sub.
 from __future__ import annotations
 
 import math
+import os
 import random as _random
 import time
-import uuid
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,9 +37,19 @@ MASTER_TIMEOUT = 0.1
 """Default per-master timeout (seconds): how long any fan-out waits for one master. Keep it far
 below the leases you use; the Redis page suggests 5-50 ms for a 10 s lease."""
 
+OUTAGE_GRACE = 1.0
+"""An unbounded acquire that has not yet seen the lock held retries this long through an
+outage (a majority not answering in time, or validity spent) before it raises: a moment's
+slowness is ridden out, a majority that is down is reported promptly."""
+
 BACKOFF_BASE = 0.01
 BACKOFF_CAP = 0.5
 """Random back-off after a split vote or an outage: uniform in ``[0, min(cap, base * 2**n))``."""
+
+
+def request_id() -> str:
+    """A unique id for a release request (makes a retried release recognisable)."""
+    return os.urandom(16).hex()
 
 
 def quorum(masters: int) -> int:
@@ -246,10 +256,10 @@ def acquire(
     ``None`` when not acquired: a non-blocking try found it held, or ``timeout`` ran out (a
     bounded wait never raises ``QuorumError``). ``QuorumError`` when a non-blocking try could
     not get a majority to answer in time, and when an unbounded wait meets an outage (fewer
-    than a majority answering, or validity spent) before it has seen the lock held, or one that
-    lasts ``OUTAGE_TOLERANCE`` after. ``LeaseLostError`` when a re-entry finds the caller's hold
-    gone on a majority. The ``Acquired.ttl`` is the validity time; the token is 0 (Redlock
-    hands out no fencing token).
+    than a majority answering, or validity spent) that lasts ``OUTAGE_GRACE`` before it has
+    seen the lock held, or ``OUTAGE_TOLERANCE`` after. ``LeaseLostError`` when a re-entry
+    finds the caller's hold gone on a majority. The ``Acquired.ttl`` is the validity time; the
+    token is 0 (Redlock hands out no fencing token).
     """
     n = len(masters)
     need = quorum(n)
@@ -262,7 +272,7 @@ def acquire(
     outage_since: float | None = None
     backoffs = 0
     while True:
-        give_back = release_call(keys, owner, held + 1, request_id=uuid.uuid4().hex)
+        give_back = release_call(keys, owner, held + 1, request_id=request_id())
         call = acquire_call(keys, owner, held, lease)
         sent_at = clock()
         replies = yield Fanout((call,) * n, master_timeout, on_cancel=(give_back,) * n)
@@ -297,9 +307,8 @@ def acquire(
             outage_since = now
         if deadline is None:
             remaining = math.inf
-            if outage_since is not None and (
-                not seen_held or now - outage_since >= OUTAGE_TOLERANCE
-            ):
+            tolerance = OUTAGE_TOLERANCE if seen_held else OUTAGE_GRACE
+            if outage_since is not None and now - outage_since >= tolerance:
                 raise _not_acquired(keys, owner, masters, replies, lease, elapsed)
         else:
             remaining = deadline - now
@@ -372,15 +381,21 @@ def release(
     need = quorum(n)
     call = release_call(keys, owner, held, request_id=request_id)
     replies = yield Fanout((call,) * n, master_timeout)
-    released = [i for i, r in enumerate(replies) if not _failed(r) and int(r[0]) == codes.RELEASED]
-    failed = [i for i, r in enumerate(replies) if _failed(r)]
+    released: list[int] = []
+    failed: list[int] = []
+    for i, reply in enumerate(replies):
+        if _failed(reply):
+            failed.append(i)
+        elif int(reply[0]) == codes.RELEASED:
+            released.append(i)
     if len(released) >= need:
-        labels = _labels(masters)
-        unconfirmed = {
-            labels[i]: _why(r) if _failed(r) else _describe_release(r)
-            for i, r in enumerate(replies)
-            if i not in released
-        }
+        unconfirmed: dict[str, str] = {}
+        if len(released) < n:
+            labels = _labels(masters)
+            for i, reply in enumerate(replies):
+                if i not in released:
+                    why = _why(reply) if _failed(reply) else _describe_release(reply)
+                    unconfirmed[labels[i]] = why
         return Released(remaining=held - 1, unconfirmed=unconfirmed)
     if len(released) + len(failed) < need:
         raise LeaseLostError(

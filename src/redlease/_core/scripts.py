@@ -36,6 +36,7 @@ LOCK_FORCE_RELEASE = Script.load("lock_force_release")
 LOCK_STATUS = Script.load("lock_status")
 LOCK_LEAVE = Script.load("lock_leave")
 FENCED_SET = Script.load("fenced_set")
+FENCED_GET = Script.load("fenced_get")
 
 ALL = (
     LOCK_ACQUIRE,
@@ -45,4 +46,5 @@ ALL = (
     LOCK_STATUS,
     LOCK_LEAVE,
     FENCED_SET,
+    FENCED_GET,
 )
