@@ -7,6 +7,8 @@ from typing import Any
 from ._async.client import AsyncClient
 from ._async.latch import AsyncCountDownLatch
 from ._async.lock import AsyncFairLock, AsyncLock
+from ._async.multilock import AsyncMultiLock
+from ._async.redlock import AsyncRedlockClient, AsyncRedlockLock
 from ._async.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from ._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from ._core.latch import LatchStatistics
@@ -14,6 +16,8 @@ from ._core.semaphore import SemaphoreStatistics
 from ._sync.client import Client
 from ._sync.latch import CountDownLatch
 from ._sync.lock import FairLock, Lock
+from ._sync.multilock import MultiLock
+from ._sync.redlock import RedlockClient, RedlockLock
 from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from ._sync.semaphore import LeaseSemaphore, Semaphore
 from .errors import (
@@ -22,6 +26,7 @@ from .errors import (
     LockTimeoutError,
     LockUpgradeError,
     NotOwnedError,
+    QuorumError,
     RedleaseError,
     ReplicaError,
     ServerUnavailableError,
@@ -35,8 +40,11 @@ __all__ = [
     "AsyncFairLock",
     "AsyncLeaseSemaphore",
     "AsyncLock",
+    "AsyncMultiLock",
     "AsyncReadLock",
     "AsyncReadWriteLock",
+    "AsyncRedlockClient",
+    "AsyncRedlockLock",
     "AsyncSemaphore",
     "AsyncWriteLock",
     "Client",
@@ -51,10 +59,14 @@ __all__ = [
     "LockStatistics",
     "LockTimeoutError",
     "LockUpgradeError",
+    "MultiLock",
     "NotOwnedError",
+    "QuorumError",
     "ReadLock",
     "ReadWriteLock",
     "RedleaseError",
+    "RedlockClient",
+    "RedlockLock",
     "ReplicaError",
     "Semaphore",
     "SemaphoreStatistics",

@@ -142,8 +142,8 @@ class LockBase:
             self._released(plan, int(exc.reply[1]))
         elif isinstance(exc, LeaseLostError):
             self._state.forget(plan.hold)  # the server no longer has it
-        else:
-            self._state.abort_release(plan.hold)  # unknown outcome: keep it, retry is safe
+        # else the outcome is unknown (no reply): keep the hold, still marked as being released
+        # so the watchdog does not call it lost, with its request id, so a retry is safe
 
     def _statistics(self, owner: str, status: core.Status, local_waiters: int) -> LockStatistics:
         count = status.holders.get(owner, 0)

@@ -143,6 +143,7 @@ class ClientState:
         with self.mutex:
             self._lost.pop((keys.name, owner), None)
             hold = self.holds.granted(keys, owner, acquired, lease)
+            hold.releasing, hold.release_id = False, None  # a re-entry ends a failed release
             if listener is not None and listener not in hold.listeners:
                 hold.listeners.append(listener)
         wait = time.monotonic() - started
@@ -186,10 +187,6 @@ class ClientState:
             if hold is not None and hold.count == 1:
                 hold.releasing = True
             return hold
-
-    def abort_release(self, hold: Hold) -> None:
-        with self.mutex:
-            hold.releasing = False
 
     def released(self, hold: Hold, remaining: int) -> None:
         name, owner = hold.keys.name, hold.owner

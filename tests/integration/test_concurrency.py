@@ -283,6 +283,9 @@ def test_sync_and_async_apis_match():
         (redlease.Semaphore, redlease.AsyncSemaphore),
         (redlease.LeaseSemaphore, redlease.AsyncLeaseSemaphore),
         (redlease.CountDownLatch, redlease.AsyncCountDownLatch),
+        (redlease.RedlockClient, redlease.AsyncRedlockClient),
+        (redlease.RedlockLock, redlease.AsyncRedlockLock),
+        (redlease.MultiLock, redlease.AsyncMultiLock),
     ]
     for sync_cls, async_cls in pairs:
         sync_api = {n for n in dir(sync_cls) if not n.startswith("_")}

@@ -1,0 +1,114 @@
+"""Several asyncio locks taken all-or-nothing: ``AsyncMultiLock(*locks)``."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Protocol
+
+from .._shell import log
+from .._sync.multilock import check_members, first_error, order_key
+from ..options import Seconds, optional_seconds, wait_args
+
+
+class SupportsAsyncLock(Protocol):
+    """What a member needs: a name and the awaitable lock calls (``AsyncLock``, ...)."""
+
+    @property
+    def name(self) -> str: ...
+
+    async def acquire(
+        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> bool: ...
+
+    async def release(self) -> None: ...
+
+
+class AsyncMultiLock:
+    """The asyncio twin of ``MultiLock``: several locks held together, taken all-or-nothing
+    within one ``timeout`` in a fixed order, released together. A cancelled ``acquire`` gives
+    back what it took before the cancellation propagates; a cancelled ``release`` still
+    releases every member (each bounded) before it does."""
+
+    def __init__(self, *locks: SupportsAsyncLock) -> None:
+        check_members(locks)
+        self.locks = locks
+        self._order = sorted(locks, key=order_key)
+
+    async def acquire(
+        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> bool:
+        """Take every member; ``False`` (holding none) when ``timeout`` ran out or, with
+        ``blocking`` false, when a member is held elsewhere. ``lease`` applies to each member
+        (``None``: each member's own default)."""
+        wait = wait_args(blocking, timeout)
+        optional_seconds(lease, "lease")
+        deadline = None if wait is None else time.monotonic() + wait
+        taken: list[SupportsAsyncLock] = []
+        try:
+            for lock in self._order:
+                if not await _take(lock, blocking, deadline, lease):
+                    break
+                taken.append(lock)
+        finally:
+            if len(taken) < len(self._order):  # never left half-held, cancelled or not
+                await self._release_all(taken, raise_errors=False)
+        return len(taken) == len(self._order)
+
+    async def release(self) -> None:
+        """Release every member (in reverse order), even when some fail; then raise the first
+        failure (``NotOwnedError``, ``LeaseLostError``, ``QuorumError``, ...)."""
+        await self._release_all(self._order, raise_errors=True)
+
+    async def _release_all(self, locks: Iterable[SupportsAsyncLock], *, raise_errors: bool) -> None:
+        # in the caller's task (a hold belongs to its task); each member's release completes
+        # even when cancelled, and a cancellation waits until every member had its turn
+        errors: list[BaseException] = []
+        cancelled: asyncio.CancelledError | None = None
+        for lock in reversed(list(locks)):
+            try:
+                await lock.release()
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+            except Exception as exc:
+                errors.append(exc)
+        if cancelled is not None:
+            for error in errors:
+                log.warning("AsyncMultiLock release (cancelled): a member failed: %r", error)
+            raise cancelled
+        if errors and raise_errors:
+            raise first_error(errors, "AsyncMultiLock release")
+        for error in errors:
+            log.warning(
+                "AsyncMultiLock: giving back %r after a failed acquire failed: %r", self, error
+            )
+
+    async def __aenter__(self) -> AsyncMultiLock:
+        await self.acquire()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release()
+
+    def __repr__(self) -> str:
+        return f"<redlease.AsyncMultiLock {[lock.name for lock in self.locks]!r}>"
+
+
+async def _take(
+    lock: SupportsAsyncLock, blocking: bool, deadline: float | None, lease: Seconds | None
+) -> bool:
+    if not blocking:
+        return await lock.acquire(blocking=False, lease=lease)
+    if deadline is None:
+        return await lock.acquire(lease=lease)
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:  # out of time: one last try, no wait
+        return await lock.acquire(blocking=False, lease=lease)
+    return await lock.acquire(timeout=remaining, lease=lease)

@@ -1,0 +1,172 @@
+"""The part of ``RedlockLock`` and ``AsyncRedlockLock`` (and their clients) that does no I/O:
+arguments, masters, local record of holds, lease-loss bookkeeping."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from ._core import redlock as core
+from ._core.keys import LockKeys
+from ._core.lock import Acquired, Hold
+from ._core.watchdog import RenewalPolicy
+from ._shell import ClientState, log, lost_error
+from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, QuorumError
+from .options import Seconds, lock_name, optional_seconds, wait_args
+
+
+def check_masters(addresses: Sequence[str]) -> tuple[str, ...]:
+    """Refuse an empty list and a master given twice (two votes from one server would make a
+    false majority)."""
+    if not addresses:
+        raise InvalidArgumentError("a Redlock needs at least one master (three or five are usual)")
+    seen: set[str] = set()
+    for address in addresses:
+        if address in seen:
+            raise InvalidArgumentError(f"master {address} is given twice")
+        seen.add(address)
+    return tuple(addresses)
+
+
+def apply_renewals(
+    state: ClientState, policy: RenewalPolicy, renewals: list[core.Renewal], now: float
+) -> None:
+    """Record a renewal round: renewed holds count from when it was sent; a hold that no
+    majority has, or that was not renewed on a majority for a whole lease, is lost."""
+    for renewal in renewals:
+        hold = renewal.hold
+        if renewal.renewed:
+            hold.renewed_at = renewal.sent_at
+        elif hold.releasing:
+            continue
+        elif renewal.renewed is False:
+            state.lease_lost(hold, lost_error(hold, "no majority of masters has it any more"))
+        elif policy.expired(hold.renewed_at, now):
+            state.lease_lost(hold, lost_error(hold, "not renewed on a majority for a whole lease"))
+
+
+def renewal_failed(
+    state: ClientState, policy: RenewalPolicy, holds: list[Hold], exc: Exception, now: float
+) -> None:
+    """A renewal round broke off (an unexpected error): holds past a whole lease are lost."""
+    log.warning("Redlock lease renewal failed: %s", exc)
+    for hold in holds:
+        if not hold.releasing and policy.expired(hold.renewed_at, now):
+            state.lease_lost(hold, lost_error(hold, "not renewed on a majority for a whole lease"))
+
+
+@dataclass(frozen=True)
+class AcquirePlan:
+    owner: str
+    lease: float | None
+    op: core.RedlockOperation[Acquired | None]
+    started: float
+
+
+@dataclass(frozen=True)
+class ReleasePlan:
+    owner: str
+    hold: Hold
+    op: core.RedlockOperation[core.Released]
+
+
+class RedlockLockBase:
+    """Shared by both shells; each shell supplies the I/O and the owner of the caller."""
+
+    def __init__(
+        self,
+        state: ClientState,
+        masters: tuple[str, ...],
+        master_timeout: float,
+        name: str,
+        *,
+        lease: Seconds | None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None,
+    ) -> None:
+        self._state = state
+        self._masters = masters
+        self._master_timeout = master_timeout
+        self._keys = LockKeys.for_name(lock_name(name))
+        self._lease = optional_seconds(lease, "lease")
+        self._on_lease_lost = on_lease_lost
+
+    @property
+    def name(self) -> str:
+        return self._keys.name
+
+    def _plan_acquire(
+        self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
+    ) -> AcquirePlan:
+        wait = wait_args(blocking, timeout)
+        chosen = optional_seconds(lease, "lease")
+        if chosen is None:
+            chosen = self._lease
+        op = core.acquire(
+            self._keys,
+            owner,
+            self._masters,
+            held=self._state.count(self.name, owner),
+            lease=self._state.watchdog_timeout if chosen is None else chosen,
+            blocking=blocking,
+            timeout=wait,
+            master_timeout=self._master_timeout,
+        )
+        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
+
+    def _acquired(self, plan: AcquirePlan, result: Acquired | None) -> bool:
+        """Record a grant (after a majority confirmed it in time)."""
+        if result is None:
+            return False
+        self._state.granted(
+            self._keys, plan.owner, result, plan.lease, self._on_lease_lost, plan.started
+        )
+        return True
+
+    def _plan_release(self, owner: str) -> ReleasePlan:
+        hold = self._state.begin_release(self.name, owner)
+        if hold is None:
+            lost = self._state.take_lost(self.name, owner)
+            if lost is not None:
+                raise lost
+            raise NotOwnedError(
+                f"lock {self.name!r} is not held by owner {owner}: nothing to release",
+                name=self.name,
+                owner=owner,
+            )
+        op = core.release(
+            self._keys,
+            owner,
+            self._masters,
+            held=hold.count,
+            request_id=core.request_id(),
+            master_timeout=self._master_timeout,
+        )
+        return ReleasePlan(owner=owner, hold=hold, op=op)
+
+    def _released(self, plan: ReleasePlan, result: core.Released) -> None:
+        self._state.released(plan.hold, result.remaining)
+        if result.unconfirmed:
+            where = "; ".join(f"{m}: {why}" for m, why in result.unconfirmed.items())
+            log.warning(
+                "lock %r released on a majority; not confirmed by %s (a hold left there "
+                "expires with its lease)",
+                self.name,
+                where,
+            )
+
+    def _release_failed(self, plan: ReleasePlan, exc: BaseException) -> None:
+        if isinstance(exc, LeaseLostError):
+            self._state.forget(plan.hold)  # no majority has it
+        elif isinstance(exc, QuorumError) and plan.hold.count == 1:
+            # a final release that reached too few masters: stop renewing it; the masters not
+            # reached keep it until its lease runs out (the error says which)
+            self._state.forget(plan.hold)
+        # else the outcome is unknown: keep the hold, still marked as being released (the
+        # watchdog leaves it alone), so that a retry is safe
+
+    def _lease_lost(self, owner: str) -> bool:
+        return self._state.peek_lost(self.name, owner)
+
+    def _where(self) -> str:
+        return ",".join(self._masters)

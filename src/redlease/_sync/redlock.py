@@ -1,0 +1,723 @@
+"""The thread-based Redlock: one lock on N independent masters, held on a majority.
+
+A fan-out sends its script to every master first and then reads the replies as they come, on
+connections of its own (one pipeline per master), so N masters cost about one round trip, not
+N. A reply that has not come within the per-master timeout is given up (its connection is
+dropped: the reply may still come). New connections are opened by helper threads, so a master
+that accepts connections but never answers (stopped, overloaded) cannot hold a caller past the
+timeout either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import select
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+import redis
+import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .._channels import Waiter
+from .._core import redlock as core
+from .._core.requests import Call, Sleep, WaitWake
+from .._core.watchdog import RenewalPolicy
+from .._redlockbase import RedlockLockBase, apply_renewals, check_masters, renewal_failed
+from .._shell import CONNECTION_ERRORS, ClientState, ThreadOwners, subscriber_kwargs, unavailable
+from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
+from ..events import Listener
+from ..options import Seconds, seconds
+from .client import Client
+from .subscriber import Subscriber
+
+T = TypeVar("T")
+
+_owners = ThreadOwners()
+
+IO_TIMEOUT = 5.0
+"""Socket timeout of fan-out connections when the redis client sets none: it bounds a helper
+thread's connect and the read of a reply that has started to arrive."""
+
+MAX_CONNECTING = 4
+"""Connections being opened at once to one master; more waiters share them."""
+
+MAX_IDLE = 64
+"""Idle fan-out connections kept per master."""
+
+CONNECT_POLL = 0.002
+"""How often a fan-out that waits for a new connection looks whether it is there."""
+
+
+class _Master:
+    """One master: its redlease ``Client`` (address, subscriber) and the idle connections that
+    fan-outs use. Thread-safe."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.address = client.address
+        pool = client.redis.connection_pool
+        given = pool.connection_kwargs
+        kwargs = subscriber_kwargs(given)
+        kwargs["socket_timeout"] = given.get("socket_timeout") or IO_TIMEOUT
+        kwargs["socket_connect_timeout"] = (
+            given.get("socket_connect_timeout") or kwargs["socket_timeout"]
+        )
+        kwargs["retry"] = Retry(NoBackoff(), 0)  # a fan-out never waits on redis-py's retries
+        self._factory: Callable[[], Any] = lambda: pool.connection_class(**kwargs)
+        self._idle: list[Any] = []
+        self._connecting = 0
+        self._failures = 0
+        self._error: BaseException | None = None
+        self._mutex = threading.Lock()
+
+    def take_idle(self) -> Any | None:
+        with self._mutex:
+            return self._idle.pop() if self._idle else None
+
+    def give(self, conn: Any) -> None:
+        with self._mutex:
+            if len(self._idle) < MAX_IDLE:
+                self._idle.append(conn)
+                return
+        with contextlib.suppress(Exception):
+            conn.disconnect()
+
+    @property
+    def failures(self) -> int:
+        """How many connection attempts have failed so far (a mark for ``failed_since``)."""
+        return self._failures
+
+    def failed_since(self, mark: int) -> BaseException | None:
+        """The last connection error, if an attempt failed after ``mark`` was taken."""
+        with self._mutex:
+            return self._error if self._failures > mark else None
+
+    def request_connection(self, helpers: ThreadPoolExecutor) -> None:
+        """Have a helper thread open a connection (it becomes idle), unless enough are on the
+        way: a master that accepts connections but never answers ties up no caller."""
+        with self._mutex:
+            if self._connecting >= MAX_CONNECTING:
+                return
+            self._connecting += 1
+        try:
+            helpers.submit(self._open)
+        except RuntimeError:  # the client is closing
+            with self._mutex:
+                self._connecting -= 1
+
+    def _open(self) -> None:
+        conn = self._factory()
+        try:
+            conn.connect()
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+            with self._mutex:
+                self._connecting -= 1
+                self._failures += 1
+                self._error = exc
+            return
+        with self._mutex:
+            self._connecting -= 1
+        self.give(conn)
+
+    def drop_idle(self) -> None:
+        """Disconnect every idle connection (one was found dead: the others likely are)."""
+        with self._mutex:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+
+    def after_fork(self) -> None:
+        # the parent's sockets are not ours: forget them without touching them
+        self._idle = []
+        self._connecting = 0
+        self._mutex = threading.Lock()
+
+
+@dataclass
+class _Flight:
+    """A call sent to one master whose reply has not been read yet."""
+
+    conn: Any
+    call: Call
+    reused: bool
+    evaled: bool = False
+
+
+class _Listening:
+    """The waiters of one operation on several masters, all setting one event."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._mutex = threading.Lock()
+        self._waiters: dict[int, tuple[Subscriber, Waiter]] = {}
+        self._closed = False
+
+    def has(self, index: int) -> bool:
+        with self._mutex:
+            return index in self._waiters
+
+    def count(self) -> int:
+        with self._mutex:
+            return len(self._waiters)
+
+    def adopt(self, index: int, subscriber: Subscriber, waiter: Waiter) -> None:
+        with self._mutex:
+            if self._closed or index in self._waiters:
+                subscriber.unsubscribe(waiter)
+                return
+            old, waiter.event = waiter.event, self.event
+            self._waiters[index] = (subscriber, waiter)
+        if old.is_set():
+            self.event.set()
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            waiters = list(self._waiters.values())
+            self._waiters.clear()
+        for subscriber, waiter in waiters:
+            subscriber.unsubscribe(waiter)
+
+
+def _nothing() -> int:
+    return 0
+
+
+def _adopt(listening: _Listening, i: int, sub: Subscriber, future: Future[Waiter]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return  # not confirmed: wake-ups are hints, waits are bounded anyway
+    listening.adopt(i, sub, future.result())
+
+
+class RedlockClient:
+    """Redlock over independent masters (one ``redis.Redis`` each): a lock is held when a
+    majority (``N // 2 + 1``) granted it with validity left. Thread-safe; share one.
+
+    ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; one watchdog
+    renews all such holds on every master and counts a majority. ``master_timeout`` is how long
+    any operation waits for one master: keep it far below your leases.
+
+    Operational rule (from the Redis page): a master that crashed without persistence must stay
+    down for longer than the longest lease before it rejoins; otherwise it comes back empty
+    while others still rely on its vote.
+    """
+
+    def __init__(
+        self,
+        clients: Sequence[redis.Redis],
+        *,
+        watchdog_timeout: Seconds = 30.0,
+        master_timeout: Seconds = core.MASTER_TIMEOUT,
+    ) -> None:
+        clients = list(clients)
+        for given in clients:
+            if not isinstance(given, redis.Redis):
+                raise TypeError(
+                    f"RedlockClient needs redis.Redis clients, got {type(given).__name__}"
+                    " (use AsyncRedlockClient for redis.asyncio)"
+                )
+        timeout = seconds(watchdog_timeout, "watchdog_timeout")
+        self.master_timeout = seconds(master_timeout, "master_timeout")
+        self._masters = [
+            _Master(Client(c, watchdog_timeout=timeout, handoff_window=0)) for c in clients
+        ]
+        self.addresses = check_masters([m.address for m in self._masters])
+        self._state = ClientState(timeout, 0.0, None)
+        self._policy = RenewalPolicy(timeout)
+        self._mutex = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._watchdog: threading.Thread | None = None
+        self._stop = threading.Event()
+        self._closed = False
+
+    @classmethod
+    def from_urls(
+        cls,
+        urls: Sequence[str],
+        *,
+        watchdog_timeout: Seconds = 30.0,
+        master_timeout: Seconds = core.MASTER_TIMEOUT,
+        **redis_kwargs: Any,
+    ) -> RedlockClient:
+        """A client over ``redis.Redis.from_url(url, **redis_kwargs)`` for each URL, closed
+        with it."""
+        if isinstance(urls, str):
+            raise InvalidArgumentError("from_urls needs a list of URLs, one per master")
+        clients = [redis.Redis.from_url(url, **redis_kwargs) for url in urls]
+        try:
+            client = cls(clients, watchdog_timeout=watchdog_timeout, master_timeout=master_timeout)
+        except BaseException:
+            for made in clients:
+                made.close()
+            raise
+        for master in client._masters:
+            master.client._owns_redis = True
+        return client
+
+    @property
+    def id(self) -> str:
+        """This client's id: the first half of every owner field it writes."""
+        self._check_fork()
+        return self._state.id
+
+    @property
+    def address(self) -> str:
+        """The masters' addresses, comma-separated."""
+        return ",".join(self.addresses)
+
+    @property
+    def quorum(self) -> int:
+        """How many masters make a majority."""
+        return core.quorum(len(self._masters))
+
+    @property
+    def watchdog_timeout(self) -> float:
+        return self._state.watchdog_timeout
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
+        self._state.listeners.add(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._state.listeners.remove(listener)
+
+    def lock(
+        self,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> RedlockLock:
+        """A reentrant lock named ``name``, held on a majority of the masters."""
+        return RedlockLock(self, name, lease=lease, on_lease_lost=on_lease_lost)
+
+    def close(self) -> None:
+        """Stop the watchdog, the subscribers and the connections (and the redis clients that
+        ``from_urls`` made). Holds still held are not released: they expire with their lease."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        thread = self._watchdog
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+        for master in self._masters:
+            master.client.close()
+            master.drop_idle()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> RedlockClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<redlease.RedlockClient {self.address} id={self._state.id}>"
+
+    # --- the driver -----------------------------------------------------------------------
+
+    def _check_fork(self) -> None:
+        if self._state.check_fork():
+            # threads do not survive fork; the parent's connections are not ours
+            self._pool = None
+            self._watchdog = None
+            self._mutex = threading.Lock()
+            for master in self._masters:
+                master.after_fork()
+                if master.client._state.check_fork():
+                    master.client._after_fork()
+
+    def _owner(self) -> str:
+        self._check_fork()
+        return self._state.owner(_owners.current())
+
+    def _helpers(self) -> ThreadPoolExecutor:
+        with self._mutex:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    max_workers=(MAX_CONNECTING + 2) * len(self._masters),
+                    thread_name_prefix="redlease-redlock",
+                )
+            return self._pool
+
+    def _run(self, op: core.RedlockOperation[T], name: str | None) -> T:
+        """Perform ``op``'s requests one by one until it returns."""
+        if self._closed:
+            raise RuntimeError("redlease client is closed")
+        listening: _Listening | None = None  # made when first needed (most calls never wait)
+        reply: Any = None
+        try:
+            while True:
+                request = op.send(reply)
+                if isinstance(request, core.Fanout):
+                    reply = self._fanout(request.calls, request.timeout, name)
+                elif isinstance(request, core.Listen):
+                    if request.only_if_live and not self._any_subscriber():
+                        reply = 0 if listening is None else listening.count()
+                        continue
+                    listening = listening or _Listening()
+                    reply = self._listen(request, listening, name)
+                elif isinstance(request, WaitWake):
+                    listening = listening or _Listening()
+                    reply = listening.event.wait(request.timeout)
+                    listening.event.clear()
+                elif isinstance(request, Sleep):
+                    time.sleep(request.seconds)
+                    reply = None
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        finally:
+            op.close()
+            if listening is not None:
+                listening.close()
+
+    def _any_subscriber(self) -> bool:
+        return any(m.client._subscriber is not None for m in self._masters)
+
+    def _fanout(
+        self, calls: tuple[Call | None, ...], timeout: float, name: str | None
+    ) -> list[Any]:
+        """Send to every master, then read the replies as they come, all within ``timeout``;
+        a master without an idle connection gets one from a helper thread meanwhile."""
+        return _Round(self, calls, name).run(time.monotonic() + timeout)
+
+    def _late(self, i: int, name: str | None, what: str) -> ServerUnavailableError:
+        ms = round(self.master_timeout * 1000)
+        address = self._masters[i].address
+        about = f" for lock {name!r}" if name else ""
+        return ServerUnavailableError(
+            f"redis server {address} {what} within {ms} ms{about}", address=address, name=name
+        )
+
+    def _listen(self, request: core.Listen, listening: _Listening, name: str | None) -> int:
+        wanted = [i for i in request.masters if not listening.has(i)]
+        if request.only_if_live:
+            for i in wanted:
+                sub = self._masters[i].client._subscriber
+                waiter = sub.listen_if_live(request.channel, request.owner) if sub else None
+                if waiter is not None and sub is not None:
+                    listening.adopt(i, sub, waiter)
+            return listening.count()
+        futures: list[Future[Waiter]] = []
+        for i in wanted:
+            sub = self._masters[i].client._subscriber_started()
+            future = self._helpers().submit(
+                sub.subscribe, request.channel, request.owner, name=name
+            )
+            future.add_done_callback(functools.partial(_adopt, listening, i, sub))
+            futures.append(future)
+        # a subscription not confirmed in time still joins when it is (or is dropped if the
+        # operation is over by then)
+        wait_futures(futures, timeout=self.master_timeout)
+        return listening.count()
+
+    # --- the watchdog ---------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        with self._mutex:
+            if self._watchdog is None or not self._watchdog.is_alive():
+                self._watchdog = threading.Thread(
+                    target=self._watchdog_loop, name="redlease-redlock-watchdog", daemon=True
+                )
+                self._watchdog.start()
+
+    def _watchdog_loop(self) -> None:
+        policy, state = self._policy, self._state
+        delay = policy.interval
+        while not self._stop.wait(delay):
+            with state.mutex:
+                holds = state.holds.watched()
+            if not holds:
+                delay = policy.interval
+                continue
+            ok = True
+            try:
+                renewals = self._run(
+                    core.renew(holds, policy, self.addresses, master_timeout=self.master_timeout),
+                    None,
+                )
+            except Exception as exc:
+                if self._closed:
+                    return
+                renewal_failed(state, policy, holds, exc, time.monotonic())
+                ok = False
+            else:
+                ok = all(r.renewed for r in renewals)
+                apply_renewals(state, policy, renewals, time.monotonic())
+            delay = policy.next_delay(ok)
+
+
+class _Round:
+    """One fan-out in progress: a call per master, sent at once, replies read as they come."""
+
+    def __init__(self, client: RedlockClient, calls: tuple[Call | None, ...], name: str | None):
+        self.client = client
+        self.masters = client._masters
+        self.calls = calls
+        self.name = name
+        self.out: list[Any] = [None] * len(calls)
+        self.flights: dict[int, _Flight] = {}
+        self.waiting: dict[int, int] = {}  # master -> connection-failure mark when it began
+        self._packed: dict[tuple[Any, ...], Any] = {}
+
+    def run(self, deadline: float) -> list[Any]:
+        try:
+            for i, call in enumerate(self.calls):
+                if call is not None:
+                    self.dispatch(i, self.masters[i].take_idle(), reused=True)
+            # the usual case: read in the order sent, each read waiting at most until the
+            # deadline (a slow master delays reading the others, not their replies)
+            for i in list(self.flights):
+                while i in self.flights and not self.waiting:
+                    if not self.receive(i, max(0.0, deadline - time.monotonic())):
+                        break  # late: the rest are read without waiting
+            # a master waits for a new connection (or answered late): poll them all
+            while self.flights or self.waiting:
+                progressed = self.connected()
+                remaining = deadline - time.monotonic()
+                wait = 0.0 if progressed else max(0.0, remaining)
+                if self.waiting:
+                    wait = min(wait, CONNECT_POLL)
+                ready = self.readable(wait)
+                for i in ready:
+                    self.receive(i, 0.0)
+                if not ready and not progressed and remaining <= 0:
+                    break
+        finally:
+            for i, flight in self.flights.items():
+                with contextlib.suppress(Exception):
+                    flight.conn.disconnect()  # its reply may still come: never reuse it
+                self.out[i] = self.client._late(i, self.name, "did not answer")
+            for i in self.waiting:
+                self.out[i] = self.client._late(i, self.name, "could not be connected to")
+        return self.out
+
+    def readable(self, timeout: float) -> list[int]:
+        """The masters whose reply can be read, waiting up to ``timeout`` for one (one
+        ``poll`` for all: a socket with nothing to read costs no system call of its own)."""
+        now: list[int] = []
+        polled: dict[int, int] = {}
+        for i, flight in self.flights.items():
+            sock = flight.conn._sock
+            if sock is None or getattr(sock, "pending", _nothing)():
+                now.append(i)  # broken (the read will say why) or TLS data already decrypted
+            else:
+                polled[sock.fileno()] = i
+        if now or not polled:
+            return now
+        if not hasattr(select, "poll"):  # Windows
+            readable, _, _ = select.select(list(polled), [], [], timeout)
+            return [polled[fd] for fd in readable]
+        poller = select.poll()
+        for fd in polled:
+            poller.register(fd, select.POLLIN)
+        return [polled[fd] for fd, _ in poller.poll(math.ceil(timeout * 1000))]
+
+    def packed(self, conn: Any, call: Call) -> Any:
+        """``EVALSHA`` for ``call`` as bytes, packed once for every master alike."""
+        packer, encoder = conn._command_packer, conn.encoder
+        key = (id(call), type(packer), encoder.encoding, encoder.encoding_errors)
+        command = self._packed.get(key)
+        if command is None:
+            args = (call.script.sha, len(call.keys), *call.keys, *call.args)
+            command = self._packed[key] = packer.pack("EVALSHA", *args)
+        return command
+
+    def connected(self) -> bool:
+        """Send on connections that helper threads opened meanwhile; report failed ones."""
+        progressed = False
+        for i, mark in list(self.waiting.items()):
+            master = self.masters[i]
+            conn = master.take_idle()
+            if conn is not None:
+                del self.waiting[i]
+                self.dispatch(i, conn, reused=False)
+                progressed = True
+            elif (error := master.failed_since(mark)) is not None:
+                del self.waiting[i]
+                self.out[i] = unavailable(error, master.address, self.name)
+                progressed = True
+            else:
+                master.request_connection(self.client._helpers())
+        return progressed
+
+    def dispatch(self, i: int, conn: Any | None, *, reused: bool) -> None:
+        """Send master ``i``'s call on ``conn``, or wait for a new connection."""
+        master, call = self.masters[i], self.calls[i]
+        assert call is not None
+        if conn is None:
+            self.waiting[i] = master.failures
+            master.request_connection(self.client._helpers())
+            return
+        try:
+            conn.send_packed_command(self.packed(conn, call), check_health=False)
+        except CONNECTION_ERRORS as exc:
+            if reused:  # a dead idle connection (a restarted master): the others are too
+                master.drop_idle()
+                self.dispatch(i, None, reused=False)
+            else:
+                self.out[i] = unavailable(exc, master.address, self.name)
+            return
+        self.flights[i] = _Flight(conn, call, reused)
+
+    def receive(self, i: int, wait: float) -> bool:
+        """Read master ``i``'s reply if it comes within ``wait`` seconds and record the
+        outcome; ``False`` when it has not come."""
+        flight = self.flights[i]
+        master, conn, call = self.masters[i], flight.conn, flight.call
+        try:
+            if not conn.can_read(timeout=wait):
+                return False
+            reply = conn.read_response()
+        except redis.exceptions.NoScriptError as exc:
+            if flight.evaled:
+                del self.flights[i]
+                master.give(conn)
+                self.out[i] = exc
+                return True
+            # a restarted master has an empty script cache: EVAL loads it again
+            try:
+                args = (call.script.source, len(call.keys), *call.keys, *call.args)
+                conn.send_command("EVAL", *args)
+            except CONNECTION_ERRORS as error:
+                del self.flights[i]
+                self.out[i] = unavailable(error, master.address, self.name)
+                return True
+            flight.evaled = True
+            return True
+        except CONNECTION_ERRORS as exc:
+            del self.flights[i]
+            with contextlib.suppress(Exception):
+                conn.disconnect()
+            if flight.reused:  # a dead idle connection: send once more on a new one
+                master.drop_idle()
+                self.dispatch(i, None, reused=False)
+            else:
+                self.out[i] = unavailable(exc, master.address, self.name)
+            return True
+        except redis.exceptions.RedisError as exc:
+            del self.flights[i]
+            master.give(conn)  # an error reply: the connection itself is fine
+            self.out[i] = exc
+            return True
+        del self.flights[i]
+        master.give(conn)
+        self.out[i] = reply
+        return True
+
+
+class RedlockLock(RedlockLockBase):
+    """A reentrant lease lock held on a majority of independent masters, owned per thread.
+
+    The same calls as ``Lock``: ``acquire(blocking, timeout, lease)``, ``release()``, ``with``,
+    ``locked()``, ``owned()``, ``ttl()``, ``hold_count()``, ``force_release()``. It hands out
+    no fencing token: a token that stays increasing needs a single master.
+    """
+
+    def __init__(
+        self,
+        client: RedlockClient,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> None:
+        super().__init__(
+            client._state,
+            client.addresses,
+            client.master_timeout,
+            name,
+            lease=lease,
+            on_lease_lost=on_lease_lost,
+        )
+        self.client = client
+
+    def acquire(
+        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> bool:
+        """Take a hold on a majority; ``False`` when ``timeout`` ran out or (``blocking``
+        false) the lock is held. Raises ``QuorumError`` when no majority can be had (see
+        the README). Without a ``lease`` the watchdog renews the hold."""
+        plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
+        got = self._acquired(plan, self.client._run(plan.op, self.name))
+        if got and plan.lease is None:
+            self.client._watch()
+        return got
+
+    def release(self) -> None:
+        """Give back one hold on every master. Raises ``NotOwnedError`` when the calling
+        thread holds none, ``LeaseLostError`` when a majority no longer has it, ``QuorumError``
+        when fewer than a majority could confirm the release."""
+        plan = self._plan_release(self.client._owner())
+        try:
+            result = self.client._run(plan.op, self.name)
+        except BaseException as exc:
+            self._release_failed(plan, exc)
+            raise
+        self._released(plan, result)
+
+    def locked(self) -> bool:
+        """Whether some owner holds the lock on a majority of masters."""
+        return self._status().locked
+
+    def owned(self) -> bool:
+        """Whether the calling thread holds the lock on a majority of masters."""
+        return self.hold_count() > 0
+
+    def hold_count(self) -> int:
+        """The calling thread's hold count that a majority of masters agrees on."""
+        return self._status().holders.get(self.client._owner(), 0)
+
+    def ttl(self) -> float | None:
+        """Seconds of lease a majority of masters still has; ``None`` when free."""
+        return self._status().ttl
+
+    def force_release(self) -> bool:
+        """Delete the lock on every master whoever holds it; ``True`` if any master had it."""
+        op = core.force_release(self._keys, self._masters, master_timeout=self._master_timeout)
+        return self.client._run(op, self.name)
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether the calling thread's hold was found lost and not yet reported by release."""
+        return self._lease_lost(self.client._owner())
+
+    def _status(self) -> core.MajorityStatus:
+        op = core.status(self._keys, self._masters, master_timeout=self._master_timeout)
+        return self.client._run(op, self.name)
+
+    def __enter__(self) -> RedlockLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<redlease.RedlockLock {self.name!r} on {self._where()}>"

@@ -1,0 +1,430 @@
+"""Redlock on 3 and 5 real private masters, each test on the sync and the asyncio side."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+import pytest
+
+from redlease.errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    NotOwnedError,
+    QuorumError,
+    ServerUnavailableError,
+)
+
+from . import redlock_fixtures as fixtures
+from .helpers import eventually
+from .redlock_fixtures import held_on, holders, listening, redlock
+
+redlock_binary, five, three, private3 = (
+    fixtures.redlock_binary,
+    fixtures.five,
+    fixtures.three,
+    fixtures.private3,
+)
+
+
+SLACK = 1.5
+"""Allowance on top of a per-master timeout for a loaded machine (a stalled call would take
+the server's 5 s socket timeout, or for ever)."""
+
+
+async def pause(side, seconds: float) -> None:
+    await asyncio.sleep(seconds) if side.is_async else time.sleep(seconds)
+
+
+@pytest.mark.parametrize("count", [3, 5])
+async def test_quorum_acquire_release_and_queries(side, five, name, count):
+    masters = five[:count]
+    client = redlock(side, masters)
+    assert client.quorum == count // 2 + 1
+    lock = client.lock(name)
+    assert not await side(lock.locked())
+    assert await side(lock.ttl()) is None
+    assert await side(lock.acquire(timeout=5, lease=10))
+    for master in masters:  # the single-master layout, on every master
+        ((field, count_text),) = holders(master, name).items()
+        assert field.startswith(client.id + ":") and count_text == "1"
+    assert await side(lock.locked()) and await side(lock.owned())
+    assert await side(lock.hold_count()) == 1
+    assert 9 < await side(lock.ttl()) <= 10
+    assert not hasattr(lock, "fencing_token")  # no token that could go backwards
+    await side(lock.release())
+    assert held_on(masters, name) == []
+    assert not await side(lock.locked()) and not await side(lock.owned())
+
+
+async def test_reentrant_and_exclusive(side, three, name):
+    holder = redlock(side, three).lock(name)
+    other = redlock(side, three).lock(name)
+    assert await side(holder.acquire())
+    assert await side(holder.acquire(blocking=False))
+    assert await side(holder.hold_count()) == 2
+    assert not await side(other.acquire(blocking=False))
+    assert not await side(other.acquire(timeout=0.2))
+    with pytest.raises(NotOwnedError):
+        await side(other.release())
+    await side(holder.release())
+    assert not await side(other.acquire(blocking=False))
+    await side(holder.release())
+    assert await side(other.acquire(blocking=False))
+    await side(other.release())
+
+
+async def test_with_statement(side, three, name):
+    lock = redlock(side, three).lock(name)
+    if side.is_async:
+        async with lock:
+            assert await lock.owned()
+    else:
+        with lock:
+            assert lock.owned()
+    assert held_on(three, name) == []
+
+
+async def test_a_waiter_is_woken_by_pubsub_from_the_masters(side, three, name):
+    holder = redlock(side, three).lock(name)
+    waiter_client = redlock(side, three)
+    waiter = waiter_client.lock(name)
+    assert await side(holder.acquire(lease=30))
+    started = time.monotonic()
+    if side.is_async:
+        task = asyncio.create_task(waiter.acquire(timeout=20))
+        await eventually(lambda: listening(waiter_client, name) >= 2)
+        await holder.release()
+        assert await asyncio.wait_for(task, 25)
+    else:
+        result: list[bool] = []
+        thread = threading.Thread(target=lambda: result.append(waiter.acquire(timeout=20)))
+        thread.start()
+        await eventually(lambda: listening(waiter_client, name) >= 2)
+        holder.release()
+        thread.join(25)
+        assert result == [True]
+    assert time.monotonic() - started < 4, "woken by pub/sub, not by a 5 s re-check"
+    owners = {field.split(":")[0] for s in three for field in holders(s, name)}
+    assert owners == {waiter_client.id}
+
+
+async def test_one_master_down(side, private3, name, caplog):
+    client = redlock(side, private3)
+    lock = client.lock(name)
+    private3[0].kill()
+    assert await side(lock.acquire(timeout=5, lease=10))
+    assert held_on(private3[1:], name) == [0, 1]
+    assert await side(lock.owned())
+    with caplog.at_level(logging.WARNING, logger="redlease"):
+        await side(lock.release())
+    assert any(private3[0].url.split("//")[1][:-2] in r.getMessage() for r in caplog.records)
+    assert held_on(private3[1:], name) == []
+
+
+async def test_two_masters_down_fails_cleanly(side, private3, name):
+    client = redlock(side, private3)
+    lock = client.lock(name)
+    private3[0].kill()
+    private3[1].kill()
+    with pytest.raises(QuorumError) as info:
+        await side(lock.acquire(blocking=False))
+    error = info.value
+    assert isinstance(error, ConnectionError) and error.quorum == 2 and error.name == name
+    assert list(error.outcomes) == list(client.addresses)
+    assert error.outcomes[client.addresses[2]] == "granted"
+    assert all(isinstance(error.errors[a], ServerUnavailableError) for a in client.addresses[:2])
+    started = time.monotonic()
+    assert not await side(lock.acquire(timeout=0.5))  # a bounded acquire returns False
+    assert time.monotonic() - started < 3
+    with pytest.raises(QuorumError):
+        if side.is_async:
+            async with lock:
+                pass
+        else:
+            with lock:
+                pass
+    assert holders(private3[2], name) == {}  # nothing left held on the master that answered
+    with pytest.raises(NotOwnedError):
+        await side(lock.release())
+
+
+async def test_a_stopped_master_does_not_stall_acquisition(side, private3, name):
+    client = redlock(side, private3, master_timeout=0.2)
+    lock = client.lock(name)
+    assert await side(lock.acquire(lease=10))  # connections to every master are open
+    await side(lock.release())
+    private3[2].pause()
+    try:
+        started = time.monotonic()
+        assert await side(lock.acquire(lease=2))
+        took = time.monotonic() - started
+        assert took < 0.2 + SLACK, f"acquire took {took:.3f} s with one master stopped"
+        assert held_on(private3[:2], name) == [0, 1]
+        started = time.monotonic()
+        await side(lock.release())
+        assert time.monotonic() - started < 0.2 + SLACK
+        assert held_on(private3[:2], name) == []
+        # a new connection to the stopped master must not stall either
+        started = time.monotonic()
+        assert await side(lock.acquire(lease=2))
+        assert time.monotonic() - started < 0.2 + SLACK
+        await side(lock.release())
+    finally:
+        private3[2].resume()
+    # a late grant the stopped master makes once resumed expires with its 2 s lease
+    await eventually(lambda: held_on(private3, name) == [], timeout=15)
+
+
+async def test_two_stopped_masters_of_five_do_not_stall(side, redlock_binary, name):
+    servers = fixtures._start(redlock_binary, 5)
+    try:
+        client = redlock(side, servers, master_timeout=0.2)
+        lock = client.lock(name)
+        servers[0].pause()
+        servers[3].pause()
+        try:
+            started = time.monotonic()
+            assert await side(lock.acquire(lease=2))
+            assert time.monotonic() - started < 0.2 + SLACK
+            assert held_on([servers[i] for i in (1, 2, 4)], name) == [0, 1, 2]
+            await side(lock.release())
+        finally:
+            servers[0].resume()
+            servers[3].resume()
+        await side(client.close())
+    finally:
+        fixtures._stop(servers)
+
+
+async def test_a_master_restarted_empty_while_held(side, private3, name):
+    lost: list[LeaseLostError] = []
+    seen = threading.Event()
+
+    def on_lost(error: LeaseLostError) -> None:
+        lost.append(error)
+        seen.set()
+
+    client = redlock(side, private3, watchdog_timeout=0.6)
+    lock = client.lock(name, on_lease_lost=on_lost)
+    assert await side(lock.acquire())
+    private3[0].restart()  # comes back empty
+    await pause(side, 1.5)  # more than two leases: only renewals keep it
+    assert not lost and not lock.lease_lost
+    assert await side(lock.owned())  # still held on the remaining majority
+    assert held_on(private3, name) == [1, 2]
+    private3[1].restart()  # now only one master of three has it: the majority is lost
+    await eventually(seen.is_set, timeout=10)
+    assert lost[0].name == name and lock.lease_lost
+    with pytest.raises(LeaseLostError):
+        await side(lock.release())
+
+
+async def test_lost_majority_is_signalled(side, three, name):
+    import redis
+
+    seen = threading.Event()
+    client = redlock(side, three, watchdog_timeout=0.6)
+    lock = client.lock(name, on_lease_lost=lambda error: seen.set())
+    assert await side(lock.acquire())
+    for server in three[:2]:  # the hold vanishes from two masters behind the holder's back
+        raw = redis.Redis.from_url(server.url)
+        raw.delete(name)
+        raw.close()
+    await eventually(seen.is_set, timeout=10)
+    assert lock.lease_lost
+    with pytest.raises(LeaseLostError):
+        await side(lock.release())
+    await eventually(lambda: held_on(three, name) == [], timeout=5)
+
+
+async def test_validity_spent_means_failure_and_nothing_held(side, private3, name):
+    client = redlock(side, private3, master_timeout=0.1)
+    lock = client.lock(name)
+    assert await side(lock.acquire(lease=10))
+    await side(lock.release())
+    private3[2].pause()
+    try:
+        # every attempt waits 0.1 s for the stopped master: more than the whole lease
+        assert not await side(lock.acquire(timeout=0.6, lease=0.05))
+        assert held_on(private3[:2], name) == []
+        with pytest.raises(QuorumError, match="validity was spent"):
+            await side(lock.acquire(blocking=False, lease=0.05))
+        assert held_on(private3[:2], name) == []
+        assert not await side(lock.locked())
+    finally:
+        private3[2].resume()
+    # what the stopped master does once resumed expires with the 50 ms lease
+    await eventually(lambda: held_on(private3, name) == [], timeout=10)
+
+
+async def test_release_that_cannot_reach_a_majority(side, private3, name):
+    client = redlock(side, private3)
+    lock = client.lock(name)
+    assert await side(lock.acquire(lease=5))
+    private3[0].kill()
+    private3[1].kill()
+    with pytest.raises(QuorumError) as info:
+        await side(lock.release())
+    assert info.value.outcomes[client.addresses[2]] == "released"
+    assert len(info.value.errors) == 2
+    with pytest.raises(NotOwnedError):  # given up locally: the rest expires with the lease
+        await side(lock.release())
+
+
+async def test_force_release_wakes_a_waiter(side, three, name):
+    holder = redlock(side, three).lock(name)
+    waiter_client = redlock(side, three)
+    assert await side(holder.acquire(lease=30))
+    started = time.monotonic()
+    if side.is_async:
+        task = asyncio.create_task(waiter_client.lock(name).acquire(timeout=20))
+        await eventually(lambda: listening(waiter_client, name) >= 2)
+        assert await waiter_client.lock(name).force_release()
+        assert await asyncio.wait_for(task, 25)
+    else:
+        result: list[bool] = []
+        thread = threading.Thread(
+            target=lambda: result.append(waiter_client.lock(name).acquire(timeout=20))
+        )
+        thread.start()
+        await eventually(lambda: listening(waiter_client, name) >= 2)
+        assert waiter_client.lock(name).force_release()
+        thread.join(25)
+        assert result == [True]
+    assert time.monotonic() - started < 4
+    assert not await side(holder.owned())
+
+
+async def test_parallel_contenders_never_both_hold(side, five, name):
+    contenders, rounds = 4, 8
+    shared = [redlock(side, five) for _ in range(2)]  # two threads or tasks per client
+    clients = [shared[i % 2] for i in range(contenders)]
+    inside, most, done = [0], [0], [0]
+    guard = threading.Lock()
+
+    def enter() -> None:
+        with guard:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+
+    def leave() -> None:
+        with guard:
+            inside[0] -= 1
+            done[0] += 1
+
+    if side.is_async:
+
+        async def work(client) -> None:
+            lock = client.lock(name)
+            for _ in range(rounds):
+                assert await lock.acquire(timeout=20, lease=5)
+                enter()
+                await asyncio.sleep(0.002)
+                leave()
+                await lock.release()
+
+        await asyncio.wait_for(asyncio.gather(*(work(c) for c in clients)), 60)
+    else:
+
+        def work(client) -> None:
+            lock = client.lock(name)
+            for _ in range(rounds):
+                assert lock.acquire(timeout=20, lease=5)
+                enter()
+                time.sleep(0.002)
+                leave()
+                lock.release()
+
+        threads = [threading.Thread(target=work, args=(c,)) for c in clients]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert done[0] == contenders * rounds
+    assert most[0] == 1
+    assert held_on(five, name) == []
+
+
+async def test_cancelled_acquire_leaves_nothing_held(side, private3, name):
+    if not side.is_async:
+        pytest.skip("cancellation is an asyncio matter")
+    holder = redlock(side, private3).lock(name)
+    waiter = redlock(side, private3).lock(name)
+    assert await holder.acquire(lease=30)
+    task = asyncio.create_task(waiter.acquire())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not await waiter.owned()
+    await holder.release()
+    assert held_on(private3, name) == []
+    # cancelled while the calls are out: two masters granted, the third is stopped
+    slow = redlock(side, private3, master_timeout=1.0).lock(name)
+    private3[2].pause()
+    try:
+        task = asyncio.create_task(slow.acquire(lease=1))
+        await eventually(lambda: held_on(private3[:2], name) == [0, 1], timeout=5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        assert held_on(private3[:2], name) == []
+    finally:
+        private3[2].resume()
+    await eventually(lambda: held_on(private3, name) == [], timeout=10)
+
+
+async def test_bad_arguments(side, three):
+    from redlease._async.redlock import AsyncRedlockClient
+    from redlease._sync.redlock import RedlockClient
+
+    factory = AsyncRedlockClient if side.is_async else RedlockClient
+    with pytest.raises(InvalidArgumentError, match="at least one"):
+        factory([])
+    with pytest.raises(InvalidArgumentError, match="twice"):
+        redlock(side, [three[0], three[1], three[0]])
+    with pytest.raises(InvalidArgumentError, match="list of URLs"):
+        factory.from_urls(three[0].url)
+    with pytest.raises(InvalidArgumentError, match="master_timeout"):
+        redlock(side, three, master_timeout=0)
+    with pytest.raises(TypeError):
+        factory([object()])
+    lock = redlock(side, three).lock("x")
+    with pytest.raises(InvalidArgumentError, match="lease"):
+        await side(lock.acquire(lease=-1))
+    with pytest.raises(InvalidArgumentError, match="timeout"):
+        await side(lock.acquire(blocking=False, timeout=1))
+
+
+def test_sync_and_async_apis_match():
+    import inspect
+
+    from redlease import Lock
+    from redlease._async.multilock import AsyncMultiLock
+    from redlease._async.redlock import AsyncRedlockClient, AsyncRedlockLock
+    from redlease._sync.multilock import MultiLock
+    from redlease._sync.redlock import RedlockClient, RedlockLock
+
+    pairs = [
+        (RedlockClient, AsyncRedlockClient),
+        (RedlockLock, AsyncRedlockLock),
+        (MultiLock, AsyncMultiLock),
+    ]
+    for sync_cls, async_cls in pairs:
+        sync_api = {n for n in dir(sync_cls) if not n.startswith("_")}
+        async_api = {n for n in dir(async_cls) if not n.startswith("_")}
+        assert sync_api == async_api, (sync_cls, sync_api ^ async_api)
+        for attr in sync_api:
+            s, a = getattr(sync_cls, attr), getattr(async_cls, attr)
+            if callable(s) and not isinstance(s, type):
+                sp = list(inspect.signature(s).parameters)
+                ap = list(inspect.signature(a).parameters)
+                assert sp == ap, (sync_cls.__name__, attr, sp, ap)
+    # the single-master lock's calls, with the same parameters
+    for attr in ("acquire", "release", "locked", "owned", "ttl", "hold_count", "force_release"):
+        assert inspect.signature(getattr(RedlockLock, attr)).parameters.keys() == (
+            inspect.signature(getattr(Lock, attr)).parameters.keys()
+        ), attr
