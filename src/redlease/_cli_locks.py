@@ -47,6 +47,10 @@ class LockView:
     ttl: float | None
     """Seconds left on the lease; ``None`` when free, ``inf`` when the key has no expiry."""
     holders: dict[str, int]
+    fencing_token: int | None = None
+    """The current hold's token (``status`` only; ``None`` when free or unknown)."""
+    waiters: int | None = None
+    """Waiters in line on the server (``status`` only; ``None`` when not read)."""
 
     @property
     def locked(self) -> bool:
@@ -54,7 +58,16 @@ class LockView:
 
     def as_json(self) -> dict[str, Any]:
         ttl = None if self.ttl is None else (-1 if math.isinf(self.ttl) else round(self.ttl, 3))
-        return {"name": self.name, "locked": self.locked, "ttl": ttl, "holders": self.holders}
+        out: dict[str, Any] = {
+            "name": self.name,
+            "locked": self.locked,
+            "ttl": ttl,
+            "holders": self.holders,
+        }
+        if self.waiters is not None:
+            out["fencing_token"] = self.fencing_token
+            out["waiters"] = self.waiters
+        return out
 
     def line(self) -> str:
         name = printable(self.name)
@@ -65,7 +78,12 @@ class LockView:
             for owner, count in self.holders.items()
         )
         ttl = "no expiry" if math.isinf(self.ttl) else f"ttl {self.ttl:.1f} s"
-        return f"{name}: held by {holders}, {ttl}"
+        extra = ""
+        if self.fencing_token is not None:
+            extra += f", fencing token {self.fencing_token}"
+        if self.waiters:
+            extra += f", {self.waiters} waiting"
+        return f"{name}: held by {holders}, {ttl}{extra}"
 
 
 def printable(name: str) -> str:
@@ -132,7 +150,13 @@ def _read(client: Client, name: str) -> LockView:
         raise CommandError(f"{printable(name)!r} cannot be a lock name: {exc}") from None
     except redis.exceptions.ResponseError as exc:  # replaced by a non-lock meanwhile
         raise CommandError(f"{printable(name)!r} is not a lock: {exc}") from None
-    return LockView(name, stats.ttl, dict(sorted(stats.holders.items())))
+    return LockView(
+        name,
+        stats.ttl,
+        dict(sorted(stats.holders.items())),
+        fencing_token=stats.fencing_token,
+        waiters=stats.waiters,
+    )
 
 
 def _say(text: str) -> None:

@@ -51,12 +51,21 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
     result = run_cli("status", "--url", url, "--json", name, free)
     assert result.returncode == 0, result.stderr
     held_view, free_view = json.loads(result.stdout)
-    assert set(held_view) == {"name", "locked", "ttl", "holders"}
+    assert set(held_view) == {"name", "locked", "ttl", "holders", "fencing_token", "waiters"}
+    assert held_view["fencing_token"] == holder.lock(name).statistics().fencing_token > 0
+    assert held_view["waiters"] == 0
     assert held_view["name"] == name
     assert held_view["locked"] is True
     assert 0 < held_view["ttl"] <= 60
     assert held_view["holders"][owner_of(holder, held_view["holders"])] == 1
-    assert free_view == {"name": free, "locked": False, "ttl": None, "holders": {}}
+    assert free_view == {
+        "name": free,
+        "locked": False,
+        "ttl": None,
+        "holders": {},
+        "fencing_token": None,
+        "waiters": 0,
+    }
 
 
 def test_status_text_shows_holder_hold_count_and_ttl(url: str, name: str, holder: Client) -> None:
@@ -66,7 +75,7 @@ def test_status_text_shows_holder_hold_count_and_ttl(url: str, name: str, holder
     assert result.returncode == 0, result.stderr
     held_line, free_line = result.stdout.splitlines()
     assert held_line.startswith(f"{name}: held by {holder.id}:")
-    assert "(2 holds)" in held_line and "ttl " in held_line
+    assert "(2 holds)" in held_line and "ttl " in held_line and "fencing token " in held_line
     assert free_line == f"{name}:free: free"
 
 
