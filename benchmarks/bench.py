@@ -153,6 +153,16 @@ def make_redlease(url: str, name: str) -> Subject:
     return Subject(acquire, lock.release, client.redis, client.close)
 
 
+def make_redlease_fair(url: str, name: str) -> Subject:
+    client = redlease.Client.from_url(url)
+    lock = client.fair_lock(name)
+
+    def acquire(timeout: float | None) -> bool:
+        return lock.acquire(timeout=timeout)
+
+    return Subject(acquire, lock.release, client.redis, client.close)
+
+
 def make_redis_py(url: str, name: str) -> Subject:
     conn = redis.Redis.from_url(url)
     lock = conn.lock(name, timeout=LEASE_S)  # default sleep=0.1 s between polls
@@ -207,12 +217,13 @@ class LockKind:
 
 SYNC_LOCKS: dict[str, LockKind] = {
     "redlease": LockKind("redlease", make_redlease),
+    "redlease-fair": LockKind("redlease fair_lock", make_redlease_fair),
     "redis-py": LockKind("redis-py Lock", make_redis_py),
     "python-redis-lock": LockKind("python-redis-lock", make_python_redis_lock, "redis_lock"),
     "raw": LockKind("raw floor (SET NX + EVALSHA)", make_raw_floor),
 }
 UNCONTENDED = ["redlease", "redis-py", "python-redis-lock", "raw"]
-CONTENDED = ["redlease", "redis-py", "python-redis-lock"]
+CONTENDED = ["redlease", "redlease-fair", "redis-py", "python-redis-lock"]
 
 # --- locks under test (asyncio, only when redlease.AsyncClient exists) ----------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 
@@ -95,3 +96,65 @@ async def test_fair_lock_is_reentrant_and_fenced(side, server, name):
     async with side.hold(lock) as outer, side.hold(lock) as inner:
         assert inner.hold_count == 2 and inner.fencing_token == outer.fencing_token
     assert not await side(lock.locked())
+
+
+def test_a_dead_waiter_loses_its_place_within_its_waiter_lease(server, name):
+    import os
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import redlease
+    from redlease._core.lock import PLACE_MS
+
+    worker = str(Path(__file__).with_name("worker.py"))
+    with redlease.Client.from_url(server.url) as client:
+        holder = client.fair_lock(name)
+        assert holder.acquire()
+        proc = subprocess.Popen(
+            [sys.executable, worker, "wait-fair", "sync", server.url, name],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "waiting"
+            deadline = time.monotonic() + 30
+            while holder.statistics().waiters != 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert holder.statistics().waiters == 1
+            os.kill(proc.pid, signal.SIGKILL)  # dies with its place in line
+            proc.wait(10)
+            died_at = time.monotonic()
+            holder.release()  # reserved for the dead waiter, which never claims it
+            with redlease.Client.from_url(server.url) as other:
+                assert other.fair_lock(name).acquire(timeout=60)
+                # no longer than the waiter's place lasts, plus the hand-off window and slack
+                assert time.monotonic() - died_at < PLACE_MS / 1000 + 5
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+async def test_cancelled_fair_waiter_leaves_the_line(server, name):
+    import redlease
+
+    async with (
+        redlease.AsyncClient.from_url(server.url) as a,
+        redlease.AsyncClient.from_url(server.url) as b,
+    ):
+        holder = a.fair_lock(name)
+        assert await holder.acquire()
+        task = asyncio.create_task(b.fair_lock(name).acquire())
+        await eventually(lambda: _queued(holder, 1))
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        assert (await holder.statistics()).waiters == 0
+        await holder.release()
+        assert await b.fair_lock(name).acquire(blocking=False)
+
+
+async def _queued(lock, count: int) -> bool:
+    return (await lock.statistics()).waiters == count

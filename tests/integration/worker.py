@@ -2,6 +2,7 @@
 
 count: N times acquire -> non-atomic GET/SET of a counter -> release; prints "done".
 hold:  acquire (watchdog lease), print "held", then sleep until killed.
+wait-fair: wait in a fair lock's line (print "waiting"), then hold it until killed.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ def main() -> None:
             count_sync(url, name, int(arg))
         else:
             asyncio.run(count_async(url, name, int(arg)))
+    elif mode == "wait-fair":  # take a place in a fair lock's line, say so, then wait on
+        client = redlease.Client.from_url(url)
+        print("waiting", flush=True)
+        client.fair_lock(name).acquire()
+        print("held", flush=True)
+        time.sleep(600)
     elif mode == "hold":
         if side == "sync":
             hold_sync(url, name, arg)
