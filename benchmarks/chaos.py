@@ -11,7 +11,8 @@ one for the lock and one for the protected resource, so that a fault of the lock
 not take the resource's data with it. N worker processes (``--workers``) each loop:
 
     acquire (watchdog lease L) -> read both resources -> sleep (the critical section) ->
-    write the unfenced resource (plain SET) -> write the fenced one (``client.fenced_set``
+    write the unfenced resource (plain SET) -> write the fenced one (read with
+    ``client.fenced_get`` beforehand, written with ``client.fenced_set``
     with the hold's fencing token) -> release
 
 A resource's value is the list of the holds that wrote it, so a lost update is exact: a hold
@@ -112,7 +113,7 @@ try:  # the optional parts of the API this checker exercises
     RELEASE_SHA: bytes | None = _scripts.LOCK_RELEASE.sha.encode()
 except (ImportError, AttributeError):  # pragma: no cover - layout changed
     ACQUIRE_SHA = RELEASE_SHA = None
-HAS_FENCING = hasattr(redlease.Client, "fenced_set") and hasattr(redlease, "StaleTokenError")
+HAS_FENCING = hasattr(redlease.Client, "fenced_get") and hasattr(redlease, "StaleTokenError")
 HAS_REPLICAS = "replicas" in inspect.signature(redlease.Client.__init__).parameters
 
 
@@ -248,8 +249,18 @@ def worker_main(
         n += 1
         emit({"k": "begin", **hold.__dict__})
         holding[cfg.index] = HOLDING
+        old_fenced = None
+        fenced_read_ok = False
         try:
-            old_unfenced, old_fenced = raw.mget(UNFENCED, FENCED)
+            old_unfenced = raw.get(UNFENCED)
+            if HAS_FENCING:
+                try:  # a fenced read: from now on the resource refuses every older token
+                    old_fenced = resource.fenced_get(FENCED, hold.token)
+                    fenced_read_ok = True
+                except stale_error:
+                    hold.fenced = "stale"
+                except redlease.RedleaseError:
+                    hold.fenced = "err"
             holding[cfg.index] = READ_DONE
             with trapped.get_lock():  # the parent wants a fault here? then stop until told
                 stop = trapped[cfg.index] == ARMED
@@ -262,8 +273,7 @@ def worker_main(
             hold.unfenced = "ok"
         except redis.RedisError:
             hold.unfenced = "err"
-            old_fenced = None
-        if HAS_FENCING and hold.unfenced == "ok":
+        if HAS_FENCING and hold.unfenced == "ok" and fenced_read_ok:
             try:
                 resource.fenced_set(FENCED, _append(old_fenced, hold.id), hold.token)
                 hold.fenced = "ok"
