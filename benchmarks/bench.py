@@ -44,6 +44,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import importlib
 import importlib.metadata
 import importlib.util
 import inspect
@@ -58,14 +59,16 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import redis
 
 import redlease
 from redlease.testing import RedisServer, ServerBinary, find_servers
+
+T = TypeVar("T")
 
 LEASE_S = 30
 """Lease (expiry) given to every lock, in seconds: long enough never to expire in a run."""
@@ -340,6 +343,17 @@ class Context:
 # --- section: ping --------------------------------------------------------------------------
 
 
+def progress(items: Iterable[T], what: str) -> Iterable[T]:
+    """``items``, with a progress bar on a terminal when tqdm (the demo extra) is installed."""
+    try:
+        tqdm = importlib.import_module("tqdm").tqdm
+    except ImportError:
+        return items
+    if not sys.stderr.isatty():
+        return items
+    return cast("Iterable[T]", tqdm(items, desc=f"  {what}", leave=False, file=sys.stderr))
+
+
 def section_ping(ctx: Context) -> None:
     with ctx.server() as server:
         conn = redis.Redis.from_url(server.url)
@@ -427,7 +441,7 @@ def section_uncontended(ctx: Context) -> None:
             samples = {key: [] for key, _ in jobs}
             # interleave the locks, starting each round with the next one, so that machine
             # noise and warm caches favour none of them
-            for i in range(s.rounds):
+            for i in progress(range(s.rounds), "uncontended rounds"):
                 shift = i % len(jobs)
                 for key, job in jobs[shift:] + jobs[:shift]:
                     samples[key].append(job())
@@ -633,35 +647,35 @@ def section_contention(ctx: Context) -> None:
     s = ctx.settings
     rows: list[list[object]] = []
     notes: list[str] = []
-    for procs in s.procs:
-        for key in CONTENDED:
-            kind = SYNC_LOCKS[key]
-            if not kind.available():
-                notes.append(f"skipped {kind.label}: module {kind.needs!r} not installed")
-                continue
-            result, errors = _run_contention(ctx, key, procs)
-            notes.extend(f"{kind.label} x{procs}: {e}" for e in errors)
-            if result is None:
-                continue
-            ctx.contention[(key, procs)] = result
-            r = result
-            rows.append(
-                [
-                    r.label,
-                    r.procs,
-                    r.cs_per_s,
-                    r.handoff_p50_ms,
-                    r.handoff_p99_ms,
-                    f"{100 * r.share_min:.1f}/{100 * r.share_max:.1f}",
-                    100 * r.same_owner,
-                    r.commands_per_cs,
-                    r.wait_median_ms,
-                    r.wait_max_ms,
-                    r.wait_ratio,
-                    r.lost,
-                    r.overlaps,
-                ]
-            )
+    runs = [(procs, key) for procs in s.procs for key in CONTENDED]
+    for procs, key in progress(runs, "contention runs"):
+        kind = SYNC_LOCKS[key]
+        if not kind.available():
+            notes.append(f"skipped {kind.label}: module {kind.needs!r} not installed")
+            continue
+        result, errors = _run_contention(ctx, key, procs)
+        notes.extend(f"{kind.label} x{procs}: {e}" for e in errors)
+        if result is None:
+            continue
+        ctx.contention[(key, procs)] = result
+        r = result
+        rows.append(
+            [
+                r.label,
+                r.procs,
+                r.cs_per_s,
+                r.handoff_p50_ms,
+                r.handoff_p99_ms,
+                f"{100 * r.share_min:.1f}/{100 * r.share_max:.1f}",
+                100 * r.same_owner,
+                r.commands_per_cs,
+                r.wait_median_ms,
+                r.wait_max_ms,
+                r.wait_ratio,
+                r.lost,
+                r.overlaps,
+            ]
+        )
     print_table(
         f"Contention on one name, {s.duration:g} s per run ({s.start_method} processes)",
         [
