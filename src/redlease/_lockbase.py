@@ -145,6 +145,21 @@ class LockBase:
         # else the outcome is unknown (no reply): keep the hold, still marked as being released
         # so the watchdog does not call it lost, with its request id, so a retry is safe
 
+    # --- what a kind of lock changes (the read-write lock's sides override these) ---------
+
+    def _status_op(self, owner: str) -> Operation[core.Status]:
+        return core.status(self._keys)
+
+    def _force_release_op(self) -> Operation[bool]:
+        return core.force_release(self._keys)
+
+    @property
+    def _wait_channel(self) -> str:
+        return self._keys.channel
+
+    def _not_acquired(self, timeout: Seconds | None) -> str:
+        return f"lock {self.name!r} not acquired within {timeout} s"
+
     def _statistics(self, owner: str, status: core.Status, local_waiters: int) -> LockStatistics:
         count = status.holders.get(owner, 0)
         return LockStatistics(

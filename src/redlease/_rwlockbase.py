@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
 
 from ._core import rwlock as core
+from ._core.lock import Status
+from ._core.requests import Operation
 from ._lockbase import AcquirePlan, LockBase, ReleasePlan
-from ._shell import ClientState
-from .errors import LeaseLostError, NotOwnedError
+from .errors import NotOwnedError
 from .options import Seconds, optional_seconds, wait_args
 
 
@@ -20,17 +20,9 @@ class RwSideBase(LockBase):
 
     _side: str = core.READ
 
-    def __init__(
-        self,
-        state: ClientState,
-        name: str,
-        *,
-        lease: Seconds | None,
-        on_lease_lost: Callable[[LeaseLostError], None] | None,
-        replicas: int | None,
-    ) -> None:
-        # validates the name (and its braces), the lease and the replicas
-        super().__init__(state, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+    def _init_side(self) -> None:
+        """After ``LockBase.__init__`` validated the name, lease and replicas: this side's
+        keys (the hold table label ``"<name> (read)"``) instead of the plain lock's."""
         self._rw = core.RwKeys.for_name(self._keys.name)
         self._keys = self._rw.side_keys(self._side)
 
@@ -73,5 +65,21 @@ class RwSideBase(LockBase):
                 name=self.name,
                 owner=owner,
             )
-        op = core.release(self._rw, self._side, owner, held=hold.count, request_id=uuid.uuid4().hex)
+        if hold.release_id is None:  # kept until the release is known to have run
+            hold.release_id = uuid.uuid4().hex
+        op = core.release(self._rw, self._side, owner, held=hold.count, request_id=hold.release_id)
         return ReleasePlan(owner=owner, hold=hold, op=op)
+
+    def _status_op(self, owner: str) -> Operation[Status]:
+        status = yield from core.status(self._rw, owner)
+        return status.side(self._side)
+
+    def _force_release_op(self) -> Operation[bool]:
+        return core.force_release(self._rw, self._side)
+
+    @property
+    def _wait_channel(self) -> str:
+        return self._rw.channel
+
+    def _not_acquired(self, timeout: Seconds | None) -> str:
+        return f"{self._side} lock of {self.rw_name!r} not acquired within {timeout} s"

@@ -83,7 +83,7 @@ class AsyncLock(LockBase):
         got = await self._acquire(True, timeout, lease)
         if got is None:
             raise LockTimeoutError(
-                f"lock {self.name!r} not acquired within {timeout} s",
+                self._not_acquired(timeout),
                 name=self.name,
                 owner=self.client._owner(),
             )
@@ -110,7 +110,7 @@ class AsyncLock(LockBase):
 
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; ``True`` if it was held."""
-        return await self.client._run(core.force_release(self._keys), self.name)
+        return await self.client._run(self._force_release_op(), self.name)
 
     @property
     def fencing_token(self) -> int | None:
@@ -124,11 +124,12 @@ class AsyncLock(LockBase):
 
     async def statistics(self) -> LockStatistics:
         sub = self.client._subscriber
-        waiters = sub.waiting(self._keys.channel) if sub is not None else 0
+        waiters = sub.waiting(self._wait_channel) if sub is not None else 0
         return self._statistics(self.client._owner(), await self._status(), waiters)
 
     async def _status(self) -> core.Status:
-        return await self.client._run(core.status(self._keys), self.name)
+        owner = self.client._owner()
+        return await self.client._run(self._status_op(owner), self.name)
 
     async def __aenter__(self) -> AsyncLock:
         await self.acquire()

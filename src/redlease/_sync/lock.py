@@ -78,7 +78,7 @@ class Lock(LockBase):
         got = self._acquire(True, timeout, lease)
         if got is None:
             raise LockTimeoutError(
-                f"lock {self.name!r} not acquired within {timeout} s",
+                self._not_acquired(timeout),
                 name=self.name,
                 owner=self.client._owner(),
             )
@@ -105,7 +105,7 @@ class Lock(LockBase):
 
     def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; ``True`` if it was held."""
-        return self.client._run(core.force_release(self._keys), self.name)
+        return self.client._run(self._force_release_op(), self.name)
 
     @property
     def fencing_token(self) -> int | None:
@@ -119,11 +119,12 @@ class Lock(LockBase):
 
     def statistics(self) -> LockStatistics:
         sub = self.client._subscriber
-        waiters = sub.waiting(self._keys.channel) if sub is not None else 0
+        waiters = sub.waiting(self._wait_channel) if sub is not None else 0
         return self._statistics(self.client._owner(), self._status(), waiters)
 
     def _status(self) -> core.Status:
-        return self.client._run(core.status(self._keys), self.name)
+        owner = self.client._owner()
+        return self.client._run(self._status_op(owner), self.name)
 
     def __enter__(self) -> Lock:
         self.acquire()
