@@ -13,7 +13,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import redis.exceptions
 from redis.backoff import NoBackoff
@@ -21,7 +21,7 @@ from redis.retry import Retry
 
 from ._core.keys import LockKeys
 from ._core.lock import Acquired, Hold, HoldTable
-from ._core.requests import Replication
+from ._core.requests import Call, Replication
 from ._core.watchdog import RenewalPolicy
 from .errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from .events import Listeners, LockEvent
@@ -89,6 +89,18 @@ class TaskOwners:
 # --- the client's state ---------------------------------------------------------------------
 
 
+class RenewalSource(Protocol):
+    """Leases other than lock holds that the client's one watchdog renews (lease permits)."""
+
+    def renewal_calls(self, lease: float) -> list[tuple[Any, Call]]:
+        """The calls to send this round, each with what it renews."""
+        ...
+
+    def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None: ...
+
+    def renewal_failed(self, batch: Any, exc: Exception) -> None: ...
+
+
 HANDOFF_WINDOW = 1.0
 """Default seconds a released lock stays reserved for the first waiter in line."""
 
@@ -112,6 +124,13 @@ class ClientState:
         self.holds = HoldTable()
         self._lost: dict[tuple[str, str], LeaseLostError] = {}
         self.listeners = Listeners()
+        self.renewal_sources: list[RenewalSource] = []
+
+    def add_renewal_source(self, source: RenewalSource) -> None:
+        """Have the client's one watchdog renew ``source``'s leases too."""
+        with self.mutex:
+            if source not in self.renewal_sources:
+                self.renewal_sources.append(source)
 
     def check_fork(self) -> bool:
         """In a forked child: new client id, no holds. Returns True when a fork was seen."""
@@ -122,6 +141,7 @@ class ClientState:
             self.id = str(uuid.uuid4())
             self.holds = HoldTable()
             self._lost.clear()
+            self.renewal_sources.clear()
         return True
 
     def owner(self, owner_id: int) -> str:

@@ -652,3 +652,22 @@ def test_sync_and_async_apis_match():
                 sp = list(inspect.signature(s).parameters)
                 ap = list(inspect.signature(a).parameters)
                 assert sp == ap, (sync_cls.__name__, attr, sp, ap)
+
+
+def test_permits_and_locks_share_the_one_watchdog(server, name):
+    import redlease
+
+    with redlease.Client.from_url(server.url, watchdog_timeout=0.6) as client:
+        slots = client.lease_semaphore(name)
+        assert slots.try_set_permits(2)
+        permit = slots.acquire(timeout=5)
+        assert permit is not None
+        lock = client.lock(name + ":lock")
+        assert lock.acquire()
+        time.sleep(2.0)  # several leases pass: both renewed by the same thread
+        names = [t.name for t in threading.enumerate()]
+        assert names.count("redlease-watchdog") == 1
+        assert "redlease-permit-renewer" not in names
+        assert lock.owned()
+        slots.release(permit)  # renewed all along: no LeaseLostError
+        lock.release()

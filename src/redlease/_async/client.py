@@ -367,6 +367,16 @@ class AsyncClient(ClientBase):
             ok = True
             for batch, call in policy.calls(state.holds.watched(), by_slot=self.cluster):
                 ok = await self._renew(batch, call) and ok
+            for source in list(state.renewal_sources):
+                for handle, call in source.renewal_calls(policy.timeout):
+                    sent_at = time.monotonic()
+                    try:
+                        reply = await asyncio.wait_for(self._call(call, None), policy.interval)
+                    except (asyncio.TimeoutError, ServerUnavailableError, ReplicaError) as exc:
+                        source.renewal_failed(handle, exc)
+                        ok = False
+                    else:
+                        source.renewal_done(handle, reply, sent_at)
             delay = policy.next_delay(ok)
 
     async def _renew(self, batch: list[Hold], call: Call) -> bool:

@@ -9,9 +9,10 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._core import semaphore as core
+from .._core.requests import Call
 from .._core.semaphore import Granted, PermitTable, SemaphoreStatistics
 from .._shell import fork_generation, log
 from .._sync.semaphore import report_lost
@@ -242,18 +243,13 @@ def _timeout(name: str, owner: str, timeout: Seconds | None) -> LockTimeoutError
 
 
 class AsyncPermitKeeper:
-    """A client's lease permits, and one task that renews the watched ones, batched per
-    semaphore, every ``watchdog_timeout / 3`` (sooner after a failed round).
-
-    The task starts with the first watched permit and ends when none is left, the client is
-    closed or gone. One per client: a stand-in until the client's watchdog renews permits too.
-    """
+    """A client's lease permits; the client's one watchdog renews the watched ones, batched per
+    semaphore, every ``watchdog_timeout / 3`` (this is one of its renewal sources)."""
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = weakref.ref(client)
         self.generation = fork_generation()
         self.table = PermitTable()
-        self._task: asyncio.Task[None] | None = None
 
     def granted(
         self,
@@ -263,26 +259,16 @@ class AsyncPermitKeeper:
         listener: Callable[[LeaseLostError], None] | None,
     ) -> None:
         self.table.granted(keys, granted, watched=watched, listener=listener)
-        if watched and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(
-                self._loop(), name="redlease-permit-renewer"
-            )
+        client = self._client()
+        if watched and client is not None:
+            client._state.add_renewal_source(self)
+            client._watch()
 
     def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
         """Forget a released permit; the error its release reports, if any."""
         lost = self.table.take_lost(permit)
         ours = self.table.released(permit) is not None
-        self._stop_if_idle()
         return core.release_error(keys, permit, code, ours, lost)
-
-    def _stop_if_idle(self) -> None:
-        """End the renewer with the last watched permit, so that no task outlives the client
-        (nothing tells the keeper that the client closed; the next watched grant restarts it).
-        """
-        task = self._task
-        if task is not None and not task.done() and not self.table.watched():
-            task.cancel()
-            self._task = None
 
     def renewed(
         self, keys: core.LeaseSemaphoreKeys, permit: str, ok: bool, sent_at: float
@@ -294,42 +280,21 @@ class AsyncPermitKeeper:
             return None
         lost = self.table.take_lost(permit)
         ours = self.table.released(permit) is not None
-        self._stop_if_idle()
         return core.release_error(keys, permit, core.UNKNOWN, ours, lost)
 
-    async def _loop(self) -> None:
-        delay: float | None = None
-        while True:
-            client = self._client()
-            if client is None or client._closed:
-                return
-            delay = client._policy.interval if delay is None else delay
-            del client  # do not keep the client alive while asleep
-            await asyncio.sleep(delay)
-            client = self._client()
-            if client is None or client._closed:
-                return
-            permits = self.table.watched()
-            if not permits:
-                return  # the next watched grant starts a new task
-            delay = client._policy.next_delay(await self._renew_all(client, permits))
-            del client
+    # --- the watchdog's renewal source ----------------------------------------------------
 
-    async def _renew_all(self, client: AsyncClient, permits: list[core.Permit]) -> bool:
-        lease = client.watchdog_timeout
-        ok = True
-        for batch, call in PermitTable.calls(permits, lease):
-            sent_at = time.monotonic()
-            try:
-                reply = await client._call(call, batch[0].keys.name)
-            except Exception as exc:
-                log.warning("lease permit renewal failed: %s", exc)
-                ok = False
-                gone = self.table.renewal_failed(batch, time.monotonic(), lease)
-            else:
-                gone = self.table.renewed(batch, reply, sent_at)
-            report_lost(gone)
-        return ok
+    def renewal_calls(self, lease: float) -> list[tuple[Any, Call]]:
+        return list(PermitTable.calls(self.table.watched(), lease))
+
+    def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None:
+        report_lost(self.table.renewed(batch, reply, sent_at))
+
+    def renewal_failed(self, batch: Any, exc: Exception) -> None:
+        log.warning("lease permit renewal failed: %s", exc)
+        client = self._client()
+        lease = client.watchdog_timeout if client is not None else 0.0
+        report_lost(self.table.renewal_failed(batch, time.monotonic(), lease))
 
 
 _keepers: weakref.WeakKeyDictionary[AsyncClient, AsyncPermitKeeper] = weakref.WeakKeyDictionary()

@@ -392,6 +392,18 @@ class _Watchdog:
             ok = True
             for batch, call in policy.calls(holds, by_slot=self._client.cluster):
                 ok = self.renew(batch, call) and ok
+            with state.mutex:
+                sources = list(state.renewal_sources)
+            for source in sources:
+                for handle, call in source.renewal_calls(policy.timeout):
+                    sent_at = time.monotonic()
+                    try:
+                        reply = self._client._call(call, None, via=self._redis)
+                    except (ServerUnavailableError, ReplicaError) as exc:
+                        source.renewal_failed(handle, exc)
+                        ok = False
+                    else:
+                        source.renewal_done(handle, reply, sent_at)
             delay = policy.next_delay(ok)
 
     def renew(self, batch: list[Hold], call: Call) -> bool:

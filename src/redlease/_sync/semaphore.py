@@ -8,9 +8,10 @@ import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._core import semaphore as core
+from .._core.requests import Call
 from .._core.semaphore import Granted, PermitTable, SemaphoreStatistics
 from .._shell import fork_generation, log
 from ..errors import LeaseLostError, LockTimeoutError
@@ -238,19 +239,14 @@ def _timeout(name: str, owner: str, timeout: Seconds | None) -> LockTimeoutError
 
 
 class PermitKeeper:
-    """A client's lease permits, and one thread that renews the watched ones, batched per
-    semaphore, every ``watchdog_timeout / 3`` (sooner after a failed round).
-
-    The thread starts with the first watched permit and ends when none is left, the client is
-    closed or gone. One per client: a stand-in until the client's watchdog renews permits too.
-    """
+    """A client's lease permits; the client's one watchdog renews the watched ones, batched per
+    semaphore, every ``watchdog_timeout / 3`` (this is one of its renewal sources)."""
 
     def __init__(self, client: Client) -> None:
         self._client = weakref.ref(client)
         self.generation = fork_generation()
         self.mutex = threading.Lock()
         self.table = PermitTable()
-        self._thread: threading.Thread | None = None
 
     def granted(
         self,
@@ -261,11 +257,10 @@ class PermitKeeper:
     ) -> None:
         with self.mutex:
             self.table.granted(keys, granted, watched=watched, listener=listener)
-            if watched and self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="redlease-permit-renewer", daemon=True
-                )
-                self._thread.start()
+        client = self._client()
+        if watched and client is not None:
+            client._state.add_renewal_source(self)
+            client._watch()
 
     def begin_release(self, permit: str) -> None:
         with self.mutex:
@@ -295,48 +290,24 @@ class PermitKeeper:
             ours = self.table.released(permit) is not None
         return core.release_error(keys, permit, core.UNKNOWN, ours, lost)
 
-    def _loop(self) -> None:
-        delay: float | None = None
-        try:
-            while True:
-                client = self._client()
-                if client is None or client._closed:
-                    return
-                delay = client._policy.interval if delay is None else delay
-                del client  # do not keep the client alive while asleep
-                time.sleep(delay)
-                client = self._client()
-                if client is None or client._closed:
-                    return
-                with self.mutex:
-                    permits = self.table.watched()
-                    if not permits:
-                        self._thread = None  # the next watched grant starts a new one
-                        return
-                delay = client._policy.next_delay(self._renew_all(client, permits))
-                del client
-        finally:
-            with self.mutex:
-                if self._thread is threading.current_thread():
-                    self._thread = None
+    # --- the watchdog's renewal source ----------------------------------------------------
 
-    def _renew_all(self, client: Client, permits: list[core.Permit]) -> bool:
-        lease = client.watchdog_timeout
-        ok = True
-        for batch, call in PermitTable.calls(permits, lease):
-            sent_at = time.monotonic()
-            try:
-                reply = client._call(call, batch[0].keys.name)
-            except Exception as exc:
-                log.warning("lease permit renewal failed: %s", exc)
-                ok = False
-                with self.mutex:
-                    gone = self.table.renewal_failed(batch, time.monotonic(), lease)
-            else:
-                with self.mutex:
-                    gone = self.table.renewed(batch, reply, sent_at)
-            report_lost(gone)
-        return ok
+    def renewal_calls(self, lease: float) -> list[tuple[Any, Call]]:
+        with self.mutex:
+            return list(PermitTable.calls(self.table.watched(), lease))
+
+    def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None:
+        with self.mutex:
+            gone = self.table.renewed(batch, reply, sent_at)
+        report_lost(gone)
+
+    def renewal_failed(self, batch: Any, exc: Exception) -> None:
+        log.warning("lease permit renewal failed: %s", exc)
+        client = self._client()
+        lease = client.watchdog_timeout if client is not None else 0.0
+        with self.mutex:
+            gone = self.table.renewal_failed(batch, time.monotonic(), lease)
+        report_lost(gone)
 
 
 def report_lost(gone: list[tuple[core.Permit, LeaseLostError]]) -> None:
