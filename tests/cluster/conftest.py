@@ -106,3 +106,16 @@ def cluster() -> Iterator[LocalCluster]:
         yield c.start()
     finally:
         c.close()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[LocalCluster]:
+    """A cluster of the test's own, for tests that kill nodes or move slots."""
+    binary = _cluster_binary()
+    if binary is None:
+        pytest.skip("no Redis/Valkey >= 7 found for a cluster")
+    c = LocalCluster(binary)
+    try:
+        yield c.start()
+    finally:
+        c.close()

@@ -4,28 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from integration.helpers import eventually
 
 import redlease
 
-from .conftest import LocalCluster, _cluster_binary
-
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def own_cluster() -> Iterator[LocalCluster]:
-    binary = _cluster_binary()
-    if binary is None:
-        pytest.skip("no Redis/Valkey >= 7 found for a cluster")
-    c = LocalCluster(binary)
-    try:
-        yield c.start()
-    finally:
-        c.close()
 
 
 async def test_failover_with_a_holder_and_a_waiter(own_cluster):
