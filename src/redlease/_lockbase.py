@@ -12,7 +12,7 @@ from ._core.keys import LockKeys, hash_slot
 from ._core.requests import Operation
 from ._shell import HANDOFF_WINDOW, ClientState
 from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, ReplicaError
-from .options import Seconds, lock_name, optional_seconds, replication, wait_args
+from .options import Seconds, chosen_lease, lock_name, optional_seconds, replication, wait_args
 from .stats import Lease, LockStatistics
 
 
@@ -74,9 +74,7 @@ class LockBase:
         self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
         wait = wait_args(blocking, timeout)
-        chosen = optional_seconds(lease, "lease")
-        if chosen is None:
-            chosen = self._lease
+        chosen = chosen_lease(lease, self._lease)
         op = core.acquire(
             self._keys,
             owner,

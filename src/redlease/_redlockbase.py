@@ -13,7 +13,7 @@ from ._core.lock import Acquired, Hold
 from ._core.watchdog import RenewalPolicy
 from ._shell import ClientState, log, lost_error
 from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, QuorumError
-from .options import Seconds, lock_name, optional_seconds, wait_args
+from .options import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
 
 
 def check_masters(addresses: Sequence[str]) -> tuple[str, ...]:
@@ -99,9 +99,7 @@ class RedlockLockBase:
         self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
         wait = wait_args(blocking, timeout)
-        chosen = optional_seconds(lease, "lease")
-        if chosen is None:
-            chosen = self._lease
+        chosen = chosen_lease(lease, self._lease)
         op = core.acquire(
             self._keys,
             owner,

@@ -10,7 +10,7 @@ from ._core.lock import Status
 from ._core.requests import Operation
 from ._lockbase import AcquirePlan, LockBase, ReleasePlan
 from .errors import NotOwnedError
-from .options import Seconds, optional_seconds, wait_args
+from .options import Seconds, chosen_lease, wait_args
 
 
 class RwSideBase(LockBase):
@@ -35,9 +35,7 @@ class RwSideBase(LockBase):
         self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
         wait = wait_args(blocking, timeout)
-        chosen = optional_seconds(lease, "lease")
-        if chosen is None:
-            chosen = self._lease
+        chosen = chosen_lease(lease, self._lease)
         reading = 0
         if self._side == core.WRITE:
             reading = self._state.count(self._rw.label(core.READ), owner)

@@ -37,6 +37,12 @@ def replication(replicas: int, timeout: Seconds) -> Replication | None:
     return Replication(replicas, max(1, round(wait * 1000))) if replicas else None
 
 
+def chosen_lease(lease: Seconds | None, default: float | None) -> float | None:
+    """An acquire's lease: its own if given (validated), else the lock's (``None``: watchdog)."""
+    chosen = optional_seconds(lease, "lease")
+    return default if chosen is None else chosen
+
+
 def optional_seconds(value: Seconds | None, what: str) -> float | None:
     return None if value is None else seconds(value, what)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import random
 import time
 import uuid
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from . import codes, scripts
-from .backoff import full_jitter
+from .backoff import Outage
 from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys
 from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 
@@ -111,8 +110,7 @@ def acquire(
     # Listening before the first try costs nothing when the channel is already subscribed,
     # and spares a waiter the subscribe-then-retry round trips.
     subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
-    failing_since: float | None = None
-    failures = 0
+    outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     while True:
         sent_at = clock()
         try:
@@ -124,16 +122,12 @@ def acquire(
                 yield release_call(keys, owner, held + 1, request_id=uuid.uuid4().hex)
             raise
         except ServerUnavailableError:
-            now = clock()
-            failing_since = now if failing_since is None else failing_since
-            out_of_time = deadline is not None and now >= deadline
-            if not subscribed or out_of_time or now - failing_since >= OUTAGE_TOLERANCE:
+            pause = outage.failed(listening=subscribed)
+            if pause is None:
                 raise
-            failures += 1
-            pause = full_jitter(failures, base=0.02, cap=0.5, random=random.random)
-            yield Sleep(pause if deadline is None else min(pause, deadline - now))
+            yield Sleep(pause)
             continue
-        failing_since, failures = None, 0
+        outage.ended()
         code, count, ttl_ms = int(reply[0]), int(reply[1]), int(reply[2])
         if code == codes.GRANTED:
             if clock() - sent_at < lease - drift(lease):

@@ -22,7 +22,6 @@ So a stream of readers cannot starve a writer; a stream of writers can delay rea
 from __future__ import annotations
 
 import math
-import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -30,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
-from .backoff import full_jitter
+from .backoff import Outage
 from .keys import same_slot_key
 from .lock import OUTAGE_TOLERANCE, Acquired, Status, drift, to_ms
 from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
@@ -270,8 +269,7 @@ def acquire(
     deadline = None if timeout is None else clock() + timeout
     leave = leave_call(keys, owner) if side == WRITE else None
     subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
-    failing_since: float | None = None
-    failures = 0
+    outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     while True:
         sent_at = clock()
         try:
@@ -283,16 +281,12 @@ def acquire(
                 yield release_call(keys, side, owner, held + 1, request_id=uuid.uuid4().hex)
             raise
         except ServerUnavailableError:
-            now = clock()
-            failing_since = now if failing_since is None else failing_since
-            out_of_time = deadline is not None and now >= deadline
-            if not subscribed or out_of_time or now - failing_since >= OUTAGE_TOLERANCE:
+            pause = outage.failed(listening=subscribed)
+            if pause is None:
                 raise
-            failures += 1
-            pause = full_jitter(failures, base=0.02, cap=0.5, random=random.random)
-            yield Sleep(pause if deadline is None else min(pause, deadline - now))
+            yield Sleep(pause)
             continue
-        failing_since, failures = None, 0
+        outage.ended()
         code, count, ms = int(reply[0]), int(reply[1]), int(reply[2])
         if code == GRANTED:
             if clock() - sent_at < lease - drift(lease):

@@ -16,7 +16,6 @@ request retried after a lost reply takes or gives back nothing twice.
 from __future__ import annotations
 
 import math
-import random
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
@@ -25,7 +24,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
-from .backoff import full_jitter
+from .backoff import Outage
 from .keys import hash_slot, hash_tag, same_slot_key
 from .lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
@@ -260,22 +259,17 @@ def wait_loop(
     deadline = None if timeout is None else clock() + timeout
     blocking = timeout is None or timeout > 0
     subscribed = bool(blocking and (yield Subscribe(channel, owner, leave, True)))
-    failing_since: float | None = None
-    failures = 0
+    outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     while True:
         try:
             result, hint = yield from attempt(blocking)
         except ServerUnavailableError:
-            now = clock()
-            failing_since = now if failing_since is None else failing_since
-            out_of_time = deadline is not None and now >= deadline
-            if not subscribed or out_of_time or now - failing_since >= OUTAGE_TOLERANCE:
+            pause = outage.failed(listening=subscribed)
+            if pause is None:
                 raise
-            failures += 1
-            pause = full_jitter(failures, base=0.02, cap=0.5, random=random.random)
-            yield Sleep(pause if deadline is None else min(pause, deadline - now))
+            yield Sleep(pause)
             continue
-        failing_since, failures = None, 0
+        outage.ended()
         if result is not None:
             return result
         if not blocking:
