@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import random
 import selectors
 import shutil
 import signal
@@ -132,11 +133,42 @@ def find_server() -> ServerBinary:
     return max(servers, key=lambda s: s.version_tuple)
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _ephemeral_floor() -> int:
+    """The lowest port the kernel hands to outgoing connections (Linux's ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # the Linux default; elsewhere a collision is retried at start
+
+
+_handed_out: set[int] = set()
+
+
+def free_port(*, also_free_at: int = 0) -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now, below the ephemeral range.
+
+    A port the kernel picked (bind to 0) lies in the ephemeral range, where any outgoing
+    connection of the test run may take it as its local port before the server binds it (a
+    cluster node then dies with "Address already in use"). Below that range only listeners
+    compete. With ``also_free_at=10000``, ``port + 10000`` (the fixed cluster bus port of
+    Redis before 7) is free and below the range too.
+    """
+    top = _ephemeral_floor() - also_free_at
+    for _ in range(500):
+        port = random.randrange(10000, max(top, 10001))
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                if also_free_at:
+                    b.bind(("127.0.0.1", port + also_free_at))
+        except OSError:
+            continue
+        if port in _handed_out or port + also_free_at in _handed_out:
+            continue  # picked earlier in this run and perhaps not bound yet
+        _handed_out.update({port, port + also_free_at})
+        return port
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 # --- one command over a raw connection ------------------------------------------------------
