@@ -3,16 +3,23 @@
 No I/O and no locking here; the sync subscriber calls it under its mutex, the asyncio one from
 its loop. Events are ``threading.Event`` or ``asyncio.Event`` (both have ``set``/``is_set``).
 
-A release by redlease publishes the owner field of the waiter whose turn it is, then "0": the
-first wakes that waiter only and the "0" after it is ignored. A "0" alone (a Redisson release,
-or a redlease one with nobody in line) wakes one local waiter, the one that has waited longest
-(as Redisson releases one permit per unlock message). A woken waiter that leaves without taking
-its turn passes the wake on.
+A release by redlease publishes the owner field of the waiter whose turn it is, which wakes
+that waiter only. A "0" (a Redisson release, or a redlease one with nobody in line) wakes one
+local waiter, the one that has waited longest (as Redisson releases one permit per unlock
+message). A woken waiter that leaves without taking its turn passes the wake on.
+
+``Links`` keeps which connection each channel is subscribed on: with classic pub/sub one
+connection (to any node: a cluster forwards every message to every node), with sharded pub/sub
+one per master that owns a channel's slot, so at most one per master whatever the number of
+channels. A channel whose connection failed, or whose slot moved away, is subscribed again
+where its slot lives now, and its waiters re-check once it is.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 
@@ -34,14 +41,13 @@ class Waiter:
 
 
 class Entry:
-    __slots__ = ("confirmed", "idle_since", "rewake", "skip_unlock", "waiters")
+    __slots__ = ("confirmed", "idle_since", "rewake", "waiters")
 
     def __init__(self, confirmed: Any) -> None:
         self.waiters: dict[Waiter, None] = {}  # insertion order: longest waiting first
         self.confirmed: Any = confirmed
         self.idle_since: float | None = None
         self.rewake = False  # wake every waiter once re-subscribed after a reconnect
-        self.skip_unlock = False  # the next "0" follows a targeted wake-up: ignore it
 
 
 class ChannelTable:
@@ -83,12 +89,8 @@ class ChannelTable:
         if entry is None:
             return
         if payload == "0":
-            if entry.skip_unlock:
-                entry.skip_unlock = False
-            else:
-                self._wake_one(entry)
+            self._wake_one(entry)
         elif ":" in payload:  # the owner field of the waiter whose turn it is
-            entry.skip_unlock = True
             for waiter in entry.waiters:
                 if waiter.owner == payload:
                     waiter.event.set()
@@ -114,17 +116,19 @@ class ChannelTable:
             for waiter in entry.waiters:
                 waiter.event.set()
 
-    def resubscribe(self) -> list[str]:
-        """After a reconnect: forget idle channels, return the ones to subscribe again."""
-        for channel in [ch for ch, e in self.entries.items() if not e.waiters]:
+    def lost(self, channel: str) -> bool:
+        """``channel``'s subscription is gone (its connection failed, its slot moved): an idle
+        channel is forgotten; otherwise its waiters re-check once it is subscribed again.
+        Returns whether it is still wanted."""
+        entry = self.entries.get(channel)
+        if entry is None:
+            return False
+        if not entry.waiters:
             del self.entries[channel]
-        for entry in self.entries.values():
-            entry.rewake = True
-        return list(self.entries)
-
-    def disconnected(self) -> None:
-        for entry in self.entries.values():
-            entry.confirmed.clear()
+            return False
+        entry.confirmed.clear()
+        entry.rewake = True
+        return True
 
     def drop_idle(self, now: float, linger: float) -> list[str]:
         """Forget channels idle for ``linger`` seconds; return them (to UNSUBSCRIBE)."""
@@ -144,3 +148,144 @@ class ChannelTable:
 
 def text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True)
+class Kinds:
+    """The commands and the reply kinds of one pub/sub flavour."""
+
+    subscribe: str
+    unsubscribe: str
+    message: str
+    subscribed: str
+    unsubscribed: str
+
+
+CLASSIC = Kinds("SUBSCRIBE", "UNSUBSCRIBE", "message", "subscribe", "unsubscribe")
+SHARDED = Kinds("SSUBSCRIBE", "SUNSUBSCRIBE", "smessage", "ssubscribe", "sunsubscribe")
+
+ANY_NODE = ""
+"""The one link of classic pub/sub (to whichever node the connection source picks)."""
+
+
+class Links:
+    """Which connection ("link", named by a key: the node's ``host:port``, or ``ANY_NODE``)
+    each subscribed channel is on, and the (un)subscriptions each link has sent and not had
+    answered yet: a connection answers its commands in order, so an error reply (``MOVED``)
+    belongs to the oldest one, and an unsubscription that answers none was the server's own
+    (the slot moved away).
+
+    No I/O and no locking: the sync subscriber calls it under its mutex, the asyncio one from
+    its loop. Channels come and go with the ``ChannelTable``: one that nobody waits on any more
+    is never subscribed again.
+    """
+
+    def __init__(self, table: ChannelTable) -> None:
+        self._table = table
+        self.placed: dict[str, str] = {}
+        """Channel -> the link its subscription was sent on."""
+        self.channels: dict[str, set[str]] = {}
+        """Link -> the channels subscribed on it."""
+        self.sent: dict[str, deque[tuple[bool, str]]] = {}
+        """Link -> (subscribe?, channel) of each command not answered yet, oldest first."""
+        self._unplaced: dict[str, None] = {}  # wanted, subscribed nowhere (in arrival order)
+
+    def want(self, channel: str) -> None:
+        """A channel new to the table: it needs a subscription."""
+        if channel not in self.placed:
+            self._unplaced[channel] = None
+
+    def pending(self) -> list[str]:
+        """The channels to subscribe now (forgetting those nobody waits on any more)."""
+        for channel in [ch for ch in self._unplaced if ch not in self._table.entries]:
+            del self._unplaced[channel]
+        return list(self._unplaced)
+
+    def place(self, channel: str, link: str) -> None:
+        """A subscription to ``channel`` is being sent on ``link``."""
+        self._unplaced.pop(channel, None)
+        old = self.placed.get(channel)
+        if old is not None and old != link:
+            self.channels[old].discard(channel)
+        self.placed[channel] = link
+        self.channels.setdefault(link, set()).add(channel)
+        self.sent.setdefault(link, deque()).append((True, channel))
+
+    def drop(self, channel: str) -> str | None:
+        """``channel`` went idle: the link to unsubscribe it on (``None``: none)."""
+        self._unplaced.pop(channel, None)
+        link = self.placed.pop(channel, None)
+        if link is not None:
+            self.channels[link].discard(channel)
+            self.sent.setdefault(link, deque()).append((False, channel))
+        return link
+
+    def confirmed(self, link: str, channel: str) -> None:
+        """``link`` confirmed a subscription to ``channel``."""
+        self._answered(link, (True, channel))
+        if self.placed.get(channel) == link:
+            self._table.on_subscribed(channel)
+
+    def unsubscribed(self, link: str, channel: str) -> bool:
+        """``link`` says ``channel`` is unsubscribed; ``True`` when that was not our doing
+        but the server's (the slot moved): the channel is then to be subscribed again."""
+        if self._answered(link, (False, channel)):
+            return False
+        if self.placed.get(channel) != link:
+            return False
+        self._unplace(channel)
+        return True
+
+    def refused(self, link: str) -> str | None:
+        """``link`` answered its oldest command with an error (``MOVED``, ``CLUSTERDOWN``):
+        the channel whose subscription failed, now to be subscribed again (else ``None``)."""
+        queue = self.sent.get(link)
+        if not queue:
+            return None
+        subscribe, channel = queue.popleft()
+        if subscribe and self.placed.get(channel) == link:
+            self._unplace(channel)
+            return channel
+        return None
+
+    def lost(self, link: str) -> list[str]:
+        """``link``'s connection failed: its channels that are still wanted, now to be
+        subscribed again (their waiters re-check once they are)."""
+        self.sent.pop(link, None)
+        wanted = []
+        for channel in sorted(self.channels.pop(link, set())):
+            if self.placed.get(channel) == link:
+                del self.placed[channel]
+                if self._table.lost(channel):
+                    self._unplaced[channel] = None
+                    wanted.append(channel)
+        return wanted
+
+    def idle(self) -> list[str]:
+        """Links with no channel on them and no command awaiting an answer."""
+        return [
+            link
+            for link, channels in self.channels.items()
+            if not channels and not self.sent.get(link)
+        ]
+
+    def forget(self, link: str) -> None:
+        """``link`` was closed (idle)."""
+        self.channels.pop(link, None)
+        self.sent.pop(link, None)
+
+    def _answered(self, link: str, command: tuple[bool, str]) -> bool:
+        queue = self.sent.get(link)
+        if queue and queue[0] == command:
+            queue.popleft()
+            return True
+        if queue and command in queue:  # out of step (a server push taken for an answer)
+            queue.remove(command)
+            return True
+        return False
+
+    def _unplace(self, channel: str) -> None:
+        link = self.placed.pop(channel)
+        self.channels[link].discard(channel)
+        if self._table.lost(channel):
+            self._unplaced[channel] = None

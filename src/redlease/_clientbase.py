@@ -36,7 +36,10 @@ class ClientBase:
         self.cluster = is_cluster(redis_client)
         if self.cluster and self._state.replication is not None:
             raise InvalidArgumentError("replica-confirmed writes are not supported on a cluster")
+        if not self.cluster:  # a cluster's masters are asked before the first operation
+            self._state.pubsub.settle(False)
         self._owns_redis = False
+        self._sentinels: list[Any] = []  # clients of the sentinels, closed with the client
         self._closed = False
 
     @property

@@ -49,7 +49,7 @@ class LockBase:
     ) -> None:
         self._state = state
         try:
-            self._keys = LockKeys.for_name(lock_name(name))
+            self._keys = LockKeys.for_name(lock_name(name), state.pubsub)
         except InvalidArgumentError:
             raise
         except ValueError as exc:

@@ -23,7 +23,7 @@ class RwSideBase(LockBase):
     def _init_side(self) -> None:
         """After ``LockBase.__init__`` validated the name, lease and replicas: this side's
         keys (the hold table label ``"<name> (read)"``) instead of the plain lock's."""
-        self._rw = core.RwKeys.for_name(self._keys.name)
+        self._rw = core.RwKeys.for_name(self._keys.name, self._state.pubsub)
         self._keys = self._rw.side_keys(self._side)
 
     @property

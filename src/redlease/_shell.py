@@ -19,10 +19,11 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ._core.keys import LockKeys
+from ._core.keys import LockKeys, PubSub, hash_slot
 from ._core.lock import Acquired, Hold, HoldTable
 from ._core.requests import Call, Replication
 from ._core.watchdog import RenewalPolicy
+from ._urls import sentinel_address
 from .errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from .events import Listeners, LockEvent
 
@@ -125,6 +126,8 @@ class ClientState:
         self._lost: dict[tuple[str, str], LeaseLostError] = {}
         self.listeners = Listeners()
         self.renewal_sources: list[RenewalSource] = []
+        self.pubsub = PubSub()
+        """How this client's primitives publish and listen (shared by all their keys)."""
 
     def add_renewal_source(self, source: RenewalSource) -> None:
         """Have the client's one watchdog renew ``source``'s leases too."""
@@ -307,10 +310,28 @@ def lost_error(hold: Hold, why: str) -> LeaseLostError:
 
 
 def address_of(connection_kwargs: dict[str, Any]) -> str:
-    """``host:port`` (or the socket path) of a connection, never with a password."""
+    """``host:port`` (or the socket path) of a connection, never with a password; for a
+    Sentinel-managed master, ``sentinel <service> at <sentinels>``."""
     if "path" in connection_kwargs:
         return str(connection_kwargs["path"])
+    sentinel = sentinel_of(connection_kwargs.get("connection_pool"))
+    if sentinel is not None:
+        return sentinel
     return f"{connection_kwargs.get('host', '?')}:{connection_kwargs.get('port', '?')}"
+
+
+def sentinel_of(pool: Any) -> str | None:
+    """``sentinel <service> at host:port,...`` when ``pool`` (or its proxy) is a Sentinel
+    connection pool, else ``None``."""
+    service = getattr(pool, "service_name", None)
+    manager = getattr(pool, "sentinel_manager", None)
+    if not isinstance(service, str) or manager is None:
+        return None
+    sentinels = []
+    for each in getattr(manager, "sentinels", []):
+        kwargs = each.connection_pool.connection_kwargs
+        sentinels.append((kwargs.get("host", "?"), kwargs.get("port", "?")))
+    return sentinel_address(service, sentinels)
 
 
 def bounded_kwargs(connection_kwargs: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -321,7 +342,12 @@ def bounded_kwargs(connection_kwargs: dict[str, Any], timeout: float) -> dict[st
         for key, value in connection_kwargs.items()
         if not key.startswith(("maint_notifications", "oss_cluster_maint"))
     }
-    kwargs.update(socket_timeout=timeout, retry=Retry(NoBackoff(), 0))
+    connect = kwargs.get("socket_connect_timeout")
+    kwargs.update(
+        socket_timeout=timeout,
+        socket_connect_timeout=min(connect, timeout) if connect else timeout,
+        retry=Retry(NoBackoff(), 0),
+    )
     return kwargs
 
 
@@ -347,22 +373,64 @@ def connection_source(client: Any) -> Callable[[], tuple[Any, dict[str, Any], st
         return lambda: (pool.connection_class, kwargs, address_of(kwargs))
 
     def pick_node() -> tuple[Any, dict[str, Any], str]:
-        node = client.get_random_node()
-        node_pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
-        if node_pool is not None:  # redis.cluster
-            cls, kwargs = node_pool.connection_class, node_pool.connection_kwargs
-        else:  # redis.asyncio.cluster
-            cls, kwargs = node.connection_class, node.connection_kwargs
-        return cls, subscriber_kwargs(kwargs), f"{node.host}:{node.port}"
+        return node_connection(client.get_random_node())
 
     return pick_node
+
+
+def node_connection(node: Any) -> tuple[Any, dict[str, Any], str]:
+    """(connection class, keyword arguments, ``host:port``) of a dedicated subscriber
+    connection to one cluster node."""
+    node_pool = getattr(getattr(node, "redis_connection", None), "connection_pool", None)
+    if node_pool is not None:  # redis.cluster
+        cls, kwargs = node_pool.connection_class, node_pool.connection_kwargs
+    else:  # redis.asyncio.cluster
+        cls, kwargs = node.connection_class, node.connection_kwargs
+    return cls, subscriber_kwargs(kwargs), f"{node.host}:{node.port}"
+
+
+def slot_owner(client: Any, channel: str) -> tuple[Any, dict[str, Any], str]:
+    """The subscriber connection to the master that serves ``channel``'s hash slot, as the
+    cluster client last saw the cluster (no I/O; ``SlotNotCoveredError`` mid-failover)."""
+    return node_connection(client.nodes_manager.get_node_from_slot(hash_slot(channel)))
+
+
+SHARDED_PROBE = ("PUBSUB", "SHARDNUMSUB")
+"""Asked once of every master of a cluster: an answer from each means sharded pub/sub (Redis
+or Valkey >= 7); an error reply (Redis 6.2: an unknown subcommand) means classic pub/sub."""
+
+PROBE_ERRORS = (OSError, redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+"""What asking a master can raise: an error reply refuses, anything else means unreachable."""
+
+
+def settle_pubsub(
+    pubsub: PubSub, answers: list[BaseException | None], address: str
+) -> BaseException | None:
+    """Settle a cluster client's pub/sub from its masters' answers to ``SHARDED_PROBE``
+    (``None``: it answered; else what it raised): classic if one refused it, sharded if every
+    master that could be reached answered. A master that is down does not hold the others
+    back; when none could be reached nothing is settled, and the error to raise is returned."""
+    refused = [
+        a
+        for a in answers
+        if isinstance(a, redis.exceptions.ResponseError) and not isinstance(a, CONNECTION_ERRORS)
+    ]
+    if refused:
+        log.debug("cluster %s has no sharded pub/sub (%s): classic pub/sub", address, refused[0])
+        pubsub.settle(False)
+    elif None in answers:
+        log.debug("cluster %s: sharded pub/sub (SPUBLISH/SSUBSCRIBE)", address)
+        pubsub.settle(True)
+    else:
+        return next((a for a in answers if a is not None), ConnectionError("no master"))
+    return None
 
 
 def describe(client: Any) -> str:
     """``host:port`` of a client (the first startup node of a cluster); never a password."""
     pool = getattr(client, "connection_pool", None)
     if pool is not None:
-        return address_of(pool.connection_kwargs)
+        return sentinel_of(pool) or address_of(pool.connection_kwargs)
     nodes = client.get_nodes() or []
     return f"cluster {nodes[0].host}:{nodes[0].port}" if nodes else "cluster"
 
@@ -371,7 +439,16 @@ def is_cluster(client: Any) -> bool:
     return getattr(client, "connection_pool", None) is None and hasattr(client, "get_nodes")
 
 
-CONNECTION_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError)
+CONNECTION_ERRORS = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    OSError,
+    # a cluster mid-resharding or failover: redis-py gave up following MOVED/ASK or retrying
+    # TRYAGAIN ("TTL exhausted"), CLUSTERDOWN, or a slot no node serves yet. Passing states,
+    # so a waiter rides them out as it rides out an outage.
+    redis.exceptions.ClusterError,
+    redis.exceptions.SlotNotCoveredError,
+)
 
 
 def check_replicas(reply: Any, acked: int, replication: Replication, name: str | None) -> Any:
@@ -398,6 +475,9 @@ def wrong_type(exc: BaseException, name: str | None) -> BaseException:
 
 def unavailable(exc: BaseException, address: str, name: str | None) -> ServerUnavailableError:
     what = f" for lock {name!r}" if name else ""
+    why = str(exc)
+    if isinstance(exc, redis.exceptions.ClusterError | redis.exceptions.SlotNotCoveredError):
+        why = f"{why} (its hash slot is being migrated or failed over)"
     return ServerUnavailableError(
-        f"redis server {address} unavailable{what}: {exc}", address=address, name=name
+        f"redis server {address} unavailable{what}: {why}", address=address, name=name
     )

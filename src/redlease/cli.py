@@ -20,11 +20,11 @@ from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
-from urllib.parse import unquote, urlsplit
 
 import redis.exceptions
 from redis.connection import parse_url as _untyped_parse_url
 
+from ._urls import is_sentinel_url, parse_sentinel_url, url_secrets
 from .errors import RedleaseError
 
 if TYPE_CHECKING:
@@ -75,14 +75,9 @@ def _version() -> str:
 
 
 def secrets_of(url: str) -> list[str]:
-    """The password (raw and percent-decoded) in ``url``, to scrub from anything printed."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return []
-    if not password:
-        return []
-    return sorted({password, unquote(password)}, key=len, reverse=True)
+    """The passwords (raw and percent-decoded) in ``url``, to scrub from anything printed:
+    its own, and a Sentinel URL's ``sentinel_password`` (any ``...password=`` option)."""
+    return url_secrets(url)
 
 
 def redact(text: str, url: str | None) -> str:
@@ -105,7 +100,10 @@ def _remember_urls(argv: Sequence[str]) -> None:
 
 
 def address_of(url: str) -> str:
-    """``host:port`` (or ``unix:/path``) of a Redis URL: what is safe to print about it."""
+    """``host:port`` (or ``unix:/path``, or ``sentinel <service> at host:port,...``) of a
+    Redis URL: what is safe to print about it."""
+    if is_sentinel_url(url):
+        return parse_sentinel_url(url).address
     parts = _parse_url(url)
     if "path" in parts:
         return f"unix:{parts['path']}"
@@ -116,13 +114,17 @@ def address_of(url: str) -> str:
 
 
 def redis_url(value: str) -> str:
-    """argparse type: a URL redis-py accepts (redis://, rediss://, unix://)."""
+    """argparse type: a URL redis-py accepts (redis://, rediss://, unix://), or a Sentinel
+    URL (redis+sentinel://, redis-sentinel://, and their rediss forms)."""
     try:
         address_of(value)
     except ValueError as exc:
+        if is_sentinel_url(value):  # the message names what is wrong, password masked
+            raise argparse.ArgumentTypeError(redact(str(exc), value)) from None
         raise argparse.ArgumentTypeError(
             f"not a Redis URL: {redact(str(exc), value)}"
-            " (use redis://[:password@]host[:port][/db], rediss://... or unix:///path)"
+            " (use redis://[:password@]host[:port][/db], rediss://..., unix:///path"
+            " or redis+sentinel://host[:port][,host[:port]...]/service[/db])"
         ) from None
     return value
 
@@ -180,8 +182,9 @@ def add_url_option(parser: argparse.ArgumentParser) -> None:
         "--url",
         type=redis_url,
         metavar="URL",
-        help=f"the server: redis://[[user]:password@]host[:port][/db], rediss://... or"
-        f" unix:///path (default: ${URL_ENV})",
+        help=f"the server: redis://[[user]:password@]host[:port][/db], rediss://...,"
+        " unix:///path, or through Sentinel redis+sentinel://[[user]:password@]host[:port]"
+        f"[,host[:port]...]/service[/db] (default: ${URL_ENV})",
     )
 
 

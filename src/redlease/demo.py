@@ -33,6 +33,7 @@ import redis
 import redis.exceptions
 
 from ._sync.client import Client
+from ._urls import is_sentinel_url, sentinel_master
 
 __all__ = ["DemoError", "RoundResult", "run_demo"]
 
@@ -124,9 +125,10 @@ class RoundResult:
 
 
 def _redis(url: str) -> redis.Redis:
-    return redis.Redis.from_url(
-        url, socket_connect_timeout=CONNECT_TIMEOUT, socket_timeout=COMMAND_TIMEOUT
-    )
+    timeouts = {"socket_connect_timeout": CONNECT_TIMEOUT, "socket_timeout": COMMAND_TIMEOUT}
+    if is_sentinel_url(url):
+        return sentinel_master(url, timeouts)[0]
+    return redis.Redis.from_url(url, **timeouts)
 
 
 def _sell_one(r: redis.Redis, keys: DemoKeys) -> bool:

@@ -210,6 +210,40 @@ def test_forked_child_never_owns_parent_holds(server, name):
         lock.release()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_forked_child_never_sends_on_its_parent_connections(server, name):
+    """The client keeps connections between calls; a child that inherited them opens its own
+    (two processes on one socket would read each other's replies)."""
+    raw = redis.Redis.from_url(server.url)
+    with redlease.Client.from_url(server.url) as client:
+        lock = client.lock(name)
+        assert lock.acquire()  # the parent now keeps a connection
+        before = {c["id"] for c in raw.client_list()}
+        ready_r, ready_w = os.pipe()
+        done_r, done_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # child: one call that does not ask for its owner first, then linger
+            code = 0
+            try:
+                client.lock(name + ":other").force_release()
+            except BaseException:
+                code = 1
+            os.write(ready_w, b"x")
+            os.read(done_r, 1)
+            os._exit(code)
+        try:
+            assert os.read(ready_r, 1) == b"x"
+            new = [c for c in raw.client_list() if c["id"] not in before]
+            assert [c["cmd"] for c in new] == ["evalsha"], "the child used no connection of its own"
+        finally:
+            os.write(done_w, b"x")
+            _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        lock.release()  # the parent's connection still answers its own calls
+        assert not lock.locked()
+    raw.close()
+
+
 async def test_cancelled_acquire_never_leaves_a_hold(server, name):
     async with redlease.AsyncClient.from_url(server.url) as client:
         lock = client.lock(name)

@@ -32,6 +32,39 @@ async def test_acquire_release_and_queries(side, server, name):
     assert not await side(lock.owned())
 
 
+@pytest.mark.parametrize(
+    "redis_kwargs",
+    [
+        {"single_connection_client": True},
+        {"decode_responses": True},
+        {"protocol": 3},
+        {"encoding": "latin-1"},
+    ],
+    ids=["single-connection", "decoded", "resp3", "latin-1"],
+)
+async def test_works_whatever_the_redis_client_options(side, server, name, redis_kwargs):
+    """Scripts go out on redlease's own packed path or, for a single-connection client,
+    through redis-py: both give the same answers, and names keep the client's encoding."""
+    client = side.client(server.url, **redis_kwargs)
+    lock = client.lock(name + ":é")
+    assert await side(lock.acquire())
+    assert await side(lock.acquire())
+    assert await side(lock.hold_count()) == 2
+    assert lock.fencing_token is not None and lock.fencing_token > 0
+    await side(lock.release())
+    assert await side(lock.owned())
+    await side(lock.release())
+    assert not await side(lock.locked())
+    encoding = redis_kwargs.get("encoding", "utf-8")
+    raw = redis.Redis.from_url(server.url)
+    try:
+        assert await side(lock.acquire(lease=10))
+        assert raw.exists((name + ":é").encode(encoding)) == 1
+        await side(lock.release())
+    finally:
+        raw.close()
+
+
 async def test_redisson_data_layout(side, server, name):
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     pubsub = raw.pubsub()
@@ -64,7 +97,18 @@ async def test_release_reserves_the_lock_for_the_first_waiter_in_line(side, serv
     client = side.client(server.url, handoff_window=0.5)
     lock = client.lock(name)
     assert await side(lock.acquire())
+    pubsub = raw.pubsub()
+    pubsub.subscribe(keys.channel)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
     await side(lock.release())
+    raw.publish(keys.channel, "marker")  # arrives after whatever the release published
+    published = []
+    while not published or published[-1] != "marker":
+        message = pubsub.get_message(timeout=5)
+        assert message is not None
+        published.append(message["data"])
+    pubsub.close()
+    assert published == ["slow-waiter:1", "marker"], "only the waiter whose turn it is is woken"
     assert raw.hgetall(name) == {"redlease:handoff": "slow-waiter:1"}
     assert 0 < raw.pttl(name) <= 500
     assert not await side(lock.locked())  # a reservation is not a holder

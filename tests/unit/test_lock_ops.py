@@ -63,8 +63,8 @@ def assert_release_call(call: object, *, held: int) -> str:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_RELEASE
     assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipt(OWNER), KEYS.queue, KEYS.deadlines)
-    owner, count, request_id, handoff_ms = call.args
-    assert (owner, count) == (OWNER, held)
+    owner, count, request_id, handoff_ms, publish = call.args
+    assert (owner, count, publish) == (OWNER, held, "publish")
     assert handoff_ms == 0  # a give-back reserves nothing
     assert isinstance(request_id, str) and request_id
     return request_id
@@ -354,7 +354,7 @@ def test_release_returns_remaining_holds() -> None:
     op = release(KEYS, OWNER, held=3, request_id="req-9", handoff_ms=50)
     call = next(op)
     assert call == release_call(KEYS, OWNER, 3, request_id="req-9", handoff_ms=50)
-    assert call.args == (OWNER, 3, "req-9", 50)
+    assert call.args == (OWNER, 3, "req-9", 50, "publish")
     assert finish(op, [codes.RELEASED, 2]) == 2
 
 
@@ -377,7 +377,7 @@ def test_force_release() -> None:
     op = force_release(KEYS)
     call = next(op)
     assert call.script is scripts.LOCK_FORCE_RELEASE
-    assert (call.keys, call.args) == ((KEYS.name, KEYS.channel), (UNLOCK_MESSAGE,))
+    assert (call.keys, call.args) == ((KEYS.name, KEYS.channel), (UNLOCK_MESSAGE, "publish"))
     assert finish(op, 1) is True
     op = force_release(KEYS)
     next(op)

@@ -169,8 +169,8 @@ def test_calls_match_the_script_headers(call: Call, n: int) -> None:
 def test_known_arities() -> None:
     """The brief's table, so that a header edit alone cannot change the interface silently."""
     assert header_arity("lock_acquire", 1) == (4, 5)
-    assert header_arity("lock_release", 1) == (5, 4)
-    assert header_arity("lock_force_release", 1) == (2, 1)
+    assert header_arity("lock_release", 1) == (5, 5)
+    assert header_arity("lock_force_release", 1) == (2, 2)
     assert header_arity("lock_status", 1) == (2, 0)
     assert header_arity("lock_renew", 4) == (4, 5)
 
@@ -206,11 +206,52 @@ def _redis_calls(text: str) -> list[tuple[str, list[str]]]:
 FORBIDDEN = {"keys", "scan", "randomkey", "flushall", "flushdb", "eval", "evalsha", "select"}
 
 
+_PUBLISH_ARG = re.compile(r"argv\[(\d+)\]")
+
+
+def publish_argument(text: str) -> int | None:
+    """The ARGV index of a script's publish command (documented and checked), else None."""
+    documented = [
+        int(m.group(2))
+        for line in _header(text)
+        if (m := _ENTRY.match(line)) and m.group(1) == "ARGV" and "publish command" in line
+    ]
+    if not documented:
+        return None
+    (index,) = documented
+    return index
+
+
+@pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.stem)
+def test_publish_command_is_an_argument_checked_first(path: Path) -> None:
+    """A script that publishes takes the command ('publish' or 'spublish') as an argument,
+    as Redisson's do, and refuses any other value before it changes anything."""
+    text = path.read_text()
+    calls = _redis_calls(text)
+    index = publish_argument(text)
+    publishes = [c for c, _ in calls if _PUBLISH_ARG.fullmatch(c)]
+    assert "publish" not in {c for c, _ in calls} and "spublish" not in {c for c, _ in calls}
+    if index is None:
+        assert not publishes
+        return
+    assert publishes and set(publishes) == {f"argv[{index}]"}
+    body = text.splitlines()[len(_header(text)) :]
+    assert body[:3] == [
+        f"if ARGV[{index}] ~= 'publish' and ARGV[{index}] ~= 'spublish' then",
+        f"  return redis.error_reply('ERR redlease: ARGV[{index}] must be publish or spublish')",
+        "end",
+    ]
+
+
 @pytest.mark.parametrize("path", LUA_FILES, ids=lambda p: p.stem)
 def test_every_key_comes_from_KEYS(path: Path) -> None:
-    calls = _redis_calls(path.read_text())
+    text = path.read_text()
+    calls = _redis_calls(text)
     assert calls, "the script calls nothing"
     for command, args in calls:
+        if (m := _PUBLISH_ARG.fullmatch(command)) is not None:  # 'publish' or 'spublish'
+            assert int(m.group(1)) == publish_argument(text)
+            command = "publish"
         assert re.fullmatch(r"[a-z]+", command), f"command {command!r} is not a literal"
         assert command not in FORBIDDEN
         if command == "time":  # the server's clock: the one command that takes no key

@@ -18,17 +18,24 @@ import redis.exceptions
 
 from .._channels import Waiter
 from .._clientbase import ClientBase
-from .._core.lock import Hold
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
+from .._core.scripts import Script
 from .._naming import name_maker
 from .._shell import (
     CONNECTION_ERRORS,
     HANDOFF_WINDOW,
+    PROBE_ERRORS,
+    SHARDED_PROBE,
     TaskOwners,
     check_replicas,
+    fork_generation,
+    log,
+    settle_pubsub,
     unavailable,
     wrong_type,
 )
+from .._urls import async_sentinel_master, is_sentinel_url
+from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from ..options import Seconds
 from .subscriber import Subscriber, wait
@@ -88,6 +95,12 @@ class AsyncClient(ClientBase):
         )
         self._subscriber: Subscriber | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        # the hot path, as in Client: scripts packed by redlease on connections it keeps
+        self._packer: Packer | None = None
+        self._spare: list[Any] = []
+        self._spare_generation = fork_generation()
+        if isinstance(redis_client, redis.asyncio.Redis) and redis_client.connection is None:
+            self._packer = Packer.for_pool(redis_client.connection_pool)
 
     @classmethod
     def from_url(
@@ -102,16 +115,27 @@ class AsyncClient(ClientBase):
         **redis_kwargs: Any,
     ) -> AsyncClient:
         """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)`` (with
-        ``cluster=True``, ``redis.asyncio.cluster.RedisCluster.from_url``)."""
-        factory = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
+        ``cluster=True``, ``redis.asyncio.cluster.RedisCluster.from_url``); a Sentinel URL
+        (see ``Client.from_url``) gives one over ``redis.asyncio.sentinel``'s
+        ``Sentinel(...).master_for(service)``."""
+        sentinels: list[Any] = []
+        if is_sentinel_url(url):
+            if cluster:
+                raise InvalidArgumentError("a Sentinel URL cannot be used with cluster=True")
+            redis_client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
+            redis_client, sentinels = async_sentinel_master(url, redis_kwargs)
+        else:
+            factory = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
+            redis_client = factory.from_url(url, **redis_kwargs)
         client = cls(
-            factory.from_url(url, **redis_kwargs),
+            redis_client,
             watchdog_timeout=watchdog_timeout,
             handoff_window=handoff_window,
             replicas=replicas,
             replica_timeout=replica_timeout,
         )
         client._owns_redis = True
+        client._sentinels = sentinels
         return client
 
     def lock(
@@ -236,8 +260,14 @@ class AsyncClient(ClientBase):
                 await task
         if self._subscriber is not None:
             await self._subscriber.close()
+        spare, self._spare = self._spare, []
+        if self._spare_generation == fork_generation():
+            for conn in spare:
+                await self.redis.connection_pool.release(conn)
         if self._owns_redis:
             await self.redis.aclose()
+            for sentinel in self._sentinels:  # the sentinels' clients from_url made
+                await sentinel.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -271,7 +301,7 @@ class AsyncClient(ClientBase):
                     return await self._send(call, name, replication)
                 except redis.exceptions.NoScriptError:
                     # a restarted server has an empty script cache
-                    await self.redis.script_load(call.script.source)
+                    await self._load(call.script)
                     return await self._send(call, name, replication)
             except CONNECTION_ERRORS as exc:
                 if attempt == 2:
@@ -281,6 +311,8 @@ class AsyncClient(ClientBase):
         raise AssertionError("unreachable")
 
     async def _send(self, call: Call, name: str | None, replication: Replication | None) -> Any:
+        if replication is None and self._packer is not None:
+            return await self._send_packed(self._packer.pack(call))
         sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
         if replication is None:
             return await self.redis.evalsha(sha, numkeys, *args)
@@ -289,6 +321,50 @@ class AsyncClient(ClientBase):
         pipe.wait(replication.replicas, replication.timeout_ms)
         reply, acked = await pipe.execute()
         return check_replicas(reply, int(acked), replication, name)
+
+    async def _load(self, script: Script) -> None:
+        """SCRIPT LOAD, on the connections the script's EVALSHA went through."""
+        if self._packer is not None:
+            await self._send_packed(self._packer.command("SCRIPT", "LOAD", script.source))
+        else:
+            await self.redis.script_load(script.source)
+
+    async def _send_packed(self, packed: bytes) -> Any:
+        """A command packed by redlease, on a connection it keeps between calls; a dead
+        connection is retried as redis-py's own commands are (the connection's ``retry``)."""
+        pool, packer = self.redis.connection_pool, self._packer
+        assert packer is not None  # only called when the hot path is on
+        spare = self._spare
+        if self._spare_generation != fork_generation():
+            spare = self._spare = []  # a forked child never touches its parent's sockets
+            self._spare_generation = fork_generation()
+        try:
+            conn = spare.pop()
+        except IndexError:
+            conn = await pool.get_connection(*packer.checkout)
+
+        async def send() -> Any:
+            await conn.send_packed_command([packed])
+            return await conn.read_response()
+
+        async def failed(_: Exception) -> None:
+            await conn.disconnect()
+
+        try:
+            reply = await conn.retry.call_with_retry(send, failed)
+        except redis.exceptions.ResponseError:
+            spare.append(conn)  # an error reply, read whole: the connection is fine
+            raise
+        except BaseException:
+            # nothing or half a reply read (or cancelled mid-read): never reuse it as it is
+            await conn.disconnect(nowait=True)
+            await pool.release(conn)
+            raise
+        if len(spare) < SPARE_CONNECTIONS:
+            spare.append(conn)
+        else:
+            await pool.release(conn)
+        return reply
 
     async def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
         if call.undo is None:
@@ -307,6 +383,8 @@ class AsyncClient(ClientBase):
         script waits for replica acknowledgements."""
         if self._closed:
             raise RuntimeError("redlease client is closed")
+        if not self._state.pubsub.settled:
+            await self._settle_pubsub(name)
         waiter: Waiter | None = None
         leave: Call | None = None  # run if the operation is abandoned while in line
         reply: Any = None
@@ -350,8 +428,35 @@ class AsyncClient(ClientBase):
 
     def _subscriber_started(self) -> Subscriber:
         if self._subscriber is None:
-            self._subscriber = Subscriber(self.redis)
+            self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
         return self._subscriber
+
+    _settling: asyncio.Lock | None = None
+
+    async def _settle_pubsub(self, name: str | None) -> None:
+        """On a cluster, once: sharded pub/sub if every master has it, else classic."""
+        if self._settling is None:
+            self._settling = asyncio.Lock()
+        async with self._settling:  # one probe, however many tasks start at once
+            if self._state.pubsub.settled:
+                return
+            try:
+                await self.redis.initialize()
+            except PROBE_ERRORS as exc:
+                raise unavailable(exc, self.address, name) from exc
+
+            async def probe(node: Any) -> BaseException | None:
+                try:
+                    await self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
+                except PROBE_ERRORS as exc:
+                    return exc
+                return None
+
+            nodes = self.redis.get_primaries()
+            answers = list(await asyncio.gather(*(probe(node) for node in nodes)))
+            error = settle_pubsub(self._state.pubsub, answers, self.address)
+            if error is not None:
+                raise unavailable(error, self.address, name) from error
 
     def _watch(self) -> None:
         if self._watchdog is None or self._watchdog.done():
@@ -360,43 +465,91 @@ class AsyncClient(ClientBase):
             )
 
     async def _watchdog_loop(self) -> None:
+        """Renew every watched hold and lease permit, batched, every interval. Each call is
+        bounded (a hung server must not hide an expired lease); on a cluster the calls to
+        different nodes go at once, and a node that fails a call is not called again in that
+        round, so a paused master does not delay the renewals on the other masters."""
         policy, state = self._policy, self._state
         delay = policy.interval
         while True:
             await asyncio.sleep(delay)
-            ok = True
-            for batch, call in policy.calls(state.holds.watched(), by_slot=self.cluster):
-                ok = await self._renew(batch, call) and ok
+            jobs: list[_Job] = [
+                (
+                    functools.partial(state.renewal_done, batch),
+                    functools.partial(state.renewal_failed, batch, policy),
+                    call,
+                )
+                for batch, call in policy.calls(state.holds.watched(), by_slot=self.cluster)
+            ]
             for source in list(state.renewal_sources):
-                for handle, call in source.renewal_calls(policy.timeout):
-                    sent_at = time.monotonic()
-                    try:
-                        reply = await asyncio.wait_for(self._call(call, None), policy.interval)
-                    except (asyncio.TimeoutError, ServerUnavailableError, ReplicaError) as exc:
-                        source.renewal_failed(handle, exc)
-                        ok = False
-                    else:
-                        source.renewal_done(handle, reply, sent_at)
-            delay = policy.next_delay(ok)
+                jobs.extend(
+                    (
+                        functools.partial(source.renewal_done, handle),
+                        functools.partial(source.renewal_failed, handle),
+                        call,
+                    )
+                    for handle, call in source.renewal_calls(policy.timeout)
+                )
+            by_node: dict[str | None, list[_Job]] = {}
+            for job in jobs:
+                by_node.setdefault(self._node_of(job[2]), []).append(job)
+            done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
+            delay = policy.next_delay(all(done))
 
-    async def _renew(self, batch: list[Hold], call: Call) -> bool:
-        state = self._state
-        sent_at = time.monotonic()
-        bound = self._policy.interval + (
-            call.replication.timeout_ms / 1000 if call.replication else 0
-        )
+    async def _renew_on(self, jobs: list[_Job]) -> bool:
+        """Send one node's renewal calls in order; True when every one succeeded. After a
+        call that could not reach the node, the rest fail at once."""
+        ok = True
+        down: Exception | None = None
+        for done, failed, call in jobs:
+            if down is not None:
+                failed(down)
+                ok = False
+                continue
+            sent_at = time.monotonic()
+            bound = self._policy.interval + (
+                call.replication.timeout_ms / 1000 if call.replication else 0
+            )
+            try:
+                # a hung server must not hide an expired lease: bound the call
+                reply = await asyncio.wait_for(self._call(call, None), bound)
+            except ReplicaError as exc:
+                failed(exc)
+                ok = False
+            except (
+                asyncio.TimeoutError,
+                ServerUnavailableError,
+                redis.exceptions.RedisClusterException,
+            ) as exc:
+                if isinstance(exc, ServerUnavailableError):
+                    down = exc
+                elif isinstance(exc, asyncio.TimeoutError):
+                    down = unavailable(TimeoutError("renewal timed out"), self.address, None)
+                else:
+                    down = unavailable(exc, self.address, None)
+                failed(down)
+                ok = False
+            except Exception as exc:  # never let the watchdog task die
+                log.exception("lease renewal failed unexpectedly")
+                failed(exc)
+                ok = False
+            else:
+                done(reply, sent_at)
+        return ok
+
+    def _node_of(self, call: Call) -> str | None:
+        """The cluster node a call goes to (``None``: the one server, or not known yet)."""
+        if not self.cluster or not call.keys:
+            return None
         try:
-            # a hung server must not hide an expired lease: bound the call
-            reply = await asyncio.wait_for(self._call(call, None), bound)
-        except asyncio.TimeoutError:
-            error = unavailable(TimeoutError("renewal timed out"), self.address, None)
-            state.renewal_failed(batch, self._policy, error)
-            return False
-        except (ServerUnavailableError, ReplicaError) as exc:
-            state.renewal_failed(batch, self._policy, exc)
-            return False
-        state.renewal_done(batch, reply, sent_at)
-        return True
+            cluster: Any = self.redis  # redis-py leaves it untyped
+            return str(cluster.get_node_from_key(call.keys[0]).name)
+        except Exception:
+            return None
+
+
+_Job = tuple[Callable[[Any, float], None], Callable[[Exception], None], Call]
+"""A renewal call with what to do with its reply (and when it was sent), or its error."""
 
 
 from .latch import AsyncCountDownLatch  # noqa: E402

@@ -1,9 +1,16 @@
-"""One pub/sub connection per client, read by one asyncio task.
+"""A client's pub/sub connections, each read by an asyncio task of its own.
 
-Callers send SUBSCRIBE themselves (asyncio writes never interleave within a command) and wait for
-the reader task to see the confirmation. Channels stay subscribed for a short while after their
-last waiter leaves. After a reconnect the reader re-subscribes everything and, once confirmed,
-wakes every waiter to re-check.
+Classic pub/sub (a single server, Sentinel, a Redis 6.2 cluster): one connection, to the server
+or to any node of a cluster (a cluster forwards every message to every node). Sharded pub/sub
+(a cluster of Redis/Valkey >= 7): one connection per master that owns the slot of a channel
+waited on, opened when first needed and closed when idle, so never more than the masters.
+redis.asyncio's ``RedisCluster`` has no pub/sub: these are plain connections to the nodes.
+
+Callers register their channels; one placing task subscribes each on the connection its slot
+calls for. Channels stay subscribed for a short while after their last waiter leaves. When a
+connection fails, or a slot moves to another master (the server unsubscribes its channels, or
+answers ``MOVED``), the channels are subscribed again where their slot lives now (the cluster's
+layout read afresh), and, once confirmed, their waiters re-check.
 """
 
 from __future__ import annotations
@@ -13,14 +20,22 @@ import contextlib
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio
+import redis.exceptions
 
-from .._channels import ChannelTable, Waiter, text
+from .._channels import ANY_NODE, CLASSIC, SHARDED, ChannelTable, Links, Waiter, text
 from .._core.backoff import full_jitter
-from .._shell import CONNECTION_ERRORS, connection_source, describe, log, unavailable
-from .._sync.subscriber import LINGER, SUBSCRIBE_TIMEOUT
+from .._shell import (
+    CONNECTION_ERRORS,
+    connection_source,
+    describe,
+    log,
+    slot_owner,
+    unavailable,
+)
+from .._sync.subscriber import LINGER, PLACE_ERRORS, SUBSCRIBE_TIMEOUT
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -50,14 +65,24 @@ async def wait(waiter: Waiter, timeout: float) -> bool:
 
 
 class Subscriber:
-    def __init__(self, client: redis.asyncio.Redis) -> None:
+    def __init__(self, client: Any, *, sharded: bool = False) -> None:
+        self._client = client
+        self._sharded = sharded
+        self._kinds = SHARDED if sharded else CLASSIC
         self._source = connection_source(client)
         self.address = describe(client)
         self._table = ChannelTable(asyncio.Event)
-        self._conn: Any = None
+        self._links = Links(self._table)
+        self._conns: dict[str, Any] = {}  # link -> its connection
+        self._readers: dict[str, asyncio.Task[None]] = {}  # link -> the task reading it
+        self._work = asyncio.Event()  # something to subscribe or drop
         self._task: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
         self._last_error: BaseException | None = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._stale = False  # the cluster's layout must be read again before placing
 
     async def subscribe(self, channel: str, owner: str, *, name: str | None = None) -> Waiter:
         """Register ``owner`` as a waiter on ``channel``; return once the server confirmed it."""
@@ -66,9 +91,10 @@ class Subscriber:
         self._ensure_task()
         waiter = Waiter(channel, owner, asyncio.Event())
         entry, new = self._table.add(waiter)
+        if new:
+            self._links.want(channel)
+            self._work.set()
         try:
-            if new:
-                await self._send("SUBSCRIBE", channel)
             confirmed = await wait_event(entry.confirmed, SUBSCRIBE_TIMEOUT)
         except BaseException:
             self.unsubscribe(waiter)
@@ -80,15 +106,15 @@ class Subscriber:
         return waiter
 
     def listen_if_live(self, channel: str, owner: str) -> Waiter | None:
-        """A waiter on ``channel`` if this connection already listens there, else ``None``."""
+        """A waiter on ``channel`` if this client already listens there, else ``None``."""
         waiter = Waiter(channel, owner, asyncio.Event())
         return waiter if self._table.add_if_live(waiter) else None
 
     def unsubscribe(self, waiter: Waiter) -> None:
         self._table.remove(waiter, time.monotonic())
         if not self._table.waiting(waiter.channel):
-            loop = asyncio.get_running_loop()
-            loop.call_later(LINGER, lambda: loop.create_task(self._drop_idle()))
+            # a little slack: call_later may fire a hair before LINGER by the monotonic clock
+            asyncio.get_running_loop().call_later(LINGER + 0.05, self._work.set)
 
     def waiting(self, channel: str) -> int:
         return self._table.waiting(channel)
@@ -100,7 +126,10 @@ class Subscriber:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-        await self._disconnect()
+        readers = list(self._readers.values())
+        for link in list(self._conns):
+            self._lose(link, None)
+        await asyncio.gather(*readers, *self._closing, return_exceptions=True)
 
     def _ensure_task(self) -> None:
         if self._task is None or self._task.done():
@@ -108,57 +137,151 @@ class Subscriber:
                 self._run(), name="redlease-subscriber"
             )
 
-    async def _send(self, *args: str) -> None:
-        conn = self._conn
-        if conn is None:
-            return  # the reader sends every subscription when it (re)connects
-        try:
-            await conn.send_command(*args)
-        except CONNECTION_ERRORS as exc:
-            log.debug("subscriber send to %s failed: %s", self.address, exc)
+    # --- the placing task -----------------------------------------------------------------
 
     async def _run(self) -> None:
-        failures = 0
         while not self._closed:
+            timeout = 1.0
+            if self._links.pending():
+                timeout = min(timeout, max(0.0, self._retry_at - time.monotonic()))
+            await wait_event(self._work, timeout)
+            self._work.clear()
             try:
-                if self._conn is None:
-                    await self._connect()
-                    failures = 0
-                conn = self._conn
-                push = {"push_request": True} if str(getattr(conn, "protocol", 2)) == "3" else {}
-                # never cancelled mid-reply (that would tear the connection down)
-                message = await conn.read_response(**push)
-                kind, channel = text(message[0]), text(message[1])
-                if kind == "message":
-                    self._table.on_message(channel, text(message[2]))
-                elif kind == "subscribe":
-                    self._table.on_subscribed(channel)
+                if time.monotonic() >= self._retry_at:
+                    await self._place()
+                await self._drop_idle()
+            except Exception:
+                log.exception("redlease subscriber failed; restarting it")
+                for link in list(self._conns):
+                    self._lose(link, None)
+                self._retry_at = time.monotonic() + 0.1
+
+    def _failed(self, exc: BaseException) -> None:
+        """A connection or a subscription failed: try again after a growing pause."""
+        self._failures += 1
+        self._last_error = exc
+        self._stale = True
+        pause = full_jitter(self._failures, base=0.05, cap=2.0, random=random.random)
+        self._retry_at = time.monotonic() + pause
+        self._work.set()
+
+    async def _place(self) -> None:
+        """Subscribe every channel that needs it, each on the connection its slot calls for."""
+        pending = self._links.pending()
+        if not pending:
+            return
+        if self._stale and self._sharded:
+            try:
+                await self._client.initialize()
+                await self._client.nodes_manager.initialize()  # the layout, read afresh
+            except PLACE_ERRORS as exc:
+                log.debug("subscriber could not read the cluster's layout: %s", exc)
+                self._failed(exc)
+                return
+            self._stale = False
+        for channel in pending:
+            link = "?"
+            try:
+                link, connect = self._route(channel)
+                conn = self._conns.get(link) or await self._open(link, connect)
+            except PLACE_ERRORS as exc:
+                log.debug("subscriber connection to %s failed: %s", link or self.address, exc)
+                self._failed(exc)
+                continue
+            if channel not in self._table.entries:
+                continue  # nobody waits on it any more
+            self._links.place(channel, link)
+            try:
+                await conn.send_command(self._kinds.subscribe, channel)
             except CONNECTION_ERRORS as exc:
-                failures += 1
-                self._last_error = exc
-                log.debug("subscriber connection to %s failed: %s", self.address, exc)
-                await self._disconnect()
-                await asyncio.sleep(full_jitter(failures, base=0.05, cap=2.0, random=random.random))
+                self._lose(link, exc)
 
-    async def _connect(self) -> None:
-        connection_class, kwargs, self.address = self._source()
-        conn = connection_class(**kwargs)
+    def _route(self, channel: str) -> tuple[str, Callable[[], tuple[Any, dict[str, Any], str]]]:
+        """The link ``channel`` belongs on, and how to connect it (``SlotNotCoveredError``
+        while no master serves its slot, mid-failover)."""
+        if not self._sharded:
+            return ANY_NODE, self._source
+        cls, kwargs, address = slot_owner(self._client, channel)
+        return address, lambda: (cls, kwargs, address)
+
+    async def _open(self, link: str, connect: Callable[[], tuple[Any, dict[str, Any], str]]) -> Any:
+        cls, kwargs, address = connect()
+        if kwargs.get("socket_connect_timeout") is None:  # a node gone dark must not hang us
+            kwargs = {**kwargs, "socket_connect_timeout": SUBSCRIBE_TIMEOUT}
+        conn = cls(**kwargs)
         await conn.connect()
-        self._conn = conn
-        self._last_error = None
-        for channel in self._table.resubscribe():
-            await conn.send_command("SUBSCRIBE", channel)
+        self._conns[link] = conn
+        self._readers[link] = asyncio.get_running_loop().create_task(
+            self._read(link, conn), name=f"redlease-subscriber {address}"
+        )
+        if link == ANY_NODE:
+            self.address = address
+        log.debug("subscriber connected to %s (%s pub/sub)", address, self._mode)
+        return conn
 
-    async def _disconnect(self) -> None:
-        conn, self._conn = self._conn, None
-        self._table.disconnected()
+    @property
+    def _mode(self) -> str:
+        return "sharded" if self._sharded else "classic"
+
+    def _lose(self, link: str, exc: BaseException | None) -> None:
+        """``link``'s connection failed (or the client closes): its channels go elsewhere."""
+        conn = self._conns.pop(link, None)
+        reader = self._readers.pop(link, None)
+        if reader is not None and reader is not asyncio.current_task():
+            reader.cancel()
         if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.disconnect()
+            self._close_later(conn)
+        self._links.lost(link)
+        if exc is not None:
+            log.debug("subscriber connection to %s failed: %s", link or self.address, exc)
+            self._failed(exc)
+
+    def _close_later(self, conn: Any) -> None:
+        closing = asyncio.get_running_loop().create_task(conn.disconnect())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
 
     async def _drop_idle(self) -> None:
-        if self._closed:
-            return
-        # a little slack: call_later may fire a hair before LINGER by the monotonic clock
-        for channel in self._table.drop_idle(time.monotonic() + 0.05, LINGER):
-            await self._send("UNSUBSCRIBE", channel)
+        for channel in self._table.drop_idle(time.monotonic(), LINGER):
+            link = self._links.drop(channel)
+            conn = self._conns.get(link) if link is not None else None
+            if conn is None:
+                continue
+            try:
+                await conn.send_command(self._kinds.unsubscribe, channel)
+            except CONNECTION_ERRORS as exc:
+                self._lose(link or ANY_NODE, exc)
+        if self._sharded:  # a master no channel needs any more: close its connection
+            for link in [link for link in self._links.idle() if link in self._conns]:
+                self._links.forget(link)
+                self._lose(link, None)
+
+    # --- one task per connection ----------------------------------------------------------
+
+    async def _read(self, link: str, conn: Any) -> None:
+        push = {"push_request": True} if str(getattr(conn, "protocol", 2)) == "3" else {}
+        kinds = self._kinds
+        try:
+            while True:
+                try:
+                    # never cancelled mid-reply but to close the connection
+                    message = await conn.read_response(**push)
+                except redis.exceptions.ResponseError as exc:  # MOVED, CLUSTERDOWN, ...
+                    channel = self._links.refused(link)
+                    log.debug("subscription on %s refused (%s): %s", link, channel, exc)
+                    self._failed(exc)
+                    continue
+                kind, channel = text(message[0]), text(message[1])
+                if kind == kinds.message:
+                    self._table.on_message(channel, text(message[2]))
+                elif kind == kinds.subscribed:
+                    self._links.confirmed(link, channel)
+                    self._failures = 0
+                elif kind == kinds.unsubscribed and self._links.unsubscribed(link, channel):
+                    # the server's doing: the slot moved to another master
+                    log.debug("%s's slot moved off %s; subscribing where it is now", channel, link)
+                    self._stale = True
+                    self._work.set()
+        except CONNECTION_ERRORS as exc:
+            if self._conns.get(link) is conn:
+                self._lose(link, exc)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 UNLOCK_MESSAGE = "0"
 """What Redisson publishes on the unlock channel when a lock is released."""
@@ -62,6 +62,54 @@ def same_slot_key(name: str, prefix: str, suffix: str = "") -> str:
     )
 
 
+PUBLISH_COMMANDS = ("publish", "spublish")
+"""The commands a script may publish a wake-up with (each script refuses any other)."""
+
+
+class PubSub:
+    """Which pub/sub a client's primitives wake their waiters with.
+
+    Classic (``PUBLISH``/``SUBSCRIBE``) everywhere but on a cluster whose masters all have
+    sharded pub/sub (Redis/Valkey >= 7): there ``SPUBLISH``/``SSUBSCRIBE``, on the node that
+    owns the channel's slot (Redisson 3.23+ does the same by default). One per client, shared
+    by the keys of all its primitives: the shell settles it once, before the client's first
+    operation (on a cluster, by asking the masters), and the core reads ``command`` when it
+    builds a call that publishes, so keys made before that still publish the settled way.
+    No I/O here.
+    """
+
+    __slots__ = ("_sharded",)
+
+    def __init__(self, sharded: bool | None = None) -> None:
+        self._sharded = sharded  # None: not settled yet
+
+    @property
+    def settled(self) -> bool:
+        return self._sharded is not None
+
+    @property
+    def sharded(self) -> bool:
+        return bool(self._sharded)
+
+    @property
+    def command(self) -> str:
+        """The publish command for the scripts: ``"spublish"`` or ``"publish"``."""
+        return "spublish" if self._sharded else "publish"
+
+    def settle(self, sharded: bool) -> None:
+        """Choose, once; later calls change nothing (waiters already listen one way)."""
+        if self._sharded is None:
+            self._sharded = bool(sharded)
+
+    def __repr__(self) -> str:
+        state = "unsettled" if self._sharded is None else self.command
+        return f"<PubSub {state}>"
+
+
+CLASSIC = PubSub(sharded=False)
+"""Classic pub/sub, settled: a single server, Sentinel, Redlock's masters, a Redis 6.2 cluster."""
+
+
 @dataclass(frozen=True)
 class LockKeys:
     """The keys and channel of one reentrant lock (Redisson RLock layout)."""
@@ -72,9 +120,11 @@ class LockKeys:
     deadlines: str
     fence: str
     receipt_prefix: str
+    pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
+    """How releases publish on ``channel`` (the client's; see ``PubSub``)."""
 
     @classmethod
-    def for_name(cls, name: str) -> LockKeys:
+    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LockKeys:
         return cls(
             name=name,
             # Redisson: "redisson_lock__channel" + ":{" + name + "}"
@@ -83,6 +133,7 @@ class LockKeys:
             deadlines=same_slot_key(name, "redlease:queue-deadlines:"),
             fence=same_slot_key(name, "redlease:fence:"),
             receipt_prefix=same_slot_key(name, "redlease:released:", ":"),
+            pubsub=pubsub,
         )
 
     def receipt(self, owner: str) -> str:

@@ -12,11 +12,11 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from .keys import hash_slot, same_slot_key
+from .keys import CLASSIC, PubSub, hash_slot, same_slot_key
 from .lock import PLACE_MS
 from .requests import Call, Operation
 from .scripts import Script
@@ -54,25 +54,28 @@ class LatchKeys:
     channel: str
     waiters: str
     receipt_prefix: str
+    pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
+    """How count changes publish on ``channel`` (the client's; see ``PubSub``)."""
 
     @classmethod
-    def for_name(cls, name: str) -> LatchKeys:
+    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LatchKeys:
         return cls(
             name=name,
             # Redisson: "redisson_countdownlatch__channel__{" + name + "}"
             channel=f"redisson_countdownlatch__channel__{{{name}}}",
             waiters=same_slot_key(name, "redlease:latch-waiters:"),
             receipt_prefix=same_slot_key(name, "redlease:latch-receipt:", ":"),
+            pubsub=pubsub,
         )
 
     def receipt(self, request_id: str) -> str:
         return self.receipt_prefix + request_id
 
 
-def keys_for(name: str, *, cluster: bool) -> LatchKeys:
+def keys_for(name: str, *, cluster: bool, pubsub: PubSub = CLASSIC) -> LatchKeys:
     """The latch's keys; on a cluster a name with a hash tag of its own is refused, because
     Redisson's channel for it (``...__{<name>}``) would hash to another slot."""
-    keys = LatchKeys.for_name(name)
+    keys = LatchKeys.for_name(name, pubsub)
     if cluster and hash_slot(keys.channel) != hash_slot(name):
         raise InvalidArgumentError(
             f"latch name {name!r}: on a cluster a name cannot carry a hash tag of its own "
@@ -97,7 +100,7 @@ class LatchStatistics:
 
 
 def try_set_count(keys: LatchKeys, count: int) -> Operation[bool]:
-    reply = yield Call(LATCH_TRY_SET, (keys.name, keys.channel), (count,))
+    reply = yield Call(LATCH_TRY_SET, (keys.name, keys.channel), (count, keys.pubsub.command))
     return bool(int(reply))
 
 
@@ -106,7 +109,9 @@ def count_down(keys: LatchKeys, *, request_id: str | None = None) -> Operation[i
     counts nothing twice."""
     request_id = request_id or uuid.uuid4().hex
     reply = yield Call(
-        LATCH_COUNT_DOWN, (keys.name, keys.channel, keys.receipt(request_id)), (RECEIPT_MS,)
+        LATCH_COUNT_DOWN,
+        (keys.name, keys.channel, keys.receipt(request_id)),
+        (RECEIPT_MS, keys.pubsub.command),
     )
     return int(reply)
 

@@ -74,13 +74,17 @@ def release_call(
     return Call(
         scripts.LOCK_RELEASE,
         (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines),
-        (owner, held, request_id, handoff_ms),
+        (owner, held, request_id, handoff_ms, keys.pubsub.command),
     )
 
 
 def leave_call(keys: LockKeys, owner: str) -> Call:
     """A waiter leaves the line (and gives back a reservation made for it)."""
-    return Call(scripts.LOCK_LEAVE, (keys.name, keys.channel, keys.queue, keys.deadlines), (owner,))
+    return Call(
+        scripts.LOCK_LEAVE,
+        (keys.name, keys.channel, keys.queue, keys.deadlines),
+        (owner, keys.pubsub.command),
+    )
 
 
 def acquire(
@@ -175,7 +179,11 @@ def release(
 
 
 def force_release(keys: LockKeys) -> Operation[bool]:
-    reply = yield Call(scripts.LOCK_FORCE_RELEASE, (keys.name, keys.channel), (UNLOCK_MESSAGE,))
+    reply = yield Call(
+        scripts.LOCK_FORCE_RELEASE,
+        (keys.name, keys.channel),
+        (UNLOCK_MESSAGE, keys.pubsub.command),
+    )
     return bool(int(reply))
 
 

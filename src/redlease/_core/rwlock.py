@@ -25,12 +25,12 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
 from .backoff import Outage
-from .keys import same_slot_key
+from .keys import CLASSIC, PubSub, same_slot_key
 from .lock import OUTAGE_TOLERANCE, Acquired, Status, drift, to_ms
 from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .scripts import Script
@@ -99,9 +99,11 @@ class RwKeys:
     fence: str
     channel: str
     receipt_prefix: str
+    pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
+    """How releases publish on ``channel`` (the client's; see ``PubSub``)."""
 
     @classmethod
-    def for_name(cls, name: str) -> RwKeys:
+    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> RwKeys:
         return cls(
             name=name,
             writer=same_slot_key(name, "redlease:rw:"),
@@ -113,6 +115,7 @@ class RwKeys:
             fence=same_slot_key(name, "redlease:rw-fence:"),
             channel=same_slot_key(name, "redlease:rw-channel:"),
             receipt_prefix=same_slot_key(name, "redlease:rw-released:", ":"),
+            pubsub=pubsub,
         )
 
     def receipt(self, owner: str) -> str:
@@ -134,6 +137,7 @@ class RwKeys:
             receipt_prefix=self.receipt_prefix,
             rw=self,
             side=side,
+            pubsub=self.pubsub,
         )
 
 
@@ -217,19 +221,21 @@ def release_call(keys: RwKeys, side: str, owner: str, held: int, *, request_id: 
                 keys.channel,
                 keys.receipt(owner),
             ),
-            (owner, held, request_id),
+            (owner, held, request_id, keys.pubsub.command),
         )
     return Call(
         RW_WRITE_RELEASE,
         (keys.writer, keys.leases, keys.line, keys.places, keys.channel, keys.receipt(owner)),
-        (owner, held, request_id),
+        (owner, held, request_id, keys.pubsub.command),
     )
 
 
 def leave_call(keys: RwKeys, owner: str) -> Call:
     """A waiting writer leaves the line (and wakes whom its place held back)."""
     return Call(
-        RW_LEAVE, (keys.writer, keys.leases, keys.line, keys.places, keys.channel), (owner,)
+        RW_LEAVE,
+        (keys.writer, keys.leases, keys.line, keys.places, keys.channel),
+        (owner, keys.pubsub.command),
     )
 
 
@@ -330,7 +336,7 @@ def force_release(keys: RwKeys, side: str) -> Operation[bool]:
     reply = yield Call(
         RW_FORCE_RELEASE,
         (keys.writer, keys.readers, keys.leases, keys.tokens, keys.channel),
-        (side,),
+        (side, keys.pubsub.command),
     )
     return bool(int(reply))
 

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
 from .backoff import Outage
-from .keys import hash_slot, hash_tag, same_slot_key
+from .keys import CLASSIC, PubSub, hash_slot, hash_tag, same_slot_key
 from .lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
 from .scripts import Script
@@ -172,15 +172,18 @@ class SemaphoreKeys:
     total: str
     waiters: str
     receipt_prefix: str
+    pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
+    """How changes publish on ``channel`` (the client's; see ``PubSub``)."""
 
     @classmethod
-    def for_name(cls, name: str) -> SemaphoreKeys:
+    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> SemaphoreKeys:
         return cls(
             name=name,
             channel=_redisson_prefixed("redisson_sc", name),
             total=same_slot_key(name, "redlease:sem-total:"),
             waiters=same_slot_key(name, "redlease:sem-waiters:"),
             receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
+            pubsub=pubsub,
         )
 
     def receipt(self, request_id: str) -> str:
@@ -196,15 +199,18 @@ class LeaseSemaphoreKeys:
     leases: str
     waiters: str
     receipt_prefix: str
+    pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
+    """How changes publish on ``channel`` (the client's; see ``PubSub``)."""
 
     @classmethod
-    def for_name(cls, name: str) -> LeaseSemaphoreKeys:
+    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LeaseSemaphoreKeys:
         return cls(
             name=name,
             channel=_redisson_prefixed("redisson_sc", name),
             leases=_redisson_suffixed(name, "timeout"),
             waiters=same_slot_key(name, "redlease:sem-waiters:"),
             receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
+            pubsub=pubsub,
         )
 
     def receipt(self, request_id: str) -> str:
@@ -295,13 +301,17 @@ def leave_call(waiters: str, owner: str) -> Call:
 
 
 def try_set_permits(keys: SemaphoreKeys, permits: int) -> Operation[bool]:
-    reply = yield Call(SEMAPHORE_TRY_SET, (keys.name, keys.total, keys.channel), (permits,))
+    reply = yield Call(
+        SEMAPHORE_TRY_SET, (keys.name, keys.total, keys.channel), (permits, keys.pubsub.command)
+    )
     return bool(int(reply))
 
 
 def add_permits(keys: SemaphoreKeys, permits: int) -> Operation[int]:
     """Add ``permits``; returns the permits available now."""
-    reply = yield Call(SEMAPHORE_ADD, (keys.name, keys.total, keys.channel), (permits,))
+    reply = yield Call(
+        SEMAPHORE_ADD, (keys.name, keys.total, keys.channel), (permits, keys.pubsub.command)
+    )
     return int(reply[0])
 
 
@@ -309,7 +319,7 @@ def release_call(keys: SemaphoreKeys, permits: int, request_id: str) -> Call:
     return Call(
         SEMAPHORE_RELEASE,
         (keys.name, keys.total, keys.channel, keys.receipt(request_id)),
-        (permits, RECEIPT_MS),
+        (permits, RECEIPT_MS, keys.pubsub.command),
     )
 
 
@@ -439,7 +449,11 @@ class Granted:
 
 
 def lease_try_set_permits(keys: LeaseSemaphoreKeys, permits: int) -> Operation[bool]:
-    reply = yield Call(LEASE_SEMAPHORE_TRY_SET, (keys.name, keys.leases, keys.channel), (permits,))
+    reply = yield Call(
+        LEASE_SEMAPHORE_TRY_SET,
+        (keys.name, keys.leases, keys.channel),
+        (permits, keys.pubsub.command),
+    )
     return bool(int(reply))
 
 
@@ -447,7 +461,7 @@ def lease_release_call(keys: LeaseSemaphoreKeys, permit: str, request_id: str) -
     return Call(
         LEASE_SEMAPHORE_RELEASE,
         (keys.name, keys.leases, keys.channel, keys.receipt(request_id)),
-        (bytes.fromhex(permit), RECEIPT_MS),
+        (bytes.fromhex(permit), RECEIPT_MS, keys.pubsub.command),
     )
 
 
@@ -464,7 +478,13 @@ def lease_acquire_call(
     return Call(
         LEASE_SEMAPHORE_ACQUIRE,
         (keys.name, keys.leases, keys.channel, keys.waiters),
-        (bytes.fromhex(permit), to_ms(lease), owner, PLACE_MS if register else 0),
+        (
+            bytes.fromhex(permit),
+            to_ms(lease),
+            owner,
+            PLACE_MS if register else 0,
+            keys.pubsub.command,
+        ),
         undo=undo,
     )
 
@@ -521,7 +541,7 @@ def renew_call(keys: LeaseSemaphoreKeys, permits: Sequence[str], lease: float) -
     return Call(
         LEASE_SEMAPHORE_RENEW,
         (keys.name, keys.leases, keys.channel),
-        (to_ms(lease), *(bytes.fromhex(p) for p in permits)),
+        (to_ms(lease), keys.pubsub.command, *(bytes.fromhex(p) for p in permits)),
     )
 
 

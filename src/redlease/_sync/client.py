@@ -14,21 +14,30 @@ from typing import Any, ParamSpec, TypeVar
 import redis
 import redis.cluster
 import redis.exceptions
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .._channels import Waiter
 from .._clientbase import ClientBase
-from .._core.lock import Hold
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
+from .._core.scripts import Script
 from .._naming import name_maker
 from .._shell import (
     CONNECTION_ERRORS,
     HANDOFF_WINDOW,
+    PROBE_ERRORS,
+    SHARDED_PROBE,
     ThreadOwners,
     bounded_kwargs,
     check_replicas,
+    fork_generation,
+    log,
+    settle_pubsub,
     unavailable,
     wrong_type,
 )
+from .._urls import is_sentinel_url, sentinel_master
+from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import (
     InvalidArgumentError,
     LeaseLostError,
@@ -82,6 +91,13 @@ class Client(ClientBase):
         self._subscriber: Subscriber | None = None
         self._watchdog: _Watchdog | None = None
         self._start_mutex = threading.Lock()
+        # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
+        # a cluster (redirections) or a single-connection client goes through redis-py
+        self._packer: Packer | None = None
+        self._spare: list[Any] = []
+        self._spare_generation = fork_generation()
+        if isinstance(redis_client, redis.Redis) and redis_client.connection is None:
+            self._packer = Packer.for_pool(redis_client.connection_pool)
 
     @classmethod
     def from_url(
@@ -96,16 +112,29 @@ class Client(ClientBase):
         **redis_kwargs: Any,
     ) -> Client:
         """A client over ``redis.Redis.from_url(url, **redis_kwargs)`` (with ``cluster=True``,
-        ``redis.cluster.RedisCluster.from_url``: any node's URL), closed with the client."""
-        factory = redis.cluster.RedisCluster if cluster else redis.Redis
+        ``redis.cluster.RedisCluster.from_url``: any node's URL), closed with the client.
+
+        A Sentinel URL (``redis+sentinel://host:26379,host2:26379/service[/db]`` or Lettuce's
+        ``redis-sentinel://host:26379,host2:26379[/db]#service``; ``rediss+`` / ``rediss-``
+        for TLS) gives a client over ``Sentinel(...).master_for(service)``."""
+        sentinels: list[Any] = []
+        if is_sentinel_url(url):
+            if cluster:
+                raise InvalidArgumentError("a Sentinel URL cannot be used with cluster=True")
+            redis_client: redis.Redis | redis.cluster.RedisCluster
+            redis_client, sentinels = sentinel_master(url, redis_kwargs)
+        else:
+            factory = redis.cluster.RedisCluster if cluster else redis.Redis
+            redis_client = factory.from_url(url, **redis_kwargs)
         client = cls(
-            factory.from_url(url, **redis_kwargs),
+            redis_client,
             watchdog_timeout=watchdog_timeout,
             handoff_window=handoff_window,
             replicas=replicas,
             replica_timeout=replica_timeout,
         )
         client._owns_redis = True
+        client._sentinels = sentinels
         return client
 
     def lock(
@@ -223,8 +252,14 @@ class Client(ClientBase):
             self._watchdog.stop()
         if self._subscriber is not None:
             self._subscriber.close()
+        spare, self._spare = self._spare, []
+        if self._spare_generation == fork_generation():
+            for conn in spare:
+                self.redis.connection_pool.release(conn)
         if self._owns_redis:
             self.redis.close()
+            for sentinel in self._sentinels:  # the sentinels' clients from_url made
+                sentinel.close()
 
     def __enter__(self) -> Client:
         return self
@@ -266,7 +301,7 @@ class Client(ClientBase):
                     return self._send(call, name, replication, via or self.redis)
                 except redis.exceptions.NoScriptError:
                     # a restarted server has an empty script cache
-                    (via or self.redis).script_load(call.script.source)
+                    self._load(call.script, via or self.redis)
                     return self._send(call, name, replication, via or self.redis)
             except CONNECTION_ERRORS as exc:
                 if attempt == 2:
@@ -278,6 +313,8 @@ class Client(ClientBase):
     def _send(
         self, call: Call, name: str | None, replication: Replication | None, via: redis.Redis
     ) -> Any:
+        if replication is None and self._packer is not None and via is self.redis:
+            return self._send_packed(self._packer.pack(call))
         sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
         if replication is None:
             return via.evalsha(sha, numkeys, *args)
@@ -287,11 +324,54 @@ class Client(ClientBase):
         reply, acked = pipe.execute()
         return check_replicas(reply, int(acked), replication, name)
 
+    def _load(self, script: Script, via: redis.Redis) -> None:
+        """SCRIPT LOAD, on the connections the script's EVALSHA went through."""
+        if self._packer is not None and via is self.redis:
+            self._send_packed(self._packer.command("SCRIPT", "LOAD", script.source))
+        else:
+            via.script_load(script.source)
+
+    def _send_packed(self, packed: bytes) -> Any:
+        """A command packed by redlease, on a connection it keeps between calls; a dead
+        connection is retried as redis-py's own commands are (the connection's ``retry``)."""
+        pool, packer = self.redis.connection_pool, self._packer
+        assert packer is not None  # only called when the hot path is on
+        spare = self._spare
+        if self._spare_generation != fork_generation():
+            # a forked child never touches its parent's sockets
+            spare = self._spare = []
+            self._spare_generation = fork_generation()
+        try:
+            conn = spare.pop()
+        except IndexError:
+            conn = pool.get_connection(*packer.checkout)
+
+        def send() -> Any:
+            conn.send_packed_command([packed])
+            return conn.read_response()
+
+        try:
+            reply = conn.retry.call_with_retry(send, lambda _: conn.disconnect())
+        except redis.exceptions.ResponseError:
+            spare.append(conn)  # an error reply, read whole: the connection is fine
+            raise
+        except BaseException:
+            conn.disconnect()  # nothing or half a reply read: never reuse it as it is
+            pool.release(conn)
+            raise
+        if len(spare) < SPARE_CONNECTIONS:
+            spare.append(conn)
+        else:
+            pool.release(conn)
+        return reply
+
     def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
         """Perform ``op``'s requests one by one until it returns; with ``replication`` every
         script waits for replica acknowledgements."""
         if self._closed:
             raise RuntimeError("redlease client is closed")
+        if not self._state.pubsub.settled:
+            self._settle_pubsub(name)
         waiter: Waiter | None = None
         leave: Call | None = None  # run if the operation is abandoned while in line
         reply: Any = None
@@ -336,8 +416,25 @@ class Client(ClientBase):
     def _subscriber_started(self) -> Subscriber:
         with self._start_mutex:
             if self._subscriber is None:
-                self._subscriber = Subscriber(self.redis)
+                self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
             return self._subscriber
+
+    def _settle_pubsub(self, name: str | None) -> None:
+        """On a cluster, once: sharded pub/sub if every master has it, else classic."""
+        with self._start_mutex:  # one probe, however many threads start at once
+            if self._state.pubsub.settled:
+                return
+            answers: list[BaseException | None] = []
+            for node in self.redis.get_primaries():
+                try:
+                    self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
+                except PROBE_ERRORS as exc:
+                    answers.append(exc)
+                else:
+                    answers.append(None)
+            error = settle_pubsub(self._state.pubsub, answers, self.address)
+            if error is not None:
+                raise unavailable(error, self.address, name) from error
 
     def _watch(self) -> None:
         with self._start_mutex:
@@ -347,7 +444,14 @@ class Client(ClientBase):
 
 
 class _Watchdog:
-    """One thread per client that renews every watched hold, batched."""
+    """One thread per client that renews every watched hold, batched.
+
+    It sends on connections of its own whose calls never hang past a renewal interval (a
+    hung server must not hide an expired lease). On a cluster that is a ``RedisCluster`` of
+    its own over the client's nodes (built in the watchdog thread, closed with it), whose
+    calls time out after a quarter of an interval and are not retried by redis-py; and a
+    node that fails a call is not called again in that round, so a paused master delays the
+    renewals on the other masters by one bounded call, however many slots it serves."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -356,9 +460,8 @@ class _Watchdog:
         timeout = client._policy.interval + (
             client._state.replication.timeout_ms / 1000 if client._state.replication else 0
         )
-        # its own connections, whose calls never hang past a renewal interval (on a cluster
-        # the client's own, whose node connections carry the socket timeout the user chose)
         self._redis: redis.Redis | None = None
+        self._cluster: redis.cluster.RedisCluster | None = None
         if not client.cluster:
             pool = client.redis.connection_pool
             self._redis = redis.Redis(
@@ -382,6 +485,8 @@ class _Watchdog:
             self._thread.join(timeout=5)
         if self._redis is not None:
             self._redis.close()
+        if self._cluster is not None:
+            self._cluster.close()
 
     def _loop(self) -> None:
         policy, state = self._client._policy, self._client._state
@@ -389,33 +494,120 @@ class _Watchdog:
         while not self._stop.wait(delay):
             with state.mutex:
                 holds = state.holds.watched()
-            ok = True
-            for batch, call in policy.calls(holds, by_slot=self._client.cluster):
-                ok = self.renew(batch, call) and ok
-            with state.mutex:
                 sources = list(state.renewal_sources)
+            jobs: list[_Job] = [
+                (
+                    functools.partial(state.renewal_done, batch),
+                    functools.partial(state.renewal_failed, batch, policy),
+                    call,
+                )
+                for batch, call in policy.calls(holds, by_slot=self._client.cluster)
+            ]
             for source in sources:
-                for handle, call in source.renewal_calls(policy.timeout):
-                    sent_at = time.monotonic()
-                    try:
-                        reply = self._client._call(call, None, via=self._redis)
-                    except (ServerUnavailableError, ReplicaError) as exc:
-                        source.renewal_failed(handle, exc)
-                        ok = False
-                    else:
-                        source.renewal_done(handle, reply, sent_at)
-            delay = policy.next_delay(ok)
+                jobs.extend(
+                    (
+                        functools.partial(source.renewal_done, handle),
+                        functools.partial(source.renewal_failed, handle),
+                        call,
+                    )
+                    for handle, call in source.renewal_calls(policy.timeout)
+                )
+            delay = policy.next_delay(self._round(jobs) if jobs else True)
 
-    def renew(self, batch: list[Hold], call: Call) -> bool:
-        state = self._client._state
-        sent_at = time.monotonic()
+    def _round(self, jobs: list[_Job]) -> bool:
+        """Send every renewal call of a round; True when every one succeeded."""
         try:
-            reply = self._client._call(call, None, via=self._redis)
-        except (ServerUnavailableError, ReplicaError) as exc:
-            state.renewal_failed(batch, self._client._policy, exc)
+            via = self._via()
+        except ServerUnavailableError as exc:
+            for _, failed, _ in jobs:
+                failed(exc)
             return False
-        state.renewal_done(batch, reply, sent_at)
-        return True
+        ok = True
+        down: dict[str | None, Exception] = {}  # the nodes that failed a call this round
+        for done, failed, call in jobs:
+            node = self._node_of(call)
+            if node in down:
+                failed(down[node])
+                ok = False
+                continue
+            sent_at = time.monotonic()
+            try:
+                reply = self._client._call(call, None, via=via)
+            except ReplicaError as exc:
+                failed(exc)
+                ok = False
+            except (ServerUnavailableError, redis.exceptions.RedisClusterException) as exc:
+                error = (
+                    exc
+                    if isinstance(exc, ServerUnavailableError)
+                    else unavailable(exc, self._client.address, None)
+                )
+                down[node] = error
+                failed(error)
+                ok = False
+            except Exception as exc:  # never let the watchdog thread die
+                log.exception("lease renewal failed unexpectedly")
+                failed(exc)
+                ok = False
+            else:
+                done(reply, sent_at)
+        return ok
+
+    def _via(self) -> Any:
+        """What to send renewals on: the watchdog's own connections."""
+        if not self._client.cluster:
+            return self._redis
+        if self._cluster is None:
+            timeout = self._client._policy.interval / 4
+            try:
+                self._cluster = bounded_cluster(self._client.redis, timeout)
+            except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+                raise unavailable(exc, self._client.address, None) from exc
+            if self._stop.is_set():  # stopped while it was being built
+                self._cluster.close()
+        return self._cluster
+
+    def _node_of(self, call: Call) -> str | None:
+        """The cluster node a call goes to (``None``: the one server, or not known)."""
+        if self._cluster is None or not call.keys:
+            return None
+        try:
+            cluster: Any = self._cluster  # redis-py leaves it untyped
+            return str(cluster.get_node_from_key(call.keys[0]).name)
+        except Exception:
+            return None
+
+
+_Job = tuple[Callable[[Any, float], None], Callable[[Exception], None], Call]
+"""A renewal call with what to do with its reply (and when it was sent), or its error."""
+
+
+def bounded_cluster(
+    cluster: redis.cluster.RedisCluster, timeout: float
+) -> redis.cluster.RedisCluster:
+    """A ``RedisCluster`` over ``cluster``'s nodes, with its connection settings (TLS, ACL
+    user, password), whose calls never block longer than ``timeout`` and are not retried."""
+    untyped: Any = cluster  # redis-py leaves some of it untyped
+    manager = cluster.nodes_manager
+    kwargs = bounded_kwargs(manager.connection_kwargs, timeout)
+    kwargs.pop("retry", None)  # a cluster takes its retry policy as its own argument
+    kwargs.pop("db", None)  # always 0, and refused when given
+    kwargs.pop("redis_connect_func", None)  # bound to ``cluster``; the user's own is kept:
+    user_hook = getattr(cluster, "user_on_connect_func", None)
+    if user_hook is not None:
+        kwargs["redis_connect_func"] = user_hook
+    node: Any = redis.cluster.ClusterNode
+    known = untyped.get_nodes() or list(manager.startup_nodes.values())
+    nodes = [node(n.host, n.port) for n in known]
+    if int(redis.__version__.split(".")[0]) < 6:  # before 6, retries were counted here
+        kwargs["cluster_error_retry_attempts"] = 0
+    return redis.cluster.RedisCluster(
+        startup_nodes=nodes,
+        retry=Retry(NoBackoff(), 0),
+        require_full_coverage=False,
+        address_remap=manager.address_remap,
+        **kwargs,
+    )
 
 
 from .latch import CountDownLatch  # noqa: E402

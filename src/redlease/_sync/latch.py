@@ -23,7 +23,9 @@ class CountDownLatch:
 
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
-        self._keys = core.keys_for(primitive_name(name, "latch"), cluster=client.cluster)
+        self._keys = core.keys_for(
+            primitive_name(name, "latch"), cluster=client.cluster, pubsub=client._state.pubsub
+        )
 
     @property
     def name(self) -> str:

@@ -31,7 +31,9 @@ class Semaphore:
 
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
-        self._keys = core.SemaphoreKeys.for_name(core.primitive_name(name, "semaphore"))
+        self._keys = core.SemaphoreKeys.for_name(
+            core.primitive_name(name, "semaphore"), client._state.pubsub
+        )
 
     @property
     def name(self) -> str:
@@ -118,7 +120,9 @@ class LeaseSemaphore:
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
     ) -> None:
         self.client = client
-        self._keys = core.LeaseSemaphoreKeys.for_name(core.primitive_name(name, "lease semaphore"))
+        self._keys = core.LeaseSemaphoreKeys.for_name(
+            core.primitive_name(name, "lease semaphore"), client._state.pubsub
+        )
         self._lease = None if lease is None else core.lease_seconds(lease)
         self._on_lease_lost = on_lease_lost
         self._entered: dict[str, list[str]] = {}  # owner -> permits taken by ``with``

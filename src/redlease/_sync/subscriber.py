@@ -1,9 +1,16 @@
-"""One pub/sub connection per client, owned by one listener thread.
+"""A client's pub/sub connections, owned by one listener thread.
 
-Only the listener thread touches the connection (a TLS socket must not be read and written from
-two threads at once); callers queue (un)subscriptions and wake it through a pipe. Channels stay
-subscribed for a short while after their last waiter leaves, so a hot lock does not pay a
-subscribe round trip on every wait. After a reconnect every waiter is woken to re-check.
+Classic pub/sub (a single server, Sentinel, a Redis 6.2 cluster): one connection, to the server
+or to any node of a cluster (a cluster forwards every message to every node). Sharded pub/sub
+(a cluster of Redis/Valkey >= 7): one connection per master that owns the slot of a channel
+waited on, opened when first needed and closed when idle, so never more than the masters.
+
+Only the listener thread touches the connections (a TLS socket must not be read and written
+from two threads at once); callers queue subscriptions and wake it through a pipe. Channels
+stay subscribed for a short while after their last waiter leaves, so a hot lock does not pay a
+subscribe round trip on every wait. When a connection fails, or a slot moves to another master
+(the server unsubscribes its channels, or answers ``MOVED``), the channels are subscribed again
+where their slot lives now (the cluster's layout read afresh), and their waiters re-check.
 """
 
 from __future__ import annotations
@@ -14,18 +21,37 @@ import random
 import select
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
+import redis.exceptions
 
-from .._channels import ChannelTable, Waiter, text
+from .._channels import ANY_NODE, CLASSIC, SHARDED, ChannelTable, Links, Waiter, text
 from .._core.backoff import full_jitter
-from .._shell import CONNECTION_ERRORS, connection_source, describe, log, unavailable
+from .._shell import (
+    CONNECTION_ERRORS,
+    connection_source,
+    describe,
+    log,
+    slot_owner,
+    unavailable,
+)
 
 LINGER = 2.0
 """Seconds a channel stays subscribed after its last waiter left."""
 
+IDLE_CHECK = 0.25
+"""Seconds between looks for channels to unsubscribe."""
+
 SUBSCRIBE_TIMEOUT = 10.0
+
+PLACE_ERRORS = (
+    *CONNECTION_ERRORS,
+    redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,
+)
+"""What opening a connection to a slot's master, or learning the cluster's layout, can raise."""
 
 
 def wait(waiter: Waiter, timeout: float) -> bool:
@@ -36,19 +62,26 @@ def wait(waiter: Waiter, timeout: float) -> bool:
 
 
 class Subscriber:
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: Any, *, sharded: bool = False) -> None:
+        self._client = client
+        self._sharded = sharded
+        self._kinds = SHARDED if sharded else CLASSIC
         self._source = connection_source(client)
         self.address = describe(client)
         self._mutex = threading.Lock()
         self._table = ChannelTable(threading.Event)
-        self._outbox: list[tuple[str, str]] = []
+        self._links = Links(self._table)
+        self._conns: dict[str, Any] = {}  # link -> its connection (listener thread only)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._conn: Any = None
         self._thread: threading.Thread | None = None
         self._closed = False
         self._last_error: BaseException | None = None
+        self._failures = 0
+        self._retry_at = 0.0
+        self._idle_check = 0.0
+        self._stale = False  # the cluster's layout must be read again before placing
 
     # --- callers' side --------------------------------------------------------------------
 
@@ -59,7 +92,7 @@ class Subscriber:
             self._ensure_thread()
             entry, new = self._table.add(waiter)
             if new:
-                self._outbox.append(("SUBSCRIBE", channel))
+                self._links.want(channel)
         self._wake()
         if not entry.confirmed.wait(SUBSCRIBE_TIMEOUT):
             self.unsubscribe(waiter)
@@ -68,7 +101,7 @@ class Subscriber:
         return waiter
 
     def listen_if_live(self, channel: str, owner: str) -> Waiter | None:
-        """A waiter on ``channel`` if this connection already listens there, else ``None``."""
+        """A waiter on ``channel`` if this client already listens there, else ``None``."""
         waiter = Waiter(channel, owner, threading.Event())
         with self._mutex:
             return waiter if self._table.add_if_live(waiter) else None
@@ -108,76 +141,166 @@ class Subscriber:
     # --- the listener thread --------------------------------------------------------------
 
     def _run(self) -> None:
-        failures = 0
         while not self._closed:
             try:
-                if self._conn is None:
-                    self._connect()
-                    failures = 0
-                self._send_outbox()
+                if time.monotonic() >= self._retry_at:
+                    self._place()
                 self._read_available()
                 self._drop_idle()
-                self._pause([self._conn._sock, self._wake_r], 1.0)
-            except CONNECTION_ERRORS as exc:
-                if self._closed:
-                    break
-                failures += 1
-                self._last_error = exc
-                log.debug("subscriber connection to %s failed: %s", self.address, exc)
-                self._disconnected()
-                self._pause(
-                    [self._wake_r], full_jitter(failures, base=0.05, cap=2.0, random=random.random)
-                )
+                self._pause()
             except Exception:
                 log.exception("redlease subscriber failed; restarting it")
-                self._disconnected()
-                self._pause([self._wake_r], 0.1)
-        self._disconnected()
+                for link in list(self._conns):
+                    self._lose(link, None)
+                self._retry_at = time.monotonic() + 0.1
+        for link in list(self._conns):
+            self._lose(link, None)
 
-    def _pause(self, readable: list[Any], timeout: float) -> None:
-        """Sleep until one of ``readable`` can be read or ``timeout``; empty the wake pipe."""
-        select.select(readable, [], [], timeout)
-        with contextlib.suppress(OSError):
-            while os.read(self._wake_r, 4096):
-                pass
-
-    def _connect(self) -> None:
-        connection_class, kwargs, self.address = self._source()
-        conn = connection_class(**kwargs)
-        conn.connect()
-        self._conn = conn
-        self._last_error = None
+    def _pause(self) -> None:
+        """Sleep until a connection or the wake pipe can be read, or until the next retry."""
+        readable: list[Any] = [self._wake_r]
+        readable += [conn._sock for conn in self._conns.values() if conn._sock is not None]
         with self._mutex:
-            self._outbox = [("SUBSCRIBE", ch) for ch in self._table.resubscribe()]
+            pending = bool(self._links.pending())
+        timeout = 1.0
+        if pending:
+            timeout = min(timeout, max(0.0, self._retry_at - time.monotonic()))
+        ready, _, _ = select.select(readable, [], [], timeout)
+        if self._wake_r in ready:
+            with contextlib.suppress(OSError):
+                while os.read(self._wake_r, 4096):
+                    pass
 
-    def _disconnected(self) -> None:
-        conn, self._conn = self._conn, None
+    def _failed(self, exc: BaseException) -> None:
+        """A connection or a subscription failed: try again after a growing pause."""
+        self._failures += 1
+        self._last_error = exc
+        self._stale = True
+        pause = full_jitter(self._failures, base=0.05, cap=2.0, random=random.random)
+        self._retry_at = time.monotonic() + pause
+
+    def _place(self) -> None:
+        """Subscribe every channel that needs it, each on the connection its slot calls for."""
+        with self._mutex:
+            pending = self._links.pending()
+        if not pending:
+            return
+        if self._stale and self._sharded:
+            try:
+                self._client.nodes_manager.initialize()  # the cluster's layout, read afresh
+            except PLACE_ERRORS as exc:
+                log.debug("subscriber could not read the cluster's layout: %s", exc)
+                self._failed(exc)
+                return
+            self._stale = False
+        for channel in pending:
+            link = "?"
+            try:
+                link, connect = self._route(channel)
+                conn = self._conns.get(link) or self._open(link, connect)
+            except PLACE_ERRORS as exc:
+                log.debug("subscriber connection to %s failed: %s", link or self.address, exc)
+                self._failed(exc)
+                continue
+            with self._mutex:
+                if channel not in self._table.entries:
+                    continue  # nobody waits on it any more
+                self._links.place(channel, link)
+            try:
+                conn.send_command(self._kinds.subscribe, channel)
+            except CONNECTION_ERRORS as exc:
+                self._lose(link, exc)
+
+    def _route(self, channel: str) -> tuple[str, Callable[[], tuple[Any, dict[str, Any], str]]]:
+        """The link ``channel`` belongs on, and how to connect it (``SlotNotCoveredError``
+        while no master serves its slot, mid-failover)."""
+        if not self._sharded:
+            return ANY_NODE, self._source
+        cls, kwargs, address = slot_owner(self._client, channel)
+        return address, lambda: (cls, kwargs, address)
+
+    def _open(self, link: str, connect: Callable[[], tuple[Any, dict[str, Any], str]]) -> Any:
+        cls, kwargs, address = connect()
+        if kwargs.get("socket_connect_timeout") is None:  # a node gone dark must not hang us
+            kwargs = {**kwargs, "socket_connect_timeout": SUBSCRIBE_TIMEOUT}
+        conn = cls(**kwargs)
+        conn.connect()
+        self._conns[link] = conn
+        if link == ANY_NODE:
+            self.address = address
+        log.debug("subscriber connected to %s (%s pub/sub)", address, self._mode)
+        return conn
+
+    @property
+    def _mode(self) -> str:
+        return "sharded" if self._sharded else "classic"
+
+    def _lose(self, link: str, exc: BaseException | None) -> None:
+        """``link``'s connection failed (or the client closes): its channels go elsewhere."""
+        conn = self._conns.pop(link, None)
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.disconnect()
         with self._mutex:
-            self._table.disconnected()
-
-    def _send_outbox(self) -> None:
-        with self._mutex:
-            outbox, self._outbox = self._outbox, []
-        for command, channel in outbox:
-            self._conn.send_command(command, channel)
+            self._links.lost(link)
+        if exc is not None:
+            log.debug("subscriber connection to %s failed: %s", link or self.address, exc)
+            self._failed(exc)
 
     def _drop_idle(self) -> None:
+        now = time.monotonic()
+        if now < self._idle_check:  # not on every message: a hot channel wakes us often
+            return
+        self._idle_check = now + IDLE_CHECK
         with self._mutex:
-            idle = self._table.drop_idle(time.monotonic(), LINGER)
-        for channel in idle:
-            self._conn.send_command("UNSUBSCRIBE", channel)
+            idle = self._table.drop_idle(now, LINGER)
+            links = [(channel, self._links.drop(channel)) for channel in idle]
+        for channel, link in links:
+            conn = self._conns.get(link) if link is not None else None
+            if conn is None:
+                continue
+            try:
+                conn.send_command(self._kinds.unsubscribe, channel)
+            except CONNECTION_ERRORS as exc:
+                self._lose(link or ANY_NODE, exc)
+        if self._sharded:  # a master no channel needs any more: close its connection
+            with self._mutex:
+                idle_links = [link for link in self._links.idle() if link in self._conns]
+                for link in idle_links:
+                    self._links.forget(link)
+            for link in idle_links:
+                with contextlib.suppress(Exception):
+                    self._conns.pop(link).disconnect()
 
     def _read_available(self) -> None:
-        conn = self._conn
+        for link, conn in list(self._conns.items()):
+            try:
+                self._read(link, conn)
+            except CONNECTION_ERRORS as exc:
+                self._lose(link, exc)
+
+    def _read(self, link: str, conn: Any) -> None:
         push = {"push_request": True} if str(getattr(conn, "protocol", 2)) == "3" else {}
+        kinds = self._kinds
         while conn.can_read(timeout=0):
-            message = conn.read_response(**push)
+            try:
+                message = conn.read_response(**push)
+            except redis.exceptions.ResponseError as exc:  # MOVED, CLUSTERDOWN, ...
+                with self._mutex:
+                    channel = self._links.refused(link)
+                log.debug("subscription on %s refused (%s): %s", link, channel, exc)
+                self._failed(exc)
+                continue
             kind, channel = text(message[0]), text(message[1])
+            moved = False
             with self._mutex:
-                if kind == "message":
+                if kind == kinds.message:
                     self._table.on_message(channel, text(message[2]))
-                elif kind == "subscribe":
-                    self._table.on_subscribed(channel)
+                elif kind == kinds.subscribed:
+                    self._links.confirmed(link, channel)
+                    self._failures = 0
+                elif kind == kinds.unsubscribed:
+                    moved = self._links.unsubscribed(link, channel)
+            if moved:  # the server's doing: the slot moved to another master
+                log.debug("%s's slot moved off %s; subscribing where it is now", channel, link)
+                self._stale = True

@@ -2,10 +2,15 @@
 -- KEYS[1]  latch key: a string, the count (Redisson's layout; no key means count 0, open)
 -- KEYS[2]  latch channel "redisson_countdownlatch__channel__{<name>}"
 -- ARGV[1]  count (> 0)
+-- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    1 when set ("1", Redisson's new-count message, is published), 0 when already set
+if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
+end
 if redis.call('exists', KEYS[1]) == 1 then
   return 0
 end
 redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[2], '1')
+redis.call(ARGV[2], KEYS[2], '1')
 return 1

@@ -7,12 +7,17 @@
 -- ARGV[2]  lease in milliseconds
 -- ARGV[3]  owner field of the caller
 -- ARGV[4]  how long the caller's registration as a waiter lasts, ms (0: do not register)
+-- ARGV[5]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    {code, ms, available}
 --   1 GRANTED  ms is the lease left on the permit; a retried request finds its own id still
 --              leased and answers GRANTED without taking a second permit
 --   0 SHORT    no permit is free; ms is the time until the soonest lease ends (-1: none held).
 --              A registering caller now counts as a waiter.
 -- At most 100 expired leases are given back per call (bounded work; the rest on the next one).
+if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[5] must be publish or spublish')
+end
 local now = redis.call('time')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local mine = redis.call('zscore', KEYS[2], ARGV[1])
@@ -23,7 +28,7 @@ local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now_ms, 'limit', 0,
 if #expired > 0 then
   redis.call('zrem', KEYS[2], unpack(expired))
   local value = redis.call('incrby', KEYS[1], #expired)
-  redis.call('publish', KEYS[3], value)
+  redis.call(ARGV[5], KEYS[3], value)
 end
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
 local lease = tonumber(ARGV[2])

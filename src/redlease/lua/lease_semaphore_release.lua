@@ -5,10 +5,15 @@
 -- KEYS[4]  receipt of this request (same hash slot): present once it ran
 -- ARGV[1]  permit id (16 bytes)
 -- ARGV[2]  how long the receipt is kept, ms
+-- ARGV[3]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    {code, available}
 --   1 RELEASED  done; a retry of a request that already ran answers RELEASED, changing nothing
 --   0 UNKNOWN   no such permit: never granted, already released, or expired and given back
 --  -1 LOST      the permit's lease had run out (not yet given back): it is given back now
+if ARGV[3] ~= 'publish' and ARGV[3] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[3] must be publish or spublish')
+end
 local now = redis.call('time')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 if redis.call('exists', KEYS[4]) == 1 then
@@ -20,7 +25,7 @@ if not score then
 end
 redis.call('zrem', KEYS[2], ARGV[1])
 local available = redis.call('incrby', KEYS[1], 1)
-redis.call('publish', KEYS[3], available)
+redis.call(ARGV[3], KEYS[3], available)
 if tonumber(score) <= now_ms then
   return {-1, available}
 end

@@ -3,27 +3,32 @@
 -- KEYS[2]  leases (zset, see lease_semaphore_acquire.lua)
 -- KEYS[3]  semaphore channel
 -- ARGV[1]  lease in milliseconds, counted from now
--- ARGV[2..n+1] permit ids
+-- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
+-- ARGV[3..n+2] permit ids
 -- Reply    array of n integers: 1 renewed (or already longer), 0 gone (released, or its lease
 --          had run out: then it is given back now and the new count published)
 -- A renewal never adds a permit, so it cannot revive a released one, and never shortens a lease.
+if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
+end
 local now = redis.call('time')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local until_ms = now_ms + tonumber(ARGV[1])
 local out = {}
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   local score = redis.call('zscore', KEYS[2], ARGV[i])
   if score and tonumber(score) > now_ms then
     if tonumber(score) < until_ms then
       redis.call('zadd', KEYS[2], 'XX', until_ms, ARGV[i])
     end
-    out[i - 1] = 1
+    out[i - 2] = 1
   else
     if score then
       redis.call('zrem', KEYS[2], ARGV[i])
-      redis.call('publish', KEYS[3], redis.call('incrby', KEYS[1], 1))
+      redis.call(ARGV[2], KEYS[3], redis.call('incrby', KEYS[1], 1))
     end
-    out[i - 1] = 0
+    out[i - 2] = 0
   end
 end
 return out

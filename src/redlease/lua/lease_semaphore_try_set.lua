@@ -4,10 +4,15 @@
 -- KEYS[2]  leases: zset {permit id (16 bytes) -> when its lease ends, ms (server clock)}
 -- KEYS[3]  semaphore channel "redisson_sc:{<name>}"
 -- ARGV[1]  permits
+-- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    1 when set (the new count is published, waking waiters), 0 when already set
+if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
+end
 if redis.call('exists', KEYS[1]) == 1 or redis.call('zcard', KEYS[2]) > 0 then
   return 0
 end
 redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[3], ARGV[1])
+redis.call(ARGV[2], KEYS[3], ARGV[1])
 return 1

@@ -5,13 +5,18 @@
 -- KEYS[3]  wait queue (zset)
 -- KEYS[4]  queue deadlines (hash)
 -- ARGV[1]  owner field of the waiter
+-- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    1 when a reservation for the waiter was given back, else 0
+if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
+end
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('hdel', KEYS[4], ARGV[1])
 if redis.call('hget', KEYS[1], 'redlease:handoff') == ARGV[1]
     and redis.call('hlen', KEYS[1]) == 1 then
   redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], '0')
+  redis.call(ARGV[2], KEYS[2], '0')
   return 1
 end
 return 0

@@ -8,14 +8,21 @@
 -- ARGV[2]  hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
 -- ARGV[4]  hand-off window in milliseconds (0: no hand-off, Redisson's free-for-all)
+-- ARGV[5]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains; 0 means the lock was freed and waiters woken
 --  -1 LOST      the caller's hold is gone (lease expired, force-released); nothing changed
 -- A retry of a release that already ran answers RELEASED again and changes nothing: the
 -- receipt of a final release is kept for 30 s (RECEIPT_MS), far longer than redis-py retries.
 -- Hand-off: when a live waiter is in line, the freed lock is reserved for it for the window
--- (field "redlease:handoff" = its owner field) and its owner field is published first, so only
--- that waiter wakes. Then "0" is published, as Redisson does, for Redisson's waiters.
+-- (field "redlease:handoff" = its owner field) and its owner field is published instead of
+-- "0", so only that waiter wakes. Otherwise "0" is published, as Redisson does. A Redisson
+-- waiter loses nothing by the skipped "0": the lock is not free for it until the reservation
+-- is taken or lapses, and it re-checks when the reservation's TTL runs out anyway.
+if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[5] must be publish or spublish')
+end
 local expected = tonumber(ARGV[2])
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
 if count == expected and count > 0 then
@@ -36,14 +43,15 @@ if count == expected and count > 0 then
       if tonumber(redis.call('hget', KEYS[5], head) or '0') > now_ms then
         redis.call('hset', KEYS[1], 'redlease:handoff', head)
         redis.call('pexpire', KEYS[1], window)
-        redis.call('publish', KEYS[2], head)
-        break
+        redis.call(ARGV[5], KEYS[2], head)
+        redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
+        return {1, 0}
       end
       redis.call('zrem', KEYS[4], head)
       redis.call('hdel', KEYS[5], head)
     end
   end
-  redis.call('publish', KEYS[2], '0')
+  redis.call(ARGV[5], KEYS[2], '0')
   redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
   return {1, 0}
 end

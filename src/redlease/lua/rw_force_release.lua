@@ -5,7 +5,12 @@
 -- KEYS[4]  reader tokens: hash {owner field -> fencing token}
 -- KEYS[5]  the lock's channel
 -- ARGV[1]  side: "read" or "write"
+-- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    1 when a live hold was dropped, else 0; "1" is published then (everyone re-checks)
+if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local after = '(' .. now
@@ -18,7 +23,7 @@ else
   redis.call('del', KEYS[2], KEYS[3], KEYS[4])
 end
 if held then
-  redis.call('publish', KEYS[5], '1')
+  redis.call(ARGV[2], KEYS[5], '1')
   return 1
 end
 return 0

@@ -6,7 +6,12 @@
 -- KEYS[4]  writers' places: zset {owner field -> when its place lapses, ms}
 -- KEYS[5]  the lock's channel
 -- ARGV[1]  owner field of the waiter
+-- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    1 when the waiter was first in line, else 0
+if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local after = '(' .. now
@@ -36,9 +41,9 @@ local writing = tonumber(redis.call('hget', KEYS[1], 'deadline') or '0') > now
 local head = first()
 if not head then
   if not writing then
-    redis.call('publish', KEYS[5], '1')
+    redis.call(ARGV[2], KEYS[5], '1')
   end
 elseif not writing and redis.call('zcount', KEYS[2], after, '+inf') == 0 then
-  redis.call('publish', KEYS[5], head)
+  redis.call(ARGV[2], KEYS[5], head)
 end
 return 1

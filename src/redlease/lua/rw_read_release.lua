@@ -11,12 +11,17 @@
 -- ARGV[1]  owner field
 -- ARGV[2]  read hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
+-- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains (0: the caller reads no more)
 --  -1 LOST      the caller's read hold is gone (its lease ran out, force-released)
 -- When no live reader and no writer remains, the owner field of the first live writer in
 -- line is published: only that waiter wakes. A retry of a release that already ran answers
 -- RELEASED again and changes nothing (the receipt of a final release lasts 30 s).
+if ARGV[4] ~= 'publish' and ARGV[4] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[4] must be publish or spublish')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner = ARGV[1]
@@ -48,7 +53,7 @@ if count == expected and count > 0 then
         break
       end
       if redis.call('zscore', KEYS[6], head) then
-        redis.call('publish', KEYS[7], head)
+        redis.call(ARGV[4], KEYS[7], head)
         break
       end
       redis.call('zrem', KEYS[5], head)

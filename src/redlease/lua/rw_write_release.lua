@@ -9,6 +9,8 @@
 -- ARGV[1]  owner field
 -- ARGV[2]  write hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
+-- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains; 0 means the write lock was freed
 --  -1 LOST      the caller's write hold is gone (its lease ran out, force-released)
@@ -16,6 +18,9 @@
 -- no reader (the releasing writer's own read holds, after a downgrade) is left; with nobody
 -- in line, "1" is published and every waiter re-checks. A retry of a release that already
 -- ran answers RELEASED again and changes nothing (the receipt lasts 30 s).
+if ARGV[4] ~= 'publish' and ARGV[4] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[4] must be publish or spublish')
+end
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner = ARGV[1]
@@ -48,9 +53,9 @@ if count == expected and count > 0 then
     head = false
   end
   if not head then
-    redis.call('publish', KEYS[5], '1')
+    redis.call(ARGV[4], KEYS[5], '1')
   elseif redis.call('zcount', KEYS[2], after, '+inf') == 0 then
-    redis.call('publish', KEYS[5], head)
+    redis.call(ARGV[4], KEYS[5], head)
   end
   return {1, 0}
 end

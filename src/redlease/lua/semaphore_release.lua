@@ -5,10 +5,15 @@
 -- KEYS[4]  receipt of this request (same hash slot): present once it ran
 -- ARGV[1]  permits to give back
 -- ARGV[2]  how long the receipt is kept, ms
+-- ARGV[3]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    {code, available, total}; total is -1 when unknown
 --   1 RELEASED  done; a retry of a request that already ran answers RELEASED and changes nothing
 --  -2 TOO_MANY  the count would exceed the total: more given back than taken; nothing changed
 --  -3 NOT_SET   the semaphore has no permits at all (never set): nothing was taken; unchanged
+if ARGV[3] ~= 'publish' and ARGV[3] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[3] must be publish or spublish')
+end
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
 local total = tonumber(redis.call('get', KEYS[2]) or '-1')
 if redis.call('exists', KEYS[4]) == 1 then
@@ -23,5 +28,5 @@ if total >= 0 and available + permits > total then
 end
 available = redis.call('incrby', KEYS[1], permits)
 redis.call('set', KEYS[4], 1, 'px', ARGV[2])
-redis.call('publish', KEYS[3], available)
+redis.call(ARGV[3], KEYS[3], available)
 return {1, available, total}

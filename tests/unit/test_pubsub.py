@@ -1,0 +1,257 @@
+"""Classic or sharded pub/sub: the client's choice, the publish argument every publishing script
+gets, and the bookkeeping of which connection each channel is subscribed on (no server)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from redlease._channels import ANY_NODE, ChannelTable, Links, Waiter
+from redlease._core import latch, rwlock, scripts
+from redlease._core import lock as lock_core
+from redlease._core import semaphore as sem
+from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
+from redlease._core.requests import Call
+from redlease._shell import settle_pubsub
+
+from .test_scripts import LUA_DIR, publish_argument
+
+OWNER = "5f0c2a9e-client:7"
+
+# --- the client's choice ----------------------------------------------------------------------
+
+
+def test_pubsub_is_settled_once() -> None:
+    mode = PubSub()
+    assert not mode.settled and not mode.sharded
+    assert mode.command == "publish"  # never used unsettled: the shell settles it first
+    mode.settle(True)
+    assert mode.settled and mode.sharded and mode.command == "spublish"
+    mode.settle(False)  # waiters already listen the sharded way: the choice stays
+    assert mode.command == "spublish"
+    assert CLASSIC.settled and CLASSIC.command == "publish"
+    CLASSIC.settle(True)
+    assert CLASSIC.command == "publish"
+    assert {PubSub(sharded=s).command for s in (True, False)} == set(PUBLISH_COMMANDS)
+
+
+UNKNOWN = redis.ResponseError(
+    "ERR Unknown subcommand or wrong number of arguments for 'SHARDNUMSUB'"
+)
+DOWN = redis.ConnectionError("Error 111 connecting to 127.0.0.1:7002. Connection refused.")
+CLUSTER_DOWN = redis.exceptions.ClusterDownError("CLUSTERDOWN The cluster is down")
+
+
+@pytest.mark.parametrize(
+    ("answers", "command"),
+    [
+        ([None, None, None], "spublish"),  # Redis/Valkey >= 7 on every master
+        ([UNKNOWN, UNKNOWN, UNKNOWN], "publish"),  # Redis 6.2: the fallback
+        ([None, UNKNOWN, None], "publish"),  # mid-upgrade: one master still on 6.2
+        ([None, DOWN, None], "spublish"),  # a master down does not hold the others back
+        ([DOWN, UNKNOWN, DOWN], "publish"),
+        ([CLUSTER_DOWN, None, None], "spublish"),  # CLUSTERDOWN is an error reply, not a "no"
+        ([redis.RedisClusterException("cannot be connected"), None], "spublish"),
+    ],
+)
+def test_the_masters_answers_choose_the_pub_sub(answers, command, caplog) -> None:
+    mode = PubSub()
+    with caplog.at_level(logging.DEBUG, logger="redlease"):
+        assert settle_pubsub(mode, answers, "cluster x") is None
+    assert mode.settled and mode.command == command
+    assert ("classic" if command == "publish" else "sharded") in caplog.text
+
+
+def test_no_master_reached_settles_nothing() -> None:
+    mode = PubSub()
+    assert settle_pubsub(mode, [DOWN, DOWN], "cluster x") is DOWN
+    assert not mode.settled  # asked again by the next operation
+
+
+# --- the publish argument ---------------------------------------------------------------------
+
+SHARDED = PubSub(sharded=True)
+
+
+def _publishing_calls(mode: PubSub) -> Iterator[Call]:
+    """Every call of a script that publishes, as the core builds it for keys of ``mode``."""
+    keys = LockKeys.for_name("orders:42", mode)
+    yield lock_core.release_call(keys, OWNER, 1, request_id="r", handoff_ms=50)
+    yield lock_core.leave_call(keys, OWNER)
+    yield next(lock_core.force_release(keys))
+    rw = rwlock.RwKeys.for_name("catalog", mode)
+    assert rw.side_keys(rwlock.READ).pubsub is mode
+    for side in (rwlock.READ, rwlock.WRITE):
+        yield rwlock.release_call(rw, side, OWNER, 1, request_id="r")
+        yield next(rwlock.force_release(rw, side))
+    yield rwlock.leave_call(rw, OWNER)
+    s = sem.SemaphoreKeys.for_name("jobs", mode)
+    yield next(sem.try_set_permits(s, 2))
+    yield next(sem.add_permits(s, 1))
+    yield sem.release_call(s, 1, "r")
+    ls = sem.LeaseSemaphoreKeys.for_name("workers", mode)
+    permit = sem.new_permit_id()
+    yield next(sem.lease_try_set_permits(ls, 2))
+    yield sem.lease_acquire_call(ls, OWNER, permit, 10.0, register=True)
+    yield sem.lease_release_call(ls, permit, "r")
+    yield sem.renew_call(ls, [permit, sem.new_permit_id()], 10.0)
+    gate = latch.keys_for("gate", cluster=True, pubsub=mode)
+    yield next(latch.try_set_count(gate, 2))
+    yield next(latch.count_down(gate))
+
+
+@pytest.mark.parametrize("mode", [SHARDED, CLASSIC], ids=["sharded", "classic"])
+def test_every_publishing_script_gets_the_clients_command(mode: PubSub) -> None:
+    calls = list(_publishing_calls(mode))
+    publishing = {
+        p.stem for p in LUA_DIR.glob("*.lua") if publish_argument(p.read_text()) is not None
+    }
+    assert {c.script.name for c in calls} == publishing
+    for call in calls:
+        index = publish_argument(call.script.source.decode())
+        assert index is not None
+        assert call.args[index - 1] == mode.command, call.script.name
+
+
+def test_keys_made_before_the_choice_publish_the_chosen_way() -> None:
+    """A lock object made before the client's first operation: its keys follow the client."""
+    mode = PubSub()
+    keys = LockKeys.for_name("orders:42", mode)
+    mode.settle(True)
+    assert lock_core.leave_call(keys, OWNER).args[-1] == "spublish"
+    assert keys == LockKeys.for_name("orders:42")  # the mode is not part of the keys' identity
+
+
+def test_scripts_that_do_not_publish_take_no_command() -> None:
+    for script in scripts.ALL:
+        if publish_argument(script.source.decode()) is None:
+            assert script.name in {"lock_acquire", "lock_renew", "lock_status"} or (
+                script.name.startswith("fenced_")
+            )
+
+
+# --- which connection each channel is on ------------------------------------------------------
+
+
+def _table() -> tuple[ChannelTable, Links]:
+    table = ChannelTable(threading.Event)
+    return table, Links(table)
+
+
+def _wait(table: ChannelTable, links: Links, channel: str) -> Waiter:
+    waiter = Waiter(channel, OWNER, threading.Event())
+    _, new = table.add(waiter)
+    if new:
+        links.want(channel)
+    return waiter
+
+
+def test_a_channel_is_placed_once_and_confirmed_on_its_link() -> None:
+    table, links = _table()
+    waiter = _wait(table, links, "a")
+    _wait(table, links, "a")
+    assert links.pending() == ["a"]
+    links.place("a", "n1:7000")
+    assert links.pending() == []
+    assert not table.entries["a"].confirmed.is_set()
+    links.confirmed("n2:7001", "a")  # not the link it is placed on
+    assert not table.entries["a"].confirmed.is_set()
+    links.confirmed("n1:7000", "a")
+    assert table.entries["a"].confirmed.is_set()
+    assert not waiter.event.is_set()  # a first subscription wakes nobody
+    assert links.idle() == []
+
+
+def test_one_link_per_node_whatever_the_channels() -> None:
+    table, links = _table()
+    for i in range(100):
+        _wait(table, links, f"c{i}")
+        links.place(f"c{i}", f"node{i % 3}")
+    assert set(links.channels) == {"node0", "node1", "node2"}
+    assert sum(len(c) for c in links.channels.values()) == 100
+
+
+def test_a_slot_moved_away_is_subscribed_again_and_its_waiters_recheck() -> None:
+    """The server unsubscribes a sharded channel when its slot leaves the node: that channel is
+    placed again, and once confirmed on the new master every waiter re-checks."""
+    table, links = _table()
+    waiters = [_wait(table, links, "a") for _ in range(3)]
+    links.place("a", "old")
+    links.confirmed("old", "a")
+    assert links.unsubscribed("old", "a") is True
+    assert not table.entries["a"].confirmed.is_set()
+    assert links.pending() == ["a"]
+    links.place("a", "new")
+    assert not any(w.event.is_set() for w in waiters)
+    links.confirmed("new", "a")
+    assert all(w.event.is_set() for w in waiters)
+    assert links.channels["old"] == set() and "old" in links.idle()
+
+
+def test_our_own_unsubscription_is_not_a_move() -> None:
+    table, links = _table()
+    waiter = _wait(table, links, "a")
+    links.place("a", "n1")
+    links.confirmed("n1", "a")
+    table.remove(waiter, now=0.0)
+    assert table.drop_idle(now=10.0, linger=2.0) == ["a"]
+    assert links.drop("a") == "n1"
+    assert links.idle() == []  # the unsubscription is not answered yet
+    assert links.unsubscribed("n1", "a") is False
+    assert links.pending() == [] and links.idle() == ["n1"]
+    links.forget("n1")
+    assert links.idle() == []
+
+
+def test_an_error_reply_fails_the_oldest_command_of_its_link() -> None:
+    """-MOVED answers the oldest unanswered command: that subscription is placed again."""
+    table, links = _table()
+    _wait(table, links, "a")
+    _wait(table, links, "b")
+    links.place("a", "n1")
+    links.place("b", "n1")
+    assert links.refused("n1") == "a"
+    assert links.pending() == ["a"]
+    links.confirmed("n1", "b")
+    assert table.entries["b"].confirmed.is_set()
+    assert links.refused("n1") is None  # nothing left unanswered
+
+
+def test_a_failed_link_gives_up_its_channels_and_forgets_idle_ones() -> None:
+    table, links = _table()
+    busy = _wait(table, links, "busy")
+    idle = _wait(table, links, "idle")
+    other = _wait(table, links, "other")
+    for channel, link in (("busy", "n1"), ("idle", "n1"), ("other", "n2")):
+        links.place(channel, link)
+        links.confirmed(link, channel)
+    table.remove(idle, now=0.0)
+    assert links.lost("n1") == ["busy"]
+    assert "idle" not in table.entries  # nobody waits there: not subscribed again
+    assert links.pending() == ["busy"]
+    assert table.entries["other"].confirmed.is_set()
+    links.place("busy", "n3")
+    links.confirmed("n3", "busy")
+    assert busy.event.is_set() and not other.event.is_set()
+
+
+def test_classic_pub_sub_has_one_link() -> None:
+    table, links = _table()
+    for name in "abc":
+        _wait(table, links, name)
+        links.place(name, ANY_NODE)
+    assert set(links.channels) == {ANY_NODE}
+    assert sorted(links.lost(ANY_NODE)) == ["a", "b", "c"]
+    assert links.pending() == ["a", "b", "c"]
+
+
+def test_a_channel_nobody_waits_on_is_not_placed() -> None:
+    table, links = _table()
+    waiter = _wait(table, links, "a")
+    table.remove(waiter, now=0.0)
+    table.drop_idle(now=10.0, linger=2.0)
+    assert links.pending() == []
