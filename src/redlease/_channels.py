@@ -4,9 +4,10 @@ No I/O and no locking here; the sync subscriber calls it under its mutex, the as
 its loop. Events are ``threading.Event`` or ``asyncio.Event`` (both have ``set``/``is_set``).
 
 A release by redlease publishes the owner field of the waiter whose turn it is, which wakes
-that waiter only. A "0" (a Redisson release, or a redlease one with nobody in line) wakes one
-local waiter, the one that has waited longest (as Redisson releases one permit per unlock
-message). A woken waiter that leaves without taking its turn passes the wake on.
+that waiter only ("<owner field> <token> <lease ms>": the lock was handed to it outright). A
+"0" (a Redisson release, or a redlease one with nobody in line) wakes one local waiter, the
+one that has waited longest (as Redisson releases one permit per unlock message).
+A woken waiter that leaves without taking its turn passes the wake on.
 
 ``Links`` keeps which connection each channel is subscribed on: with classic pub/sub one
 connection (to any node: a cluster forwards every message to every node), with sharded pub/sub
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ._core.requests import Handed
+
 
 class Event(Protocol):
     def set(self) -> None: ...
@@ -30,14 +33,22 @@ class Event(Protocol):
 
 
 class Waiter:
-    """One waiting caller: the channel it listens on and its wake-up flag."""
+    """One waiting caller: the channel it listens on, its wake-up flag, and the hand-over a
+    wake-up brought (if any)."""
 
-    __slots__ = ("channel", "event", "owner")
+    __slots__ = ("channel", "event", "handed", "owner")
 
     def __init__(self, channel: str, owner: str, event: Any) -> None:
         self.channel = channel
         self.owner = owner
         self.event: Any = event
+        self.handed: Handed | None = None
+
+    def woken(self, woken: bool) -> Handed | bool:
+        """Consume a wake-up: the hand-over it brought, else whether there was one."""
+        self.event.clear()
+        handed, self.handed = self.handed, None
+        return handed if woken and handed is not None else woken
 
 
 class Entry:
@@ -91,8 +102,10 @@ class ChannelTable:
         if payload == "0":
             self._wake_one(entry)
         elif ":" in payload:  # the owner field of the waiter whose turn it is
+            owner, _, grant = payload.partition(" ")
             for waiter in entry.waiters:
-                if waiter.owner == payload:
+                if waiter.owner == owner:
+                    waiter.handed = handed(grant)
                     waiter.event.set()
                     break
         else:  # another Redisson message (a read-write lock's "1"): everyone re-checks
@@ -144,6 +157,14 @@ class ChannelTable:
     def waiting(self, channel: str) -> int:
         entry = self.entries.get(channel)
         return len(entry.waiters) if entry else 0
+
+
+def handed(grant: str) -> Handed | None:
+    """``"<token> <lease ms>"`` of a hand-over message (``None`` for a bare wake-up)."""
+    token, _, lease_ms = grant.partition(" ")
+    if not (token.isdigit() and lease_ms.isdigit()):
+        return None
+    return Handed(int(token), int(lease_ms))
 
 
 def text(value: Any) -> str:

@@ -83,6 +83,7 @@ class LockBase:
             blocking=blocking,
             timeout=wait,
             fair=self._fair,
+            handover=chosen is None,  # the watchdog lengthens a hand-over's short lease
         )
         return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
 

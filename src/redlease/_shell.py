@@ -103,7 +103,8 @@ class RenewalSource(Protocol):
 
 
 HANDOFF_WINDOW = 1.0
-"""Default seconds a released lock stays reserved for the first waiter in line."""
+"""Default seconds of the first lease of a waiter handed a released lock (or of its
+reservation for a waiter that takes it itself)."""
 
 
 class ClientState:
@@ -128,6 +129,10 @@ class ClientState:
         self.renewal_sources: list[RenewalSource] = []
         self.pubsub = PubSub()
         """How this client's primitives publish and listen (shared by all their keys)."""
+        self.renew_soon: Callable[[], None] = lambda: None
+        """Wakes the watchdog to look again at when it must next renew (set by the watchdog)."""
+        self.watchdog_wakes_at = 0.0
+        """When the watchdog plans to wake next (monotonic; set by the watchdog)."""
 
     def add_renewal_source(self, source: RenewalSource) -> None:
         """Have the client's one watchdog renew ``source``'s leases too."""
@@ -169,6 +174,15 @@ class ClientState:
             hold.releasing, hold.release_id = False, None  # a re-entry ends a failed release
             if listener is not None and listener not in hold.listeners:
                 hold.listeners.append(listener)
+            short = lease is None and acquired.count == 1 and acquired.ttl < self.watchdog_timeout
+            if short:
+                # a hand-over's short first lease: renewed within a third of it, and counted
+                # lost (should renewals fail) when it would run out, not a watchdog lease later
+                hold.renewed_at = acquired.requested_at + acquired.ttl - self.watchdog_timeout
+                hold.renew_by = acquired.requested_at + acquired.ttl / 3
+                short = hold.renew_by < self.watchdog_wakes_at  # else it wakes in time anyway
+        if short:
+            self.renew_soon()
         wait = time.monotonic() - started
         log.debug(
             "acquired lock %r owner %s count %d after %.3f s",
@@ -272,7 +286,7 @@ class ClientState:
         """Apply a renewal reply: renewed holds count from ``sent_at``; gone ones are lost."""
         for hold, renewed in zip(batch, reply, strict=True):
             if int(renewed):
-                hold.renewed_at = sent_at
+                hold.renewed_at, hold.renew_by = sent_at, None
             elif not hold.releasing:
                 self.lease_lost(hold, lost_error(hold, "the watchdog found it gone"))
 

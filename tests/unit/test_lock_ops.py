@@ -24,7 +24,7 @@ from redlease._core.lock import (
     status,
     to_ms,
 )
-from redlease._core.requests import Call, Subscribe, WaitWake
+from redlease._core.requests import Call, Handed, Subscribe, WaitWake
 from redlease.errors import LeaseLostError, NotOwnedError
 
 from ._fakes import KEYS, OWNER, FakeClock, Finished, finish, step
@@ -45,7 +45,8 @@ def start(
     )
     first = step(op, first=True)
     if blocking:  # a blocking caller first listens, if its client already does (here: not)
-        assert first == Subscribe(KEYS.channel, OWNER, leave_call(KEYS, OWNER), only_if_live=True)
+        leave = leave_call(KEYS, OWNER, held)
+        assert first == Subscribe(KEYS.channel, OWNER, leave, only_if_live=True)
         first = step(op, False)
     return op, first
 
@@ -55,14 +56,21 @@ def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
     assert call.script is scripts.LOCK_ACQUIRE
     assert call.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.fence)
     place_ms = call.args[3]
-    assert call.args == (to_ms(lease), OWNER, held, place_ms, 0)  # 0: not a fair lock
+    assert call.args == (to_ms(lease), OWNER, held, place_ms, 0, 0)  # not fair, no hand-over
     assert place_ms in (0, PLACE_MS)
 
 
 def assert_release_call(call: object, *, held: int) -> str:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_RELEASE
-    assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipt(OWNER), KEYS.queue, KEYS.deadlines)
+    assert call.keys == (
+        KEYS.name,
+        KEYS.channel,
+        KEYS.receipt(OWNER),
+        KEYS.queue,
+        KEYS.deadlines,
+        KEYS.fence,
+    )
     owner, count, request_id, handoff_ms, publish = call.args
     assert (owner, count, publish) == (OWNER, held, "publish")
     assert handoff_ms == 0  # a give-back reserves nothing
@@ -427,4 +435,38 @@ def test_status_hides_a_reservation() -> None:
 def test_a_fair_acquire_says_so_to_the_script() -> None:
     op = acquire(KEYS, OWNER, held=0, lease=5.0, blocking=False, timeout=None, fair=True)
     call = next(op)
-    assert isinstance(call, Call) and call.args[-1] == 1
+    assert isinstance(call, Call) and call.args[4] == 1
+
+
+def test_a_watched_waiter_asks_to_be_handed_the_lock() -> None:
+    op = acquire(KEYS, OWNER, held=0, lease=30.0, blocking=False, timeout=None, handover=True)
+    call = next(op)
+    assert isinstance(call, Call) and call.args[5] == 1
+
+
+def test_a_hand_over_is_the_grant_without_another_request() -> None:
+    clock = FakeClock(100.0)
+    op, _ = start(clock, lease=30.0, timeout=60.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 0]), Subscribe)
+    clock.advance(0.5)
+    sent_at = clock.now
+    assert_acquire_call(step(op, True), held=0, lease=30.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 0]), WaitWake)
+    clock.advance(0.2)
+    acquired = finish(op, Handed(token=77, lease_ms=1000))
+    # the lease counts from before the last request, which the hand-over followed
+    assert (acquired.count, acquired.ttl, acquired.token) == (1, 1.0, 77)
+    assert acquired.requested_at == sent_at
+
+
+def test_a_hand_over_too_old_to_trust_is_checked_with_the_server() -> None:
+    clock = FakeClock(100.0)
+    op, _ = start(clock, lease=30.0, timeout=60.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 0]), Subscribe)
+    assert_acquire_call(step(op, True), held=0, lease=30.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 0]), WaitWake)
+    clock.advance(1.5)  # longer than the hand-over's lease since our last request
+    assert_acquire_call(step(op, Handed(token=77, lease_ms=1000)), held=0, lease=30.0)
+    # the server says it is ours, with what is left of the short lease
+    acquired = finish(op, [GRANTED, 1, 900, 77])
+    assert (acquired.count, acquired.ttl, acquired.token) == (1, 0.9, 77)

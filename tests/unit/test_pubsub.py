@@ -15,7 +15,7 @@ from redlease._core import latch, rwlock, scripts
 from redlease._core import lock as lock_core
 from redlease._core import semaphore as sem
 from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
-from redlease._core.requests import Call
+from redlease._core.requests import Call, Handed
 from redlease._shell import settle_pubsub
 
 from .test_scripts import LUA_DIR, publish_argument
@@ -122,7 +122,7 @@ def test_keys_made_before_the_choice_publish_the_chosen_way() -> None:
     mode = PubSub()
     keys = LockKeys.for_name("orders:42", mode)
     mode.settle(True)
-    assert lock_core.leave_call(keys, OWNER).args[-1] == "spublish"
+    assert lock_core.leave_call(keys, OWNER).args[1] == "spublish"
     assert keys == LockKeys.for_name("orders:42")  # the mode is not part of the keys' identity
 
 
@@ -255,3 +255,16 @@ def test_a_channel_nobody_waits_on_is_not_placed() -> None:
     table.remove(waiter, now=0.0)
     table.drop_idle(now=10.0, linger=2.0)
     assert links.pending() == []
+
+
+def test_a_hand_over_message_reaches_only_its_waiter_with_the_grant() -> None:
+    table, links = _table()
+    first = _wait(table, links, "ch")
+    second = Waiter("ch", "client-b:2", threading.Event())
+    table.add(second)
+    table.on_message("ch", "client-b:2 1700000000000123 1000")
+    assert not first.event.is_set()
+    assert second.woken(second.event.is_set()) == Handed(1700000000000123, 1000)
+    assert second.woken(False) is False  # consumed
+    table.on_message("ch", "client-b:2")  # a reservation: a bare wake-up
+    assert second.woken(second.event.is_set()) is True

@@ -38,7 +38,7 @@ from .._urls import async_sentinel_master, is_sentinel_url
 from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from ..options import Seconds
-from .subscriber import Subscriber, wait
+from .subscriber import Subscriber, wait, wait_event
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -470,9 +470,16 @@ class AsyncClient(ClientBase):
         different nodes go at once, and a node that fails a call is not called again in that
         round, so a paused master does not delay the renewals on the other masters."""
         policy, state = self._policy, self._state
-        delay = policy.interval
+        kick = asyncio.Event()  # set to look again at when to renew (a hand-over's short lease)
+        state.renew_soon = kick.set
+        next_round = time.monotonic() + policy.interval
         while True:
-            await asyncio.sleep(delay)
+            due = state.holds.renew_due()
+            wake = state.watchdog_wakes_at = next_round if due is None else min(next_round, due)
+            await wait_event(kick, max(0.0, wake - time.monotonic()))
+            kick.clear()
+            if time.monotonic() < wake:
+                continue  # kicked: a hold must be renewed sooner than planned
             jobs: list[_Job] = [
                 (
                     functools.partial(state.renewal_done, batch),
@@ -494,7 +501,7 @@ class AsyncClient(ClientBase):
             for job in jobs:
                 by_node.setdefault(self._node_of(job[2]), []).append(job)
             done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
-            delay = policy.next_delay(all(done))
+            next_round = time.monotonic() + policy.next_delay(all(done))
 
     async def _renew_on(self, jobs: list[_Job]) -> bool:
         """Send one node's renewal calls in order; True when every one succeeded. After a

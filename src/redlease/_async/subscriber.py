@@ -27,6 +27,7 @@ import redis.exceptions
 
 from .._channels import ANY_NODE, CLASSIC, SHARDED, ChannelTable, Links, Waiter, text
 from .._core.backoff import full_jitter
+from .._core.requests import Handed
 from .._shell import (
     CONNECTION_ERRORS,
     connection_source,
@@ -57,11 +58,10 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     return True
 
 
-async def wait(waiter: Waiter, timeout: float) -> bool:
-    """Wait until ``waiter`` is woken or ``timeout`` passes; consume the wake-up."""
-    woken = await wait_event(waiter.event, timeout)
-    waiter.event.clear()
-    return woken
+async def wait(waiter: Waiter, timeout: float) -> Handed | bool:
+    """Wait until ``waiter`` is woken or ``timeout`` passes; consume the wake-up (and the
+    hand-over it brought)."""
+    return waiter.woken(await wait_event(waiter.event, timeout))
 
 
 class Subscriber:

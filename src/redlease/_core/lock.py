@@ -14,7 +14,7 @@ from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerU
 from . import codes, scripts
 from .backoff import Outage
 from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys
-from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
+from .requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 
 RECEIPT_MS = 30_000
 """How long a final release stays recognisable to a retry (a literal in lock_release.lua)."""
@@ -51,7 +51,13 @@ class Acquired:
 
 
 def _acquire_call(
-    keys: LockKeys, owner: str, held: int, lease: float, queue: bool, fair: bool = False
+    keys: LockKeys,
+    owner: str,
+    held: int,
+    lease: float,
+    queue: bool,
+    fair: bool = False,
+    handover: bool = False,
 ) -> Call:
     def undo(reply: Any) -> Call | None:
         code, count = int(reply[0]), int(reply[1])
@@ -62,7 +68,7 @@ def _acquire_call(
     return Call(
         scripts.LOCK_ACQUIRE,
         (keys.name, keys.queue, keys.deadlines, keys.fence),
-        (to_ms(lease), owner, held, PLACE_MS if queue else 0, int(fair)),
+        (to_ms(lease), owner, held, PLACE_MS if queue else 0, int(fair), int(handover)),
         undo=undo,
     )
 
@@ -73,17 +79,18 @@ def release_call(
     """The release script call; ``handoff_ms`` reserves a freed lock for the first waiter."""
     return Call(
         scripts.LOCK_RELEASE,
-        (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines),
+        (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines, keys.fence),
         (owner, held, request_id, handoff_ms, keys.pubsub.command),
     )
 
 
-def leave_call(keys: LockKeys, owner: str) -> Call:
-    """A waiter leaves the line (and gives back a reservation made for it)."""
+def leave_call(keys: LockKeys, owner: str, held: int = 0) -> Call:
+    """A waiter leaves the line (and gives back a reservation or hand-over made for it);
+    ``held``: the holds it keeps (a re-entering owner gives none back)."""
     return Call(
         scripts.LOCK_LEAVE,
         (keys.name, keys.channel, keys.queue, keys.deadlines),
-        (owner, keys.pubsub.command),
+        (owner, keys.pubsub.command, held),
     )
 
 
@@ -96,6 +103,7 @@ def acquire(
     blocking: bool,
     timeout: float | None,
     fair: bool = False,
+    handover: bool = False,
     clock: Callable[[], float] = time.monotonic,
 ) -> Operation[Acquired | None]:
     """Try, and while allowed wait for a wake-up and try again; ``None`` when not acquired.
@@ -103,6 +111,10 @@ def acquire(
     A blocking caller that finds the lock held takes a place in line (server side, by arrival);
     a release reserves the lock for the first live waiter and wakes only that one. A ``fair``
     lock also keeps a newcomer from taking a free lock ahead of a live waiter in line.
+    With ``handover`` (a lease the watchdog renews) a release may hand the lock to this
+    waiter outright, with a short first lease: the wake-up then carries the grant and no
+    further request is needed (the lease counts from before our last request, which the
+    hand-over followed).
     Success needs lease time left by the local clock, counted from before the request was
     sent, minus the drift allowance; a grant that arrives too late is given back.
     A wake-up is only a hint: every wait is bounded by the holder's TTL, ``RECHECK`` and our
@@ -110,7 +122,7 @@ def acquire(
     request never counts a second hold. Giving up leaves the line.
     """
     deadline = None if timeout is None else clock() + timeout
-    leave = leave_call(keys, owner)
+    leave = leave_call(keys, owner, held)
     # Listening before the first try costs nothing when the channel is already subscribed,
     # and spares a waiter the subscribe-then-retry round trips.
     subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
@@ -118,7 +130,9 @@ def acquire(
     while True:
         sent_at = clock()
         try:
-            reply = yield _acquire_call(keys, owner, held, lease, queue=blocking, fair=fair)
+            reply = yield _acquire_call(
+                keys, owner, held, lease, queue=blocking, fair=fair, handover=handover
+            )
         except ReplicaError as exc:
             # not confirmed by enough replicas: a failover could lose it, so give it back
             reply = exc.reply
@@ -134,7 +148,9 @@ def acquire(
         outage.ended()
         code, count, ttl_ms = int(reply[0]), int(reply[1]), int(reply[2])
         if code == codes.GRANTED:
-            if clock() - sent_at < lease - drift(lease):
+            # the lease left on the key: less than asked when a retry finds a hand-over
+            left = lease if ttl_ms < 0 else min(lease, ttl_ms / 1000)
+            if clock() - sent_at < left - drift(left):
                 return Acquired(
                     count=count, ttl=ttl_ms / 1000, requested_at=sent_at, token=int(reply[3])
                 )
@@ -159,7 +175,12 @@ def acquire(
             subscribed = True
             continue
         holder_left = RECHECK if ttl_ms < 0 else ttl_ms / 1000
-        yield WaitWake(min(remaining, holder_left, RECHECK))
+        woken = yield WaitWake(min(remaining, holder_left, RECHECK))
+        if isinstance(woken, Handed) and held == 0:
+            ttl = woken.lease_ms / 1000
+            if clock() - sent_at < ttl - drift(ttl):
+                return Acquired(count=1, ttl=ttl, requested_at=sent_at, token=woken.token)
+            # too little of it left to be sure: the next try finds it ours, with its TTL
 
 
 def release(
@@ -247,6 +268,8 @@ class Hold:
     releasing: bool = False
     """Set while the final release is on the wire, so the watchdog does not call it lost."""
     listeners: list[Callable[[LeaseLostError], None]] = field(default_factory=list)
+    renew_by: float | None = None
+    """When the watchdog must renew it, if sooner than its round (a hand-over's short lease)."""
 
     @property
     def count(self) -> int:
@@ -307,6 +330,11 @@ class HoldTable:
 
     def watched(self) -> list[Hold]:
         return [h for h in self._holds.values() if h.watched and not h.releasing]
+
+    def renew_due(self) -> float | None:
+        """The earliest ``renew_by`` of the watched holds (``None``: none is due early)."""
+        due = [h.renew_by for h in self.watched() if h.renew_by is not None]
+        return min(due) if due else None
 
     def holds(self) -> list[Hold]:
         return list(self._holds.values())

@@ -56,9 +56,18 @@ class Subscribe:
 
 @dataclass(frozen=True)
 class WaitWake:
-    """Wait up to ``timeout`` seconds for a message on the subscribed channel; reply: woken?"""
+    """Wait up to ``timeout`` seconds for a message on the subscribed channel; reply: woken?
+    (a ``Handed`` when the message handed the lock to the waiter)."""
 
     timeout: float
+
+
+@dataclass(frozen=True)
+class Handed:
+    """A release handed the lock to this waiter: its fencing token and the lease it was given."""
+
+    token: int
+    lease_ms: int
 
 
 @dataclass(frozen=True)

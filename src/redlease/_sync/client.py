@@ -60,9 +60,11 @@ class Client(ClientBase):
     their waiters. Thread-safe; share one per process (or per server).
 
     ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; the watchdog
-    renews it every third of that for as long as the hold lasts. ``handoff_window`` is how long
-    the lock stays reserved, after a release, for the first waiter in line, so the releasing
-    thread cannot barge straight back in (``0`` turns the line off: Redisson's free-for-all).
+    renews it every third of that for as long as the hold lasts. A release gives the lock to the
+    first waiter in line, so the releasing thread cannot barge straight back in:
+    ``handoff_window`` is the first lease of a waiter handed the lock outright, or how long it
+    stays reserved for one that must take it itself (``0`` turns the line off: Redisson's
+    free-for-all).
     ``replicas`` makes every acquire, renewal and release wait (``WAIT``, at most
     ``replica_timeout``) until that many replicas acknowledged it (see ``ReplicaError``).
     """
@@ -456,6 +458,9 @@ class _Watchdog:
     def __init__(self, client: Client) -> None:
         self._client = client
         self._stop = threading.Event()
+        self._kick = threading.Event()
+        """Set to make the loop look again at when it must renew (or to stop it)."""
+        client._state.renew_soon = self._kick.set
         self._thread: threading.Thread | None = None
         timeout = client._policy.interval + (
             client._state.replication.timeout_ms / 1000 if client._state.replication else 0
@@ -481,6 +486,7 @@ class _Watchdog:
 
     def stop(self) -> None:
         self._stop.set()
+        self._kick.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5)
         if self._redis is not None:
@@ -490,8 +496,18 @@ class _Watchdog:
 
     def _loop(self) -> None:
         policy, state = self._client._policy, self._client._state
-        delay = policy.interval
-        while not self._stop.wait(delay):
+        next_round = time.monotonic() + policy.interval
+        while True:
+            with state.mutex:
+                due = state.holds.renew_due()
+                wake = next_round if due is None else min(next_round, due)
+                state.watchdog_wakes_at = wake
+            self._kick.wait(max(0.0, wake - time.monotonic()))
+            self._kick.clear()
+            if self._stop.is_set():
+                return
+            if time.monotonic() < wake:
+                continue  # kicked: a hold must be renewed sooner than planned
             with state.mutex:
                 holds = state.holds.watched()
                 sources = list(state.renewal_sources)
@@ -512,7 +528,8 @@ class _Watchdog:
                     )
                     for handle, call in source.renewal_calls(policy.timeout)
                 )
-            delay = policy.next_delay(self._round(jobs) if jobs else True)
+            ok = self._round(jobs) if jobs else True
+            next_round = time.monotonic() + policy.next_delay(ok)
 
     def _round(self, jobs: list[_Job]) -> bool:
         """Send every renewal call of a round; True when every one succeeded."""

@@ -29,6 +29,7 @@ import redis.exceptions
 
 from .._channels import ANY_NODE, CLASSIC, SHARDED, ChannelTable, Links, Waiter, text
 from .._core.backoff import full_jitter
+from .._core.requests import Handed
 from .._shell import (
     CONNECTION_ERRORS,
     connection_source,
@@ -54,11 +55,10 @@ PLACE_ERRORS = (
 """What opening a connection to a slot's master, or learning the cluster's layout, can raise."""
 
 
-def wait(waiter: Waiter, timeout: float) -> bool:
-    """Block until ``waiter`` is woken or ``timeout`` passes; consume the wake-up."""
-    woken: bool = waiter.event.wait(timeout)
-    waiter.event.clear()
-    return woken
+def wait(waiter: Waiter, timeout: float) -> Handed | bool:
+    """Block until ``waiter`` is woken or ``timeout`` passes; consume the wake-up (and the
+    hand-over it brought)."""
+    return waiter.woken(waiter.event.wait(timeout))
 
 
 class Subscriber:

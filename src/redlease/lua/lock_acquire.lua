@@ -9,6 +9,11 @@
 -- ARGV[4]  how long a place in the queue lasts unless the caller retries, ms (0: do not queue)
 -- ARGV[5]  1 for a fair lock: a free lock goes to the first live waiter in line, never to a
 --          newcomer that would pass it (0: a free lock is anyone's)
+-- ARGV[6]  1 when a release may hand the lock to this waiter outright (its lease is renewed
+--          by a watchdog, which lengthens the short first lease of such a hand-over); 0 or
+--          absent: a release only reserves the lock for it
+-- A place in line (KEYS[3]) is "<lapses at ms>" or, for a waiter that may be handed the
+-- lock, "<lapses at ms>:<last seen ms>" (server clock).
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
@@ -37,7 +42,12 @@ local function queue_and_wait(ttl)
     local now = redis.call('time')
     local now_us = tonumber(now[1]) * 1000000 + tonumber(now[2])
     redis.call('zadd', KEYS[2], 'NX', now_us, ARGV[2])
-    redis.call('hset', KEYS[3], ARGV[2], math.floor(now_us / 1000) + place_ms)
+    local now_ms = math.floor(now_us / 1000)
+    local place = string.format('%d', now_ms + place_ms)
+    if ARGV[6] == '1' then
+      place = place .. string.format(':%d', now_ms)
+    end
+    redis.call('hset', KEYS[3], ARGV[2], place)
     redis.call('pexpire', KEYS[2], place_ms)
     redis.call('pexpire', KEYS[3], place_ms)
   end
@@ -60,7 +70,8 @@ if count == 0 then
       if not head or head == ARGV[2] then
         break
       end
-      if tonumber(redis.call('hget', KEYS[3], head) or '0') > now_ms then
+      local place = redis.call('hget', KEYS[3], head) or '0'
+      if tonumber(string.match(place, '^%d+')) > now_ms then
         return queue_and_wait(-2)
       end
       redis.call('zrem', KEYS[2], head)

@@ -1,5 +1,5 @@
 -- A waiter gives up (timeout, cancellation, error): leave the line, and if the lock was
--- reserved for it meanwhile, free it and wake the others.
+-- reserved for it or handed to it meanwhile, free it and wake the others.
 -- KEYS[1]  lock key
 -- KEYS[2]  unlock channel
 -- KEYS[3]  wait queue (zset)
@@ -7,14 +7,16 @@
 -- ARGV[1]  owner field of the waiter
 -- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
--- Reply    1 when a reservation for the waiter was given back, else 0
+-- ARGV[3]  hold count the caller has (a re-entering owner that gives up keeps its holds)
+-- Reply    1 when a reservation or a hand-over to the waiter was given back, else 0
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('hdel', KEYS[4], ARGV[1])
-if redis.call('hget', KEYS[1], 'redlease:handoff') == ARGV[1]
-    and redis.call('hlen', KEYS[1]) == 1 then
+local handed = ARGV[3] == '0' and redis.call('hget', KEYS[1], ARGV[1]) == '1'
+if handed or (redis.call('hget', KEYS[1], 'redlease:handoff') == ARGV[1]
+    and redis.call('hlen', KEYS[1]) == 1) then
   redis.call('del', KEYS[1])
   redis.call(ARGV[2], KEYS[2], '0')
   return 1

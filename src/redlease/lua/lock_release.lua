@@ -4,6 +4,7 @@
 -- KEYS[3]  release receipt key (same hash slot): remembers the request id of a final release
 -- KEYS[4]  wait queue (zset, see lock_acquire.lua)
 -- KEYS[5]  queue deadlines (hash, see lock_acquire.lua)
+-- KEYS[6]  fencing counter (see lock_acquire.lua)
 -- ARGV[1]  owner field
 -- ARGV[2]  hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
@@ -15,11 +16,18 @@
 --  -1 LOST      the caller's hold is gone (lease expired, force-released); nothing changed
 -- A retry of a release that already ran answers RELEASED again and changes nothing: the
 -- receipt of a final release is kept for 30 s (RECEIPT_MS), far longer than redis-py retries.
--- Hand-off: when a live waiter is in line, the freed lock is reserved for it for the window
--- (field "redlease:handoff" = its owner field) and its owner field is published instead of
--- "0", so only that waiter wakes. Otherwise "0" is published, as Redisson does. A Redisson
--- waiter loses nothing by the skipped "0": the lock is not free for it until the reservation
--- is taken or lapses, and it re-checks when the reservation's TTL runs out anyway.
+-- Hand-off: when a live waiter is in line, the freed lock goes to it, and only that waiter is
+-- woken (instead of "0", its owner field is published):
+--  * a waiter that may be handed the lock (see lock_acquire.lua) and was seen within half
+--    the window is handed it outright: it holds the lock, with a fencing token and a lease of
+--    the window (its watchdog lengthens it), and the message is
+--    "<owner field> <token> <lease ms>", so it has the lock without another round trip. A waiter that died just before is thus
+--    handed the lock, and it frees when the window runs out;
+--  * any other live waiter gets a reservation for the window (field "redlease:handoff" = its
+--    owner field; the message is its owner field), which its next try turns into a hold.
+-- Otherwise "0" is published, as Redisson does. A Redisson waiter loses nothing by the
+-- skipped "0": the lock is not free for it until the hold or reservation ends, and it
+-- re-checks when the TTL runs out anyway.
 if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[5] must be publish or spublish')
 end
@@ -40,10 +48,22 @@ if count == expected and count > 0 then
       if not head then
         break
       end
-      if tonumber(redis.call('hget', KEYS[5], head) or '0') > now_ms then
-        redis.call('hset', KEYS[1], 'redlease:handoff', head)
+      local lapses, seen = string.match(redis.call('hget', KEYS[5], head) or '0', '^(%d+):?(%d*)$')
+      if tonumber(lapses or '0') > now_ms then
+        local message = head
+        if seen ~= '' and now_ms - tonumber(seen) <= window / 2 then
+          local token = math.max(tonumber(redis.call('get', KEYS[6]) or '0') + 1,
+            tonumber(now[1]) * 1000000 + tonumber(now[2]))
+          redis.call('set', KEYS[6], token)
+          redis.call('hset', KEYS[1], head, 1, 'redlease:fence', token)
+          redis.call('zrem', KEYS[4], head)
+          redis.call('hdel', KEYS[5], head)
+          message = head .. string.format(' %d %d', token, window)
+        else
+          redis.call('hset', KEYS[1], 'redlease:handoff', head)
+        end
         redis.call('pexpire', KEYS[1], window)
-        redis.call(ARGV[5], KEYS[2], head)
+        redis.call(ARGV[5], KEYS[2], message)
         redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
         return {1, 0}
       end

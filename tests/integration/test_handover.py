@@ -1,0 +1,216 @@
+"""A release hands the lock to the waiter whose turn it is: outright (with a short first lease
+that the watchdog lengthens) for a waiter whose lease the watchdog renews, as a reservation
+for one with a lease of its own or one not seen lately. Each test on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import redis
+
+from redlease._core import scripts
+from redlease._core.keys import LockKeys
+
+from .helpers import eventually
+
+
+class _Waiter:
+    """A waiter that acquires in a task (asyncio) or a thread (sync), the owner of its hold,
+    keeps it until told to release, and reports what it saw."""
+
+    def __init__(self, side: Any, lock: Any, **acquire: Any) -> None:
+        self.acquired: bool | None = None
+        self.token: int | None = None
+        if side.is_async:
+            self._go = asyncio.Event()
+            self._task = asyncio.ensure_future(self._async(lock, acquire))
+        else:
+            self._event = threading.Event()
+            self._thread = threading.Thread(target=self._sync, args=(lock, acquire))
+            self._thread.start()
+
+    async def _async(self, lock: Any, acquire: dict[str, Any]) -> None:
+        self.acquired = await lock.acquire(**acquire)
+        self.token = lock.fencing_token
+        await self._go.wait()
+        await lock.release()
+
+    def _sync(self, lock: Any, acquire: dict[str, Any]) -> None:
+        self.acquired = lock.acquire(**acquire)
+        self.token = lock.fencing_token
+        self._event.wait(30)
+        lock.release()
+
+    async def holding(self) -> bool:
+        await eventually(lambda: self.acquired is not None, timeout=30)
+        return bool(self.acquired)
+
+    async def release(self) -> None:
+        if hasattr(self, "_task"):
+            self._go.set()
+            await asyncio.wait_for(self._task, 30)
+        else:
+            self._event.set()
+            await eventually(lambda: not self._thread.is_alive(), timeout=30)
+
+
+def _listen(raw: redis.Redis, channel: str) -> Any:
+    pubsub = raw.pubsub()
+    pubsub.subscribe(channel)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    return pubsub
+
+
+def _published(raw: redis.Redis, pubsub: Any, channel: str) -> list[str]:
+    """Everything published on ``channel`` so far (a marker closes the list)."""
+    raw.publish(channel, "marker")
+    out: list[str] = []
+    while not out or out[-1] != "marker":
+        message = pubsub.get_message(timeout=5)
+        assert message is not None
+        out.append(message["data"])
+    return out[:-1]
+
+
+def _holder(raw: redis.Redis, name: str) -> tuple[str, int]:
+    fields = {k: v for k, v in raw.hgetall(name).items() if not k.startswith("redlease:")}
+    ((owner, count),) = fields.items()
+    return owner, int(count)
+
+
+async def test_a_release_hands_the_lock_to_a_watched_waiter(side, server, name):
+    keys = LockKeys.for_name(name)
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    holder = side.client(server.url).lock(name)
+    waiter = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    first_token = holder.fencing_token
+    waiting = _Waiter(side, waiter, timeout=30)
+    await eventually(lambda: raw.zcard(keys.queue) == 1)
+    pubsub = _listen(raw, keys.channel)
+    await side(holder.release())
+    assert await waiting.holding()
+    owner, count = _holder(raw, name)
+    assert count == 1 and waiting.token is not None and waiting.token > first_token
+    # the waiter's owner field, its fencing token and its first lease, in one message
+    assert _published(raw, pubsub, keys.channel) == [f"{owner} {waiting.token} 1000"]
+    pubsub.close()
+    assert raw.zcard(keys.queue) == 0  # it left the line with the lock
+    # the short first lease is lengthened to the watchdog's lease long before it runs out
+    await eventually(lambda: raw.pttl(name) > 1000, timeout=5)
+    await waiting.release()
+    assert not await side(waiter.locked())
+    raw.close()
+
+
+async def test_a_waiter_with_a_lease_of_its_own_gets_a_reservation(side, server, name):
+    keys = LockKeys.for_name(name)
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    holder = side.client(server.url).lock(name)
+    waiter = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    waiting = _Waiter(side, waiter, timeout=30, lease=20)
+    await eventually(lambda: raw.zcard(keys.queue) == 1)
+    pubsub = _listen(raw, keys.channel)
+    await side(holder.release())
+    assert await waiting.holding()
+    owner, _ = _holder(raw, name)
+    # woken by its owner field alone: the lease it asked for starts with its own try
+    assert _published(raw, pubsub, keys.channel) == [owner]
+    pubsub.close()
+    assert 19_000 < raw.pttl(name) <= 20_000
+    await waiting.release()
+    raw.close()
+
+
+def _run(raw: redis.Redis, script: scripts.Script, keys: tuple[str, ...], *args: Any) -> Any:
+    return raw.eval(script.source, len(keys), *keys, *args)
+
+
+def _queue(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
+    """``owner`` tries, finds the lock held and takes a place in line, as a watched waiter."""
+    reply = _run(
+        raw,
+        scripts.LOCK_ACQUIRE,
+        (keys.name, keys.queue, keys.deadlines, keys.fence),
+        30_000,
+        owner,
+        0,
+        20_000,
+        0,
+        1,
+    )
+    assert reply[0] == 0
+
+
+def _release(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
+    reply = _run(
+        raw,
+        scripts.LOCK_RELEASE,
+        (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines, keys.fence),
+        owner,
+        1,
+        "request-1",
+        1000,
+        "publish",
+    )
+    assert reply == [1, 0]
+
+
+def test_a_waiter_not_seen_lately_gets_a_reservation_only(server, name):
+    """A hand-over goes only to a waiter seen within half the window, so a waiter that died
+    in line long ago never gets the lock (its reservation just lapses)."""
+    keys = LockKeys.for_name(name)
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    raw.hset(name, "holder:1", 1)
+    raw.pexpire(name, 30_000)
+    _queue(raw, keys, "waiter:1")
+    lapses, seen = raw.hget(keys.deadlines, "waiter:1").split(":")
+    raw.hset(keys.deadlines, "waiter:1", f"{lapses}:{int(seen) - 600}")  # seen 0.6 s ago
+    _release(raw, keys, "holder:1")
+    assert raw.hgetall(name) == {"redlease:handoff": "waiter:1"}
+    raw.close()
+
+
+def test_a_waiter_that_gives_up_gives_a_hand_over_back(server, name):
+    keys = LockKeys.for_name(name)
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    raw.hset(name, "holder:1", 1)
+    raw.pexpire(name, 30_000)
+    _queue(raw, keys, "waiter:1")
+    _release(raw, keys, "holder:1")
+    assert _holder(raw, name) == ("waiter:1", 1)
+    assert 0 < raw.pttl(name) <= 1000
+    pubsub = _listen(raw, keys.channel)
+    leave = (keys.name, keys.channel, keys.queue, keys.deadlines)
+    # an owner re-entering a lock it holds keeps its hold when it gives up
+    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", 1) == 0
+    assert _holder(raw, name) == ("waiter:1", 1)
+    # a waiter handed the lock as it timed out gives it back, and the next one is woken
+    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", 0) == 1
+    assert raw.exists(name) == 0
+    assert _published(raw, pubsub, keys.channel) == ["0"]
+    pubsub.close()
+    raw.close()
+
+
+async def test_a_hand_over_waits_for_no_further_request(side, server, name):
+    """The waiter holds the lock as soon as the message reaches it: its acquire sends
+    nothing more (counted with the server's own command statistics)."""
+    keys = LockKeys.for_name(name)
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    # a first lease as long as the watchdog's: no early renewal to count
+    holder = side.client(server.url, handoff_window=30).lock(name)
+    waiter = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    waiting = _Waiter(side, waiter, timeout=30)
+    await eventually(lambda: raw.zcard(keys.queue) == 1)
+    before = raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    await side(holder.release())
+    assert await waiting.holding()
+    after = raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+    assert after - before == 1, "only the release ran a script"
+    await waiting.release()
+    raw.close()
