@@ -3,10 +3,12 @@
 No I/O and no locking here; the sync subscriber calls it under its mutex, the asyncio one from
 its loop. Events are ``threading.Event`` or ``asyncio.Event`` (both have ``set``/``is_set``).
 
-A release by redlease publishes the owner field of the waiter whose turn it is, which wakes
-that waiter only ("<owner field> <token> <lease ms>": the lock was handed to it outright). A
-"0" (a Redisson release, or a redlease one with nobody in line) wakes one local waiter, the
-one that has waited longest (as Redisson releases one permit per unlock message).
+A lock's waiter listens on two channels: the lock's unlock channel and its client's own
+channel for that lock. A release by redlease publishes, on the client's own channel, the owner
+field of the waiter whose turn it is, which wakes that waiter only ("<owner field> <token>
+<lease ms>": the lock was handed to it outright); no other process hears it. A "0" on the
+unlock channel (a Redisson release, or a redlease one with nobody in line) wakes one local
+waiter, the one that has waited longest (as Redisson releases one permit per unlock message).
 A woken waiter that leaves without taking its turn passes the wake on.
 
 ``Links`` keeps which connection each channel is subscribed on: with classic pub/sub one
@@ -33,13 +35,14 @@ class Event(Protocol):
 
 
 class Waiter:
-    """One waiting caller: the channel it listens on, its wake-up flag, and the hand-over a
-    wake-up brought (if any)."""
+    """One waiting caller: the channels it listens on (the primitive's, and for a lock its
+    client's own), its wake-up flag, and the hand-over a wake-up brought (if any)."""
 
-    __slots__ = ("channel", "event", "handed", "owner")
+    __slots__ = ("channel", "channels", "event", "handed", "owner")
 
-    def __init__(self, channel: str, owner: str, event: Any) -> None:
+    def __init__(self, channel: str, owner: str, event: Any, private: str | None = None) -> None:
         self.channel = channel
+        self.channels = (channel,) if private is None else (channel, private)
         self.owner = owner
         self.event: Any = event
         self.handed: Handed | None = None
@@ -66,34 +69,41 @@ class ChannelTable:
         self._new_event = new_event
         self.entries: dict[str, Entry] = {}
 
-    def add(self, waiter: Waiter) -> tuple[Entry, bool]:
-        """Register ``waiter``; the flag says the channel is new and needs a SUBSCRIBE."""
-        entry = self.entries.get(waiter.channel)
-        new = entry is None
-        if entry is None:
-            entry = self.entries[waiter.channel] = Entry(self._new_event())
-        entry.waiters[waiter] = None
-        entry.idle_since = None
-        return entry, new
+    def add(self, waiter: Waiter) -> tuple[list[Entry], list[str]]:
+        """Register ``waiter`` on its channels: their entries, and the channels that are new
+        (each needs a SUBSCRIBE)."""
+        entries, new = [], []
+        for channel in waiter.channels:
+            entry = self.entries.get(channel)
+            if entry is None:
+                entry = self.entries[channel] = Entry(self._new_event())
+                new.append(channel)
+            entry.waiters[waiter] = None
+            entry.idle_since = None
+            entries.append(entry)
+        return entries, new
 
     def add_if_live(self, waiter: Waiter) -> bool:
-        """Register ``waiter`` only if its channel is already subscribed and confirmed."""
-        entry = self.entries.get(waiter.channel)
-        if entry is None or not entry.confirmed.is_set():
+        """Register ``waiter`` only if all its channels are already subscribed and confirmed."""
+        entries = [self.entries.get(channel) for channel in waiter.channels]
+        if not all(entry is not None and entry.confirmed.is_set() for entry in entries):
             return False
-        entry.waiters[waiter] = None
-        entry.idle_since = None
+        for entry in entries:
+            assert entry is not None
+            entry.waiters[waiter] = None
+            entry.idle_since = None
         return True
 
     def remove(self, waiter: Waiter, now: float) -> None:
-        entry = self.entries.get(waiter.channel)
-        if entry is None or waiter not in entry.waiters:
-            return
-        del entry.waiters[waiter]
-        if waiter.event.is_set():
-            self._wake_one(entry)  # it was woken but leaves: pass the turn on
-        if not entry.waiters:
-            entry.idle_since = now
+        for channel in waiter.channels:
+            entry = self.entries.get(channel)
+            if entry is None or waiter not in entry.waiters:
+                continue
+            del entry.waiters[waiter]
+            if waiter.event.is_set():
+                self._wake_one(entry)  # it was woken but leaves: pass the turn on
+            if not entry.waiters:
+                entry.idle_since = now
 
     def on_message(self, channel: str, payload: str) -> None:
         entry = self.entries.get(channel)

@@ -84,19 +84,26 @@ async def test_a_release_hands_the_lock_to_a_watched_waiter(side, server, name):
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     holder = side.client(server.url).lock(name)
-    waiter = side.client(server.url).lock(name)
+    waiter_client = side.client(server.url)
+    waiter = waiter_client.lock(name)
     assert await side(holder.acquire())
     first_token = holder.fencing_token
     waiting = _Waiter(side, waiter, timeout=30)
     await eventually(lambda: raw.zcard(keys.queue) == 1)
-    pubsub = _listen(raw, keys.channel)
+    unlock = _listen(raw, keys.channel)
+    own = keys.handover_prefix + waiter_client.id  # the waiter's client's own channel
+    assert raw.pubsub_numsub(own) == [(own, 1)]
+    mine = _listen(raw, own)
     await side(holder.release())
     assert await waiting.holding()
     owner, count = _holder(raw, name)
     assert count == 1 and waiting.token is not None and waiting.token > first_token
-    # the waiter's owner field, its fencing token and its first lease, in one message
-    assert _published(raw, pubsub, keys.channel) == [f"{owner} {waiting.token} 1000"]
-    pubsub.close()
+    # the waiter's owner field, its fencing token and its first lease, in one message, on
+    # its client's own channel: no other waiting process hears of it
+    assert _published(raw, mine, own) == [f"{owner} {waiting.token} 1000"]
+    assert _published(raw, unlock, keys.channel) == []
+    mine.close()
+    unlock.close()
     assert raw.zcard(keys.queue) == 0  # it left the line with the lock
     # the short first lease is lengthened to the watchdog's lease long before it runs out
     await eventually(lambda: raw.pttl(name) > 1000, timeout=5)
@@ -109,16 +116,18 @@ async def test_a_waiter_with_a_lease_of_its_own_gets_a_reservation(side, server,
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     holder = side.client(server.url).lock(name)
-    waiter = side.client(server.url).lock(name)
+    waiter_client = side.client(server.url)
+    waiter = waiter_client.lock(name)
     assert await side(holder.acquire())
     waiting = _Waiter(side, waiter, timeout=30, lease=20)
     await eventually(lambda: raw.zcard(keys.queue) == 1)
-    pubsub = _listen(raw, keys.channel)
+    own = keys.handover_prefix + waiter_client.id
+    pubsub = _listen(raw, own)
     await side(holder.release())
     assert await waiting.holding()
     owner, _ = _holder(raw, name)
     # woken by its owner field alone: the lease it asked for starts with its own try
-    assert _published(raw, pubsub, keys.channel) == [owner]
+    assert _published(raw, pubsub, own) == [owner]
     pubsub.close()
     assert 19_000 < raw.pttl(name) <= 20_000
     await waiting.release()
@@ -155,6 +164,7 @@ def _release(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
         "request-1",
         1000,
         "publish",
+        keys.handover_prefix,
     )
     assert reply == [1, 0]
 

@@ -98,17 +98,19 @@ async def test_release_reserves_the_lock_for_the_first_waiter_in_line(side, serv
     lock = client.lock(name)
     assert await side(lock.acquire())
     pubsub = raw.pubsub()
-    pubsub.subscribe(keys.channel)
-    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    own = keys.handover("slow-waiter:1")  # the channel of the waiter's client
+    pubsub.subscribe(keys.channel, own)
+    assert {pubsub.get_message(timeout=5)["type"] for _ in range(2)} == {"subscribe"}
     await side(lock.release())
     raw.publish(keys.channel, "marker")  # arrives after whatever the release published
     published = []
-    while not published or published[-1] != "marker":
+    while not published or published[-1] != (keys.channel, "marker"):
         message = pubsub.get_message(timeout=5)
         assert message is not None
-        published.append(message["data"])
+        published.append((message["channel"], message["data"]))
     pubsub.close()
-    assert published == ["slow-waiter:1", "marker"], "only the waiter whose turn it is is woken"
+    # only the waiter whose turn it is is woken, on its client's own channel
+    assert published == [(own, "slow-waiter:1"), (keys.channel, "marker")]
     assert raw.hgetall(name) == {"redlease:handoff": "slow-waiter:1"}
     assert 0 < raw.pttl(name) <= 500
     assert not await side(lock.locked())  # a reservation is not a holder

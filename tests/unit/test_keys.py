@@ -149,3 +149,13 @@ def test_receipt_keys_stay_in_the_lock_names_slot(name: str, owner: str) -> None
 def test_lock_keys_refuse_names_whose_slot_they_cannot_keep() -> None:
     with pytest.raises(ValueError):
         LockKeys.for_name("a}b{")
+
+
+@pytest.mark.parametrize("name", ["orders:42", "{user:7}:cart", "a"])
+def test_a_clients_hand_over_channel_is_in_the_locks_slot(name: str) -> None:
+    keys = LockKeys.for_name(name)
+    channel = keys.handover("3f1c-client:17")
+    assert channel == keys.handover("3f1c-client:99")  # one per client, whatever the thread
+    assert channel != keys.handover("other-client:17")
+    assert channel.endswith(":3f1c-client")
+    assert hash_slot(channel) == hash_slot(name)

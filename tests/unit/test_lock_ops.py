@@ -46,7 +46,8 @@ def start(
     first = step(op, first=True)
     if blocking:  # a blocking caller first listens, if its client already does (here: not)
         leave = leave_call(KEYS, OWNER, held)
-        assert first == Subscribe(KEYS.channel, OWNER, leave, only_if_live=True)
+        private = KEYS.handover(OWNER)
+        assert first == Subscribe(KEYS.channel, OWNER, leave, only_if_live=True, private=private)
         first = step(op, False)
     return op, first
 
@@ -71,7 +72,8 @@ def assert_release_call(call: object, *, held: int) -> str:
         KEYS.deadlines,
         KEYS.fence,
     )
-    owner, count, request_id, handoff_ms, publish = call.args
+    owner, count, request_id, handoff_ms, publish, handover = call.args
+    assert handover == KEYS.handover_prefix
     assert (owner, count, publish) == (OWNER, held, "publish")
     assert handoff_ms == 0  # a give-back reserves nothing
     assert isinstance(request_id, str) and request_id
@@ -110,7 +112,7 @@ def test_held_subscribes_retries_then_waits_for_the_holders_ttl() -> None:
     clock = FakeClock()
     op, _ = start(clock, timeout=None)
     assert step(op, [HELD, 0, 12000, 5]) == Subscribe(
-        KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER)
+        KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER), private=KEYS.handover(OWNER)
     )
     # Right after subscribing it tries again, without waiting.
     assert_acquire_call(step(op, None), held=0, lease=30.0)
@@ -249,7 +251,7 @@ def test_late_grant_while_blocking_tries_again() -> None:
     clock.advance(2.0)
     first_id = assert_release_call(step(op, [GRANTED, 1, 1000, 5]), held=1)
     assert step(op, [codes.RELEASED, 0]) == Subscribe(
-        KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER)
+        KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER), private=KEYS.handover(OWNER)
     )
     assert_acquire_call(step(op, None), held=0, lease=1.0)
     clock.advance(2.0)
@@ -362,7 +364,7 @@ def test_release_returns_remaining_holds() -> None:
     op = release(KEYS, OWNER, held=3, request_id="req-9", handoff_ms=50)
     call = next(op)
     assert call == release_call(KEYS, OWNER, 3, request_id="req-9", handoff_ms=50)
-    assert call.args == (OWNER, 3, "req-9", 50, "publish")
+    assert call.args == (OWNER, 3, "req-9", 50, "publish", KEYS.handover_prefix)
     assert finish(op, [codes.RELEASED, 2]) == 2
 
 

@@ -400,12 +400,13 @@ class AsyncClient(ClientBase):
                         reply, resume = exc, op.throw
                 elif isinstance(request, Subscribe):
                     leave = request.leave
+                    channel, owner, private = request.channel, request.owner, request.private
                     if request.only_if_live:
                         sub = self._subscriber
-                        waiter = sub.listen_if_live(request.channel, request.owner) if sub else None
+                        waiter = sub.listen_if_live(channel, owner, private) if sub else None
                     else:
                         waiter = await self._subscriber_started().subscribe(
-                            request.channel, request.owner, name=name
+                            channel, owner, name=name, private=private
                         )
                     reply = waiter is not None
                 elif isinstance(request, WaitWake):

@@ -84,35 +84,42 @@ class Subscriber:
         self._retry_at = 0.0
         self._stale = False  # the cluster's layout must be read again before placing
 
-    async def subscribe(self, channel: str, owner: str, *, name: str | None = None) -> Waiter:
-        """Register ``owner`` as a waiter on ``channel``; return once the server confirmed it."""
+    async def subscribe(
+        self, channel: str, owner: str, *, name: str | None = None, private: str | None = None
+    ) -> Waiter:
+        """Register ``owner`` as a waiter on ``channel`` (and ``private``); return once the
+        server confirmed the subscriptions."""
         if self._closed:
             raise RuntimeError("redlease client is closed")
         self._ensure_task()
-        waiter = Waiter(channel, owner, asyncio.Event())
-        entry, new = self._table.add(waiter)
+        waiter = Waiter(channel, owner, asyncio.Event(), private)
+        entries, new = self._table.add(waiter)
+        for each in new:
+            self._links.want(each)
         if new:
-            self._links.want(channel)
             self._work.set()
-        try:
-            confirmed = await wait_event(entry.confirmed, SUBSCRIBE_TIMEOUT)
-        except BaseException:
-            self.unsubscribe(waiter)
-            raise
-        if not confirmed:
-            self.unsubscribe(waiter)
-            why = self._last_error or TimeoutError("subscription not confirmed")
-            raise unavailable(why, self.address, name)
+        deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
+        for entry in entries:
+            try:
+                confirmed = await wait_event(entry.confirmed, max(0.0, deadline - time.monotonic()))
+            except BaseException:
+                self.unsubscribe(waiter)
+                raise
+            if not confirmed:
+                self.unsubscribe(waiter)
+                why = self._last_error or TimeoutError("subscription not confirmed")
+                raise unavailable(why, self.address, name)
         return waiter
 
-    def listen_if_live(self, channel: str, owner: str) -> Waiter | None:
-        """A waiter on ``channel`` if this client already listens there, else ``None``."""
-        waiter = Waiter(channel, owner, asyncio.Event())
+    def listen_if_live(self, channel: str, owner: str, private: str | None = None) -> Waiter | None:
+        """A waiter on ``channel`` (and ``private``) if this client already listens there,
+        else ``None``."""
+        waiter = Waiter(channel, owner, asyncio.Event(), private)
         return waiter if self._table.add_if_live(waiter) else None
 
     def unsubscribe(self, waiter: Waiter) -> None:
         self._table.remove(waiter, time.monotonic())
-        if not self._table.waiting(waiter.channel):
+        if not all(self._table.waiting(channel) for channel in waiter.channels):
             # a little slack: call_later may fire a hair before LINGER by the monotonic clock
             asyncio.get_running_loop().call_later(LINGER + 0.05, self._work.set)
 

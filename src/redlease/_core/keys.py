@@ -122,6 +122,8 @@ class LockKeys:
     receipt_prefix: str
     pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
     """How releases publish on ``channel`` (the client's; see ``PubSub``)."""
+    handover_prefix: str = field(default="", kw_only=True)
+    """Prefix of each client's own channel for this lock (see ``handover``)."""
 
     @classmethod
     def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LockKeys:
@@ -134,7 +136,14 @@ class LockKeys:
             fence=same_slot_key(name, "redlease:fence:"),
             receipt_prefix=same_slot_key(name, "redlease:released:", ":"),
             pubsub=pubsub,
+            handover_prefix=same_slot_key(name, "redlease:handover:", ":"),
         )
+
+    def handover(self, owner: str) -> str:
+        """The channel where ``owner``'s client hears that its turn came (the lock was handed
+        or reserved to one of its waiters): one per client and lock, so a release wakes the
+        one process whose turn it is, not every process waiting on the lock."""
+        return self.handover_prefix + owner.rsplit(":", 1)[0]
 
     def receipt(self, owner: str) -> str:
         """The key that remembers ``owner``'s last final release (for safe retries)."""

@@ -80,7 +80,7 @@ def release_call(
     return Call(
         scripts.LOCK_RELEASE,
         (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines, keys.fence),
-        (owner, held, request_id, handoff_ms, keys.pubsub.command),
+        (owner, held, request_id, handoff_ms, keys.pubsub.command, keys.handover_prefix),
     )
 
 
@@ -125,7 +125,8 @@ def acquire(
     leave = leave_call(keys, owner, held)
     # Listening before the first try costs nothing when the channel is already subscribed,
     # and spares a waiter the subscribe-then-retry round trips.
-    subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
+    private = keys.handover(owner)  # where a release hands it over (or reserves it) to us
+    subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True, private)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     while True:
         sent_at = clock()
@@ -171,7 +172,7 @@ def acquire(
         if not subscribed:
             # Subscribe, then try again at once: a release between our try and the
             # subscription would otherwise go unheard until the TTL ran out.
-            yield Subscribe(keys.channel, owner, leave)  # listens, or raises
+            yield Subscribe(keys.channel, owner, leave, private=private)  # listens, or raises
             subscribed = True
             continue
         holder_left = RECHECK if ttl_ms < 0 else ttl_ms / 1000

@@ -52,6 +52,8 @@ class Subscribe:
     owner: str
     leave: Call | None = None
     only_if_live: bool = False
+    private: str | None = None
+    """A channel of the owner's client's own to listen on as well (a lock's hand-overs)."""
 
 
 @dataclass(frozen=True)

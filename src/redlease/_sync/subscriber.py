@@ -85,24 +85,30 @@ class Subscriber:
 
     # --- callers' side --------------------------------------------------------------------
 
-    def subscribe(self, channel: str, owner: str, *, name: str | None = None) -> Waiter:
-        """Register ``owner`` as a waiter on ``channel``; return once the server confirmed it."""
-        waiter = Waiter(channel, owner, threading.Event())
+    def subscribe(
+        self, channel: str, owner: str, *, name: str | None = None, private: str | None = None
+    ) -> Waiter:
+        """Register ``owner`` as a waiter on ``channel`` (and ``private``); return once the
+        server confirmed the subscriptions."""
+        waiter = Waiter(channel, owner, threading.Event(), private)
         with self._mutex:
             self._ensure_thread()
-            entry, new = self._table.add(waiter)
-            if new:
-                self._links.want(channel)
+            entries, new = self._table.add(waiter)
+            for each in new:
+                self._links.want(each)
         self._wake()
-        if not entry.confirmed.wait(SUBSCRIBE_TIMEOUT):
-            self.unsubscribe(waiter)
-            why = self._last_error or TimeoutError("subscription not confirmed")
-            raise unavailable(why, self.address, name)
+        deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
+        for entry in entries:
+            if not entry.confirmed.wait(max(0.0, deadline - time.monotonic())):
+                self.unsubscribe(waiter)
+                why = self._last_error or TimeoutError("subscription not confirmed")
+                raise unavailable(why, self.address, name)
         return waiter
 
-    def listen_if_live(self, channel: str, owner: str) -> Waiter | None:
-        """A waiter on ``channel`` if this client already listens there, else ``None``."""
-        waiter = Waiter(channel, owner, threading.Event())
+    def listen_if_live(self, channel: str, owner: str, private: str | None = None) -> Waiter | None:
+        """A waiter on ``channel`` (and ``private``) if this client already listens there,
+        else ``None``."""
+        waiter = Waiter(channel, owner, threading.Event(), private)
         with self._mutex:
             return waiter if self._table.add_if_live(waiter) else None
 

@@ -11,13 +11,16 @@
 -- ARGV[4]  hand-off window in milliseconds (0: no hand-off, Redisson's free-for-all)
 -- ARGV[5]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
+-- ARGV[6]  prefix of the waiters' own channels (same hash slot as the lock): a waiter's
+--          client listens on the prefix followed by the client id part of its owner field
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains; 0 means the lock was freed and waiters woken
 --  -1 LOST      the caller's hold is gone (lease expired, force-released); nothing changed
 -- A retry of a release that already ran answers RELEASED again and changes nothing: the
 -- receipt of a final release is kept for 30 s (RECEIPT_MS), far longer than redis-py retries.
 -- Hand-off: when a live waiter is in line, the freed lock goes to it, and only that waiter is
--- woken (instead of "0", its owner field is published):
+-- woken: instead of "0" on the unlock channel, its owner field is published on its client's
+-- own channel (ARGV[6]), so no other process wakes:
 --  * a waiter that may be handed the lock (see lock_acquire.lua) and was seen within half
 --    the window is handed it outright: it holds the lock, with a fencing token and a lease of
 --    the window (its watchdog lengthens it), and the message is
@@ -63,7 +66,7 @@ if count == expected and count > 0 then
           redis.call('hset', KEYS[1], 'redlease:handoff', head)
         end
         redis.call('pexpire', KEYS[1], window)
-        redis.call(ARGV[5], KEYS[2], message)
+        redis.call(ARGV[5], ARGV[6] .. (string.match(head, '^(.*):') or head), message)
         redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
         return {1, 0}
       end
