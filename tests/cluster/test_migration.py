@@ -186,8 +186,10 @@ async def test_a_release_refused_mid_migration_is_retried_after_it(side, own_clu
     ``ServerUnavailableError`` (not a raw redis-py error), changes nothing, and succeeds when
     retried after the move; the waiter then gets the lock."""
     name = f"order:asking-release:{side.kind}"
-    holder_client = side.client(own_cluster.url, cluster=True, watchdog_timeout=1)
-    waiter_client = side.client(own_cluster.url, cluster=True, watchdog_timeout=1)
+    # a release with no answer leaves the hold unrenewed (its outcome is unknown): a lease
+    # longer than a loaded machine takes to finish the migration
+    holder_client = side.client(own_cluster.url, cluster=True, watchdog_timeout=15)
+    waiter_client = side.client(own_cluster.url, cluster=True, watchdog_timeout=15)
     holder = holder_client.lock(name)
     assert await side(holder.acquire())
     waiter = waiter_client.lock(name)

@@ -15,6 +15,7 @@ import redis
 from integration.helpers import eventually
 from integration.test_semaphore import Background
 
+from redlease._core.keys import LockKeys
 from redlease.testing import RedisServer
 
 from .conftest import LocalCluster
@@ -99,13 +100,18 @@ class Listener:
 @dataclass
 class Case:
     """One primitive: ``hold`` takes it on the holder's client, ``wait`` blocks on the
-    waiter's, ``give`` frees it; ``channel`` is where the waiter is woken."""
+    waiter's, ``give`` frees it; ``channel`` is the primitive's channel, ``wake`` the one the
+    release wakes the waiter on (a lock's: the waiter's client's own)."""
 
     channel: str
     hold: Callable[[], Any]
     wait: Callable[[], Any]
     give: Callable[[Any], Any]
     payload: str
+    wake: str = ""
+
+    def __post_init__(self) -> None:
+        self.wake = self.wake or self.channel
 
 
 def _cases(kind: str, name: str, a: Any, b: Any) -> Case:
@@ -117,6 +123,7 @@ def _cases(kind: str, name: str, a: Any, b: Any) -> Case:
             lambda: make(b).acquire(timeout=20),
             lambda _: make(a).release(),
             f"{b.id}:",  # the release wakes the waiter whose turn it is, by its owner field
+            LockKeys.for_name(name).handover_prefix + b.id,  # on its client's own channel
         )
     if kind == "rw":
         return Case(
@@ -198,7 +205,7 @@ async def test_hand_off_by_sharded_pub_sub_on_every_master(side, cluster, kind):
         waiting = Background(side, case.wait)
         await eventually(lambda c=case: shard_subscribers(cluster, c.channel) == 1)
         assert classic_subscribers(cluster, case.channel) == 0
-        listener = Listener(cluster.master_of(case.channel), case.channel, sharded=True)
+        listener = Listener(cluster.master_of(case.wake), case.wake, sharded=True)
         try:
             started = time.monotonic()
             await side(case.give(held))
@@ -236,7 +243,8 @@ async def test_subscriber_connections_stay_within_the_masters(side, cluster):
     assert {port for port, conns in per_node.items() if conns} == masters
     assert all(len(conns) <= 1 for conns in per_node.values()), per_node
     assert all(c["sub"] == "0" and int(c["ssub"]) >= 1 for cs in per_node.values() for c in cs)
-    assert sum(int(c["ssub"]) for cs in per_node.values() for c in cs) == len(names)
+    # a lock's waiter listens on the unlock channel and on its client's own channel
+    assert sum(int(c["ssub"]) for cs in per_node.values() for c in cs) == 2 * len(names)
     for name in names:
         await side(holder_client.lock(name).release())
     for each in waiting:
@@ -284,7 +292,8 @@ async def _waiter_follows(
     if lost:  # the hold did not reach the promoted replica (or lapsed meanwhile)
         assert await waiting.result(timeout=30)
         return
-    listener = Listener(cluster.master_of(channel), channel, sharded=True)
+    own = LockKeys.for_name(name).handover_prefix + waiter_client.id
+    listener = Listener(cluster.master_of(own), own, sharded=True)
     try:
         started = time.monotonic()
         await side(holder.release())
@@ -349,7 +358,7 @@ async def test_classic_pub_sub_on_a_cluster_without_sharded_pub_sub(side, legacy
             elsewhere = next(
                 n for n in legacy_cluster.nodes if n.port != legacy_cluster.master_of(name).port
             )
-            listener = Listener(elsewhere, case.channel, sharded=False)
+            listener = Listener(elsewhere, case.wake, sharded=False)
             try:
                 started = time.monotonic()
                 await side(case.give(held))
