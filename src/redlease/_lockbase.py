@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ._core import lock as core
 from ._core.keys import LockKeys, hash_slot
 from ._core.requests import Operation
-from ._shell import HANDOFF_WINDOW, ClientState
+from ._shell import HANDOFF_WINDOW, ClientState, next_request_id
 from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, ReplicaError
 from .options import Seconds, chosen_lease, lock_name, optional_seconds, replication, wait_args
 from .stats import Lease, LockStatistics
@@ -119,7 +118,7 @@ class LockBase:
         # a release that failed with an unknown outcome is retried with the same request id,
         # so the server recognises one it already ran
         if hold.release_id is None:
-            hold.release_id = uuid.uuid4().hex
+            hold.release_id = next_request_id()
         op = core.release(
             self._keys,
             owner,

@@ -55,6 +55,16 @@ def next_owner_id() -> int:
     return next(_owner_ids)
 
 
+_request_ids = itertools.count(1)
+
+
+def next_request_id() -> str:
+    """The id of a release call, kept for its retries: the server remembers an owner's last
+    final release by it, so it need only differ between one owner's releases (owners are
+    never shared between processes), which a process-wide counter does without a syscall."""
+    return str(next(_request_ids))
+
+
 class ThreadOwners:
     """A fresh owner id for each thread (sync side), never reused."""
 

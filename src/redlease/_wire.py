@@ -27,7 +27,7 @@ _HEADS_LIMIT = 4096
 class Packer:
     """Packs ``Call``s as ``EVALSHA sha numkeys key... arg...`` in the client's encoding."""
 
-    __slots__ = ("_encoding", "_errors", "_heads", "checkout")
+    __slots__ = ("_bulks", "_encoding", "_errors", "_heads", "checkout")
 
     def __init__(
         self, encoding: str = "utf-8", errors: str = "strict", checkout: tuple[str, ...] = ()
@@ -35,6 +35,7 @@ class Packer:
         self._encoding = encoding
         self._errors = errors
         self._heads: dict[tuple[str, tuple[str, ...], int], bytes] = {}
+        self._bulks: dict[str | int, bytes] = {}  # owner fields, leases, counts: they recur
         self.checkout = checkout
         """What ``get_connection`` of the pool takes (see ``checkout_args``)."""
 
@@ -57,7 +58,21 @@ class Packer:
             if len(self._heads) >= _HEADS_LIMIT:
                 self._heads.clear()
             self._heads[index] = head
-        return head + b"".join([self._bulk(arg) for arg in args])
+        bulks = self._bulks
+        parts = [head]
+        for arg in args:
+            kind = type(arg)
+            if kind is str or kind is int:  # exactly: never a bool, which equals an int
+                bulk = bulks.get(arg)  # type: ignore[arg-type]
+                if bulk is None:
+                    bulk = self._bulk(arg)
+                    if len(bulks) >= _HEADS_LIMIT:
+                        bulks.clear()
+                    bulks[arg] = bulk  # type: ignore[index]
+            else:
+                bulk = self._bulk(arg)
+            parts.append(bulk)
+        return b"".join(parts)
 
     def command(self, *args: str | int | bytes) -> bytes:
         """Any other command (``SCRIPT LOAD`` after the server lost its script cache)."""
