@@ -5,6 +5,7 @@ Nothing here blocks or awaits; each shell adds only its own I/O around it.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import os
@@ -19,6 +20,7 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ._channels import ANY_NODE
 from ._core.keys import LockKeys, PubSub, hash_slot
 from ._core.lock import Acquired, Hold, HoldTable
 from ._core.requests import Call, Replication
@@ -110,6 +112,10 @@ class RenewalSource(Protocol):
     def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None: ...
 
     def renewal_failed(self, batch: Any, exc: Exception) -> None: ...
+
+
+RenewalJob = tuple[Callable[[Any, float], None], Callable[[Exception], None], Call]
+"""A renewal call with what to do with its reply (and when it was sent), or its error."""
 
 
 HANDOFF_WINDOW = 1.0
@@ -292,6 +298,39 @@ class ClientState:
             except Exception:
                 log.exception("lease-lost callback for lock %r failed", hold.keys.name)
 
+    def watchdog_wake(self, next_round: float) -> float:
+        """When the watchdog must wake next: at its next round, or sooner for a hold whose
+        short first lease is due (recorded, so that a hold due even sooner kicks it)."""
+        with self.mutex:
+            due = self.holds.renew_due()
+            wake = next_round if due is None else min(next_round, due)
+            self.watchdog_wakes_at = wake
+        return wake
+
+    def renewal_jobs(self, policy: RenewalPolicy, *, by_slot: bool) -> list[RenewalJob]:
+        """A round's renewal calls: the watched holds' (batched), then each other source's."""
+        with self.mutex:
+            holds = self.holds.watched()
+            sources = list(self.renewal_sources)
+        jobs: list[RenewalJob] = [
+            (
+                functools.partial(self.renewal_done, batch),
+                functools.partial(self.renewal_failed, batch, policy),
+                call,
+            )
+            for batch, call in policy.calls(holds, by_slot=by_slot)
+        ]
+        for source in sources:
+            jobs.extend(
+                (
+                    functools.partial(source.renewal_done, handle),
+                    functools.partial(source.renewal_failed, handle),
+                    call,
+                )
+                for handle, call in source.renewal_calls(policy.timeout)
+            )
+        return jobs
+
     def renewal_done(self, batch: list[Hold], reply: list[Any], sent_at: float) -> None:
         """Apply a renewal reply: renewed holds count from ``sent_at``; gone ones are lost."""
         for hold, renewed in zip(batch, reply, strict=True):
@@ -387,7 +426,11 @@ def subscriber_kwargs(connection_kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def connection_source(client: Any) -> Callable[[], tuple[Any, dict[str, Any], str]]:
+Connect = Callable[[], tuple[Any, dict[str, Any], str]]
+"""Opens a dedicated connection's way: (connection class, keyword arguments, ``host:port``)."""
+
+
+def connection_source(client: Any) -> Connect:
     """Where a dedicated connection (the subscriber's) comes from: the client's own pool, or on
     a cluster a node picked anew at every (re)connect, so a failed node is left behind.
     Returns (connection class, keyword arguments, ``host:port``)."""
@@ -417,6 +460,18 @@ def slot_owner(client: Any, channel: str) -> tuple[Any, dict[str, Any], str]:
     """The subscriber connection to the master that serves ``channel``'s hash slot, as the
     cluster client last saw the cluster (no I/O; ``SlotNotCoveredError`` mid-failover)."""
     return node_connection(client.nodes_manager.get_node_from_slot(hash_slot(channel)))
+
+
+def subscriber_route(
+    client: Any, channel: str, *, sharded: bool, source: Connect
+) -> tuple[str, Connect]:
+    """The link a subscription to ``channel`` goes on, and how to connect it: the one link of
+    classic pub/sub (``ANY_NODE``, over ``source``), or with sharded pub/sub the master that
+    serves the channel's slot (``SlotNotCoveredError`` while none does, mid-failover)."""
+    if not sharded:
+        return ANY_NODE, source
+    cls, kwargs, address = slot_owner(client, channel)
+    return address, lambda: (cls, kwargs, address)
 
 
 SHARDED_PROBE = ("PUBSUB", "SHARDNUMSUB")

@@ -26,6 +26,7 @@ from .._shell import (
     HANDOFF_WINDOW,
     PROBE_ERRORS,
     SHARDED_PROBE,
+    RenewalJob,
     TaskOwners,
     check_replicas,
     fork_generation,
@@ -475,36 +476,19 @@ class AsyncClient(ClientBase):
         state.renew_soon = kick.set
         next_round = time.monotonic() + policy.interval
         while True:
-            due = state.holds.renew_due()
-            wake = state.watchdog_wakes_at = next_round if due is None else min(next_round, due)
+            wake = state.watchdog_wake(next_round)
             await wait_event(kick, max(0.0, wake - time.monotonic()))
             kick.clear()
             if time.monotonic() < wake:
                 continue  # kicked: a hold must be renewed sooner than planned
-            jobs: list[_Job] = [
-                (
-                    functools.partial(state.renewal_done, batch),
-                    functools.partial(state.renewal_failed, batch, policy),
-                    call,
-                )
-                for batch, call in policy.calls(state.holds.watched(), by_slot=self.cluster)
-            ]
-            for source in list(state.renewal_sources):
-                jobs.extend(
-                    (
-                        functools.partial(source.renewal_done, handle),
-                        functools.partial(source.renewal_failed, handle),
-                        call,
-                    )
-                    for handle, call in source.renewal_calls(policy.timeout)
-                )
-            by_node: dict[str | None, list[_Job]] = {}
+            jobs = state.renewal_jobs(policy, by_slot=self.cluster)
+            by_node: dict[str | None, list[RenewalJob]] = {}
             for job in jobs:
                 by_node.setdefault(self._node_of(job[2]), []).append(job)
             done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
             next_round = time.monotonic() + policy.next_delay(all(done))
 
-    async def _renew_on(self, jobs: list[_Job]) -> bool:
+    async def _renew_on(self, jobs: list[RenewalJob]) -> bool:
         """Send one node's renewal calls in order; True when every one succeeded. After a
         call that could not reach the node, the rest fail at once."""
         ok = True
@@ -554,10 +538,6 @@ class AsyncClient(ClientBase):
             return str(cluster.get_node_from_key(call.keys[0]).name)
         except Exception:
             return None
-
-
-_Job = tuple[Callable[[Any, float], None], Callable[[Exception], None], Call]
-"""A renewal call with what to do with its reply (and when it was sent), or its error."""
 
 
 from .latch import AsyncCountDownLatch  # noqa: E402

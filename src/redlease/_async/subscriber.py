@@ -33,7 +33,7 @@ from .._shell import (
     connection_source,
     describe,
     log,
-    slot_owner,
+    subscriber_route,
     unavailable,
 )
 from .._sync.subscriber import LINGER, PLACE_ERRORS, SUBSCRIBE_TIMEOUT
@@ -189,7 +189,9 @@ class Subscriber:
         for channel in pending:
             link = "?"
             try:
-                link, connect = self._route(channel)
+                link, connect = subscriber_route(
+                    self._client, channel, sharded=self._sharded, source=self._source
+                )
                 conn = self._conns.get(link) or await self._open(link, connect)
             except PLACE_ERRORS as exc:
                 log.debug("subscriber connection to %s failed: %s", link or self.address, exc)
@@ -202,14 +204,6 @@ class Subscriber:
                 await conn.send_command(self._kinds.subscribe, channel)
             except CONNECTION_ERRORS as exc:
                 self._lose(link, exc)
-
-    def _route(self, channel: str) -> tuple[str, Callable[[], tuple[Any, dict[str, Any], str]]]:
-        """The link ``channel`` belongs on, and how to connect it (``SlotNotCoveredError``
-        while no master serves its slot, mid-failover)."""
-        if not self._sharded:
-            return ANY_NODE, self._source
-        cls, kwargs, address = slot_owner(self._client, channel)
-        return address, lambda: (cls, kwargs, address)
 
     async def _open(self, link: str, connect: Callable[[], tuple[Any, dict[str, Any], str]]) -> Any:
         cls, kwargs, address = connect()

@@ -27,6 +27,7 @@ from .._shell import (
     HANDOFF_WINDOW,
     PROBE_ERRORS,
     SHARDED_PROBE,
+    RenewalJob,
     ThreadOwners,
     bounded_kwargs,
     check_replicas,
@@ -499,40 +500,18 @@ class _Watchdog:
         policy, state = self._client._policy, self._client._state
         next_round = time.monotonic() + policy.interval
         while True:
-            with state.mutex:
-                due = state.holds.renew_due()
-                wake = next_round if due is None else min(next_round, due)
-                state.watchdog_wakes_at = wake
+            wake = state.watchdog_wake(next_round)
             self._kick.wait(max(0.0, wake - time.monotonic()))
             self._kick.clear()
             if self._stop.is_set():
                 return
             if time.monotonic() < wake:
                 continue  # kicked: a hold must be renewed sooner than planned
-            with state.mutex:
-                holds = state.holds.watched()
-                sources = list(state.renewal_sources)
-            jobs: list[_Job] = [
-                (
-                    functools.partial(state.renewal_done, batch),
-                    functools.partial(state.renewal_failed, batch, policy),
-                    call,
-                )
-                for batch, call in policy.calls(holds, by_slot=self._client.cluster)
-            ]
-            for source in sources:
-                jobs.extend(
-                    (
-                        functools.partial(source.renewal_done, handle),
-                        functools.partial(source.renewal_failed, handle),
-                        call,
-                    )
-                    for handle, call in source.renewal_calls(policy.timeout)
-                )
+            jobs = state.renewal_jobs(policy, by_slot=self._client.cluster)
             ok = self._round(jobs) if jobs else True
             next_round = time.monotonic() + policy.next_delay(ok)
 
-    def _round(self, jobs: list[_Job]) -> bool:
+    def _round(self, jobs: list[RenewalJob]) -> bool:
         """Send every renewal call of a round; True when every one succeeded."""
         try:
             via = self._via()
@@ -594,10 +573,6 @@ class _Watchdog:
             return str(cluster.get_node_from_key(call.keys[0]).name)
         except Exception:
             return None
-
-
-_Job = tuple[Callable[[Any, float], None], Callable[[Exception], None], Call]
-"""A renewal call with what to do with its reply (and when it was sent), or its error."""
 
 
 def bounded_cluster(

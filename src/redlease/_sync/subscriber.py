@@ -35,7 +35,7 @@ from .._shell import (
     connection_source,
     describe,
     log,
-    slot_owner,
+    subscriber_route,
     unavailable,
 )
 
@@ -202,7 +202,9 @@ class Subscriber:
         for channel in pending:
             link = "?"
             try:
-                link, connect = self._route(channel)
+                link, connect = subscriber_route(
+                    self._client, channel, sharded=self._sharded, source=self._source
+                )
                 conn = self._conns.get(link) or self._open(link, connect)
             except PLACE_ERRORS as exc:
                 log.debug("subscriber connection to %s failed: %s", link or self.address, exc)
@@ -216,14 +218,6 @@ class Subscriber:
                 conn.send_command(self._kinds.subscribe, channel)
             except CONNECTION_ERRORS as exc:
                 self._lose(link, exc)
-
-    def _route(self, channel: str) -> tuple[str, Callable[[], tuple[Any, dict[str, Any], str]]]:
-        """The link ``channel`` belongs on, and how to connect it (``SlotNotCoveredError``
-        while no master serves its slot, mid-failover)."""
-        if not self._sharded:
-            return ANY_NODE, self._source
-        cls, kwargs, address = slot_owner(self._client, channel)
-        return address, lambda: (cls, kwargs, address)
 
     def _open(self, link: str, connect: Callable[[], tuple[Any, dict[str, Any], str]]) -> Any:
         cls, kwargs, address = connect()
