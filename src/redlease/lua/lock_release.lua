@@ -21,11 +21,11 @@
 -- Hand-off: when a live waiter is in line, the freed lock goes to it, and only that waiter is
 -- woken: instead of "0" on the unlock channel, its owner field is published on its client's
 -- own channel (ARGV[6]), so no other process wakes:
---  * a waiter that may be handed the lock (see lock_acquire.lua) and was seen within half
+--  * a waiter that may be handed the lock (see lock_acquire.lua) and last tried within half
 --    the window is handed it outright: it holds the lock, with a fencing token and a lease of
 --    the window (its watchdog lengthens it), and the message is
---    "<owner field> <token> <lease ms>", so it has the lock without another round trip. A waiter that died just before is thus
---    handed the lock, and it frees when the window runs out;
+--    "<owner field> <token> <lease ms>", so it has the lock without another round trip. A
+--    waiter that died just before is handed it too, and it frees when the window runs out;
 --  * any other live waiter gets a reservation for the window (field "redlease:handoff" = its
 --    owner field; the message is its owner field), which its next try turns into a hold.
 -- Otherwise "0" is published, as Redisson does. A Redisson waiter loses nothing by the
