@@ -38,14 +38,18 @@ class Waiter:
     """One waiting caller: the channels it listens on (the primitive's, and for a lock its
     client's own), its wake-up flag, and the hand-over a wake-up brought (if any)."""
 
-    __slots__ = ("channel", "channels", "event", "handed", "owner")
+    __slots__ = ("channels", "event", "handed", "owner")
 
     def __init__(self, channel: str, owner: str, event: Any, private: str | None = None) -> None:
-        self.channel = channel
         self.channels = (channel,) if private is None else (channel, private)
         self.owner = owner
         self.event: Any = event
         self.handed: Handed | None = None
+
+    @property
+    def channel(self) -> str:
+        """The primitive's channel (the first of ``channels``)."""
+        return self.channels[0]
 
     def woken(self, woken: bool) -> Handed | bool:
         """Consume a wake-up: the hand-over it brought, else whether there was one."""

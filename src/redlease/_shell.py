@@ -5,6 +5,7 @@ Nothing here blocks or awaits; each shell adds only its own I/O around it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import itertools
 import logging
@@ -460,6 +461,35 @@ def slot_owner(client: Any, channel: str) -> tuple[Any, dict[str, Any], str]:
     """The subscriber connection to the master that serves ``channel``'s hash slot, as the
     cluster client last saw the cluster (no I/O; ``SlotNotCoveredError`` mid-failover)."""
     return node_connection(client.nodes_manager.get_node_from_slot(hash_slot(channel)))
+
+
+def cluster_node_of(cluster: Any, call: Call) -> str | None:
+    """The name of the cluster node ``call`` goes to (``None``: not a cluster, or not known)."""
+    if cluster is None or not call.keys:
+        return None
+    try:
+        return str(cluster.get_node_from_key(call.keys[0]).name)
+    except Exception:
+        return None
+
+
+def renewal_down(exc: BaseException, address: str) -> ServerUnavailableError:
+    """What a renewal call that could not reach its node (unreachable, timed out, a cluster
+    error) is reported as: a ``ServerUnavailableError`` naming the server."""
+    if isinstance(exc, ServerUnavailableError):
+        return exc
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
+        return unavailable(TimeoutError("renewal timed out"), address, None)
+    return unavailable(exc, address, None)
+
+
+def new_subscriber_connection(connect: Connect, connect_timeout: float) -> tuple[Any, str]:
+    """A dedicated subscriber connection, not yet connected, and its ``host:port``; a node
+    gone dark must not hang the subscriber, so connecting is bounded by default."""
+    cls, kwargs, address = connect()
+    if kwargs.get("socket_connect_timeout") is None:
+        kwargs = {**kwargs, "socket_connect_timeout": connect_timeout}
+    return cls(**kwargs), address
 
 
 def subscriber_route(

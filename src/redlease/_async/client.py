@@ -29,8 +29,10 @@ from .._shell import (
     RenewalJob,
     TaskOwners,
     check_replicas,
+    cluster_node_of,
     fork_generation,
     log,
+    renewal_down,
     settle_pubsub,
     unavailable,
     wrong_type,
@@ -483,8 +485,9 @@ class AsyncClient(ClientBase):
                 continue  # kicked: a hold must be renewed sooner than planned
             jobs = state.renewal_jobs(policy, by_slot=self.cluster)
             by_node: dict[str | None, list[RenewalJob]] = {}
+            cluster = self.redis if self.cluster else None
             for job in jobs:
-                by_node.setdefault(self._node_of(job[2]), []).append(job)
+                by_node.setdefault(cluster_node_of(cluster, job[2]), []).append(job)
             done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
             next_round = time.monotonic() + policy.next_delay(all(done))
 
@@ -513,12 +516,7 @@ class AsyncClient(ClientBase):
                 ServerUnavailableError,
                 redis.exceptions.RedisClusterException,
             ) as exc:
-                if isinstance(exc, ServerUnavailableError):
-                    down = exc
-                elif isinstance(exc, asyncio.TimeoutError):
-                    down = unavailable(TimeoutError("renewal timed out"), self.address, None)
-                else:
-                    down = unavailable(exc, self.address, None)
+                down = renewal_down(exc, self.address)
                 failed(down)
                 ok = False
             except Exception as exc:  # never let the watchdog task die
@@ -528,16 +526,6 @@ class AsyncClient(ClientBase):
             else:
                 done(reply, sent_at)
         return ok
-
-    def _node_of(self, call: Call) -> str | None:
-        """The cluster node a call goes to (``None``: the one server, or not known yet)."""
-        if not self.cluster or not call.keys:
-            return None
-        try:
-            cluster: Any = self.redis  # redis-py leaves it untyped
-            return str(cluster.get_node_from_key(call.keys[0]).name)
-        except Exception:
-            return None
 
 
 from .latch import AsyncCountDownLatch  # noqa: E402

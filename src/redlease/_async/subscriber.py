@@ -33,6 +33,7 @@ from .._shell import (
     connection_source,
     describe,
     log,
+    new_subscriber_connection,
     subscriber_route,
     unavailable,
 )
@@ -206,10 +207,7 @@ class Subscriber:
                 self._lose(link, exc)
 
     async def _open(self, link: str, connect: Callable[[], tuple[Any, dict[str, Any], str]]) -> Any:
-        cls, kwargs, address = connect()
-        if kwargs.get("socket_connect_timeout") is None:  # a node gone dark must not hang us
-            kwargs = {**kwargs, "socket_connect_timeout": SUBSCRIBE_TIMEOUT}
-        conn = cls(**kwargs)
+        conn, address = new_subscriber_connection(connect, SUBSCRIBE_TIMEOUT)
         await conn.connect()
         self._conns[link] = conn
         self._readers[link] = asyncio.get_running_loop().create_task(
@@ -217,12 +215,9 @@ class Subscriber:
         )
         if link == ANY_NODE:
             self.address = address
-        log.debug("subscriber connected to %s (%s pub/sub)", address, self._mode)
+        mode = "sharded" if self._sharded else "classic"
+        log.debug("subscriber connected to %s (%s pub/sub)", address, mode)
         return conn
-
-    @property
-    def _mode(self) -> str:
-        return "sharded" if self._sharded else "classic"
 
     def _lose(self, link: str, exc: BaseException | None) -> None:
         """``link``'s connection failed (or the client closes): its channels go elsewhere."""

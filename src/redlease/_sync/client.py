@@ -31,8 +31,10 @@ from .._shell import (
     ThreadOwners,
     bounded_kwargs,
     check_replicas,
+    cluster_node_of,
     fork_generation,
     log,
+    renewal_down,
     settle_pubsub,
     unavailable,
     wrong_type,
@@ -522,7 +524,7 @@ class _Watchdog:
         ok = True
         down: dict[str | None, Exception] = {}  # the nodes that failed a call this round
         for done, failed, call in jobs:
-            node = self._node_of(call)
+            node = cluster_node_of(self._cluster, call)
             if node in down:
                 failed(down[node])
                 ok = False
@@ -534,11 +536,7 @@ class _Watchdog:
                 failed(exc)
                 ok = False
             except (ServerUnavailableError, redis.exceptions.RedisClusterException) as exc:
-                error = (
-                    exc
-                    if isinstance(exc, ServerUnavailableError)
-                    else unavailable(exc, self._client.address, None)
-                )
+                error = renewal_down(exc, self._client.address)
                 down[node] = error
                 failed(error)
                 ok = False
@@ -563,16 +561,6 @@ class _Watchdog:
             if self._stop.is_set():  # stopped while it was being built
                 self._cluster.close()
         return self._cluster
-
-    def _node_of(self, call: Call) -> str | None:
-        """The cluster node a call goes to (``None``: the one server, or not known)."""
-        if self._cluster is None or not call.keys:
-            return None
-        try:
-            cluster: Any = self._cluster  # redis-py leaves it untyped
-            return str(cluster.get_node_from_key(call.keys[0]).name)
-        except Exception:
-            return None
 
 
 def bounded_cluster(
