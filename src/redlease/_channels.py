@@ -6,7 +6,9 @@ its loop. Events are ``threading.Event`` or ``asyncio.Event`` (both have ``set``
 A lock's waiter listens on two channels: the lock's unlock channel and its client's own
 channel for that lock. A release by redlease publishes, on the client's own channel, the owner
 field of the waiter whose turn it is, which wakes that waiter only ("<owner field> <token>
-<lease ms>": the lock was handed to it outright); no other process hears it. A "0" on the
+<lease ms> <wait id>": the lock was handed outright to that owner's acquire call with that
+wait id; a later call of the same owner takes such a message, arriving late, for a mere
+wake-up); no other process hears it. A "0" on the
 unlock channel (a Redisson release, or a redlease one with nobody in line) wakes one local
 waiter, the one that has waited longest (as Redisson releases one permit per unlock message).
 A woken waiter that leaves without taking its turn passes the wake on.
@@ -174,11 +176,12 @@ class ChannelTable:
 
 
 def handed(grant: str) -> Handed | None:
-    """``"<token> <lease ms>"`` of a hand-over message (``None`` for a bare wake-up)."""
-    token, _, lease_ms = grant.partition(" ")
-    if not (token.isdigit() and lease_ms.isdigit()):
+    """``"<token> <lease ms> <wait id>"`` of a hand-over message (``None`` for a bare
+    wake-up)."""
+    token, lease_ms, wait = [*grant.split(" ", 2), "", ""][:3]
+    if not (token.isdigit() and lease_ms.isdigit() and wait):
         return None
-    return Handed(int(token), int(lease_ms))
+    return Handed(int(token), int(lease_ms), wait)
 
 
 def text(value: Any) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ._core import lock as core
 from ._core.keys import LockKeys, hash_slot
@@ -13,6 +14,8 @@ from ._shell import HANDOFF_WINDOW, ClientState, next_request_id
 from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, ReplicaError
 from .options import Seconds, chosen_lease, lock_name, optional_seconds, replication, wait_args
 from .stats import Lease, LockStatistics
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -74,17 +77,42 @@ class LockBase:
     ) -> AcquirePlan:
         wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
-        op = core.acquire(
-            self._keys,
-            owner,
-            held=self._state.count(self.name, owner),
-            lease=self._state.watchdog_timeout if chosen is None else chosen,
-            blocking=blocking,
-            timeout=wait,
-            fair=self._fair,
-            handover=chosen is None,  # the watchdog lengthens a hand-over's short lease
-        )
+
+        def acquire(held: int) -> Operation[core.Acquired | None]:
+            return core.acquire(
+                self._keys,
+                owner,
+                held=held,
+                lease=self._state.watchdog_timeout if chosen is None else chosen,
+                blocking=blocking,
+                timeout=wait,
+                wait_id=next_request_id(),
+                fair=self._fair,
+                handover=chosen is None,  # the watchdog lengthens a hand-over's short lease
+            )
+
+        op = self._settled_first(owner, acquire)
         return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
+
+    def _settled_first(self, owner: str, then: Callable[[int], Operation[T]]) -> Operation[T]:
+        """Re-send first a release of the owner's whose outcome is unknown (same request id:
+        the server recognises one it already ran), so that ``then(held)`` starts from the
+        count the server has; an unknown outcome is settled by the next call."""
+        with self._state.mutex:
+            hold = self._state.holds.get(self.name, owner)
+        if hold is not None and hold.release_id is not None:
+            plan = ReleasePlan(owner=owner, hold=hold, op=self._release_op(owner, hold))
+            try:
+                remaining = yield from plan.op
+            except LeaseLostError:
+                self._state.forget(hold)  # it is gone on the server anyway
+            else:
+                self._released(plan, remaining)
+        return (yield from then(self._state.count(self.name, owner)))
+
+    def _acquire_raised(self, plan: AcquirePlan) -> None:
+        """The acquire raised: a re-entry may have been counted with its reply lost."""
+        self._state.maybe_reentered(self.name, plan.owner)
 
     def _acquired(self, plan: AcquirePlan, result: core.Acquired | None) -> Lease | None:
         """Record a grant (after the server confirmed it) and describe it."""
@@ -110,28 +138,16 @@ class LockBase:
             lost = self._state.take_lost(self.name, owner)
             if lost is not None:
                 raise lost
-            raise NotOwnedError(
-                f"lock {self.name!r} is not held by owner {owner}: nothing to release",
-                name=self.name,
-                owner=owner,
-            )
+            raise NotOwnedError(self._not_owned(owner), name=self.name, owner=owner)
         # a release that failed with an unknown outcome is retried with the same request id,
         # so the server recognises one it already ran
         if hold.release_id is None:
             hold.release_id = next_request_id()
-        op = core.release(
-            self._keys,
-            owner,
-            held=hold.count,
-            request_id=hold.release_id,
-            # a fair lock always hands over to the first waiter in line
-            handoff_ms=self._state.handoff_ms
-            or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
-        )
-        return ReleasePlan(owner=owner, hold=hold, op=op)
+        return ReleasePlan(owner=owner, hold=hold, op=self._release_op(owner, hold))
 
     def _released(self, plan: ReleasePlan, remaining: int) -> None:
         plan.hold.release_id = None
+        plan.hold.unsure = False
         self._state.released(plan.hold, remaining)
 
     def _release_failed(self, plan: ReleasePlan, exc: BaseException) -> None:
@@ -144,6 +160,24 @@ class LockBase:
         # so the watchdog does not call it lost, with its request id, so a retry is safe
 
     # --- what a kind of lock changes (the read-write lock's sides override these) ---------
+
+    def _release_op(self, owner: str, hold: core.Hold) -> Operation[int]:
+        """Release one of ``hold``'s holds, with its request id (kept until the outcome is
+        known) and whether a re-entry may have been counted unseen."""
+        assert hold.release_id is not None
+        return core.release(
+            self._keys,
+            owner,
+            held=hold.count,
+            request_id=hold.release_id,
+            # a fair lock always hands over to the first waiter in line
+            handoff_ms=self._state.handoff_ms
+            or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
+            unsure=hold.unsure,
+        )
+
+    def _not_owned(self, owner: str) -> str:
+        return f"lock {self.name!r} is not held by owner {owner}: nothing to release"
 
     def _status_op(self, owner: str) -> Operation[core.Status]:
         return core.status(self._keys)

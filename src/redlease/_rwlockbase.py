@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 from ._core import rwlock as core
-from ._core.lock import Status
+from ._core.lock import Acquired, Hold, Status
 from ._core.requests import Operation
-from ._lockbase import AcquirePlan, LockBase, ReleasePlan
-from .errors import NotOwnedError
+from ._lockbase import AcquirePlan, LockBase
 from .options import Seconds, chosen_lease, wait_args
 
 
@@ -39,34 +37,33 @@ class RwSideBase(LockBase):
         reading = 0
         if self._side == core.WRITE:
             reading = self._state.count(self._rw.label(core.READ), owner)
-        op = core.acquire(
-            self._rw,
-            self._side,
-            owner,
-            held=self._state.count(self.name, owner),
-            reading=reading,
-            lease=self._state.watchdog_timeout if chosen is None else chosen,
-            blocking=blocking,
-            timeout=wait,
-        )
+
+        def acquire(held: int) -> Operation[Acquired | None]:
+            return core.acquire(
+                self._rw,
+                self._side,
+                owner,
+                held=held,
+                reading=reading,
+                lease=self._state.watchdog_timeout if chosen is None else chosen,
+                blocking=blocking,
+                timeout=wait,
+            )
+
+        op = self._settled_first(owner, acquire)
         return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
 
-    def _plan_release(self, owner: str) -> ReleasePlan:
-        hold = self._state.begin_release(self.name, owner)
-        if hold is None:
-            lost = self._state.take_lost(self.name, owner)
-            if lost is not None:
-                raise lost
-            raise NotOwnedError(
-                f"read-write lock {self._rw.name!r}: owner {owner} holds no {self._side} "
-                "lock: nothing to release",
-                name=self.name,
-                owner=owner,
-            )
-        if hold.release_id is None:  # kept until the release is known to have run
-            hold.release_id = uuid.uuid4().hex
-        op = core.release(self._rw, self._side, owner, held=hold.count, request_id=hold.release_id)
-        return ReleasePlan(owner=owner, hold=hold, op=op)
+    def _release_op(self, owner: str, hold: Hold) -> Operation[int]:
+        assert hold.release_id is not None
+        return core.release(
+            self._rw, self._side, owner, held=hold.count, request_id=hold.release_id
+        )
+
+    def _not_owned(self, owner: str) -> str:
+        return (
+            f"read-write lock {self._rw.name!r}: owner {owner} holds no {self._side} "
+            "lock: nothing to release"
+        )
 
     def _status_op(self, owner: str) -> Operation[Status]:
         status = yield from core.status(self._rw, owner)

@@ -187,6 +187,8 @@ class ClientState:
     ) -> Hold:
         with self.mutex:
             self._lost.pop((keys.name, owner), None)
+            old = self.holds.get(keys.name, owner)
+            gone = old if old is not None and acquired.count == 1 else None
             hold = self.holds.granted(keys, owner, acquired, lease)
             hold.releasing, hold.release_id = False, None  # a re-entry ends a failed release
             if listener is not None and listener not in hold.listeners:
@@ -198,6 +200,8 @@ class ClientState:
                 hold.renewed_at = acquired.requested_at + acquired.ttl - self.watchdog_timeout
                 hold.renew_by = acquired.requested_at + acquired.ttl / 3
                 short = hold.renew_by < self.watchdog_wakes_at  # else it wakes in time anyway
+        if gone is not None:
+            self._found_gone(gone)
         if short:
             self.renew_soon()
         wait = time.monotonic() - started
@@ -223,6 +227,12 @@ class ClientState:
         return hold
 
     def acquire_failed(self, name: str, owner: str, started: float) -> None:
+        """Not acquired. A hold the owner still had on record is gone on the server (a
+        re-entry is always granted while the hold lasts), so the record goes too."""
+        with self.mutex:
+            gone = self.holds.drop(name, owner)
+        if gone is not None:
+            self._found_gone(gone)
         wait = time.monotonic() - started
         log.debug(
             "lock %r not acquired by owner %s after %.3f s",
@@ -233,6 +243,23 @@ class ClientState:
         )
         if self.listeners:
             self.listeners.send(LockEvent("acquire_failed", name, owner, wait=wait))
+
+    def _found_gone(self, hold: Hold) -> None:
+        """An acquire found ``hold`` gone on the server (its record is already replaced or
+        dropped). An explicit lease that ran out is how such a hold ends (Redisson's
+        ``lock(leaseTime)``); a hold the watchdog renewed was lost, which its listeners are
+        told and the owner's next release that finds nothing raises."""
+        if not hold.watched or hold.releasing:
+            return
+        self.lease_lost(hold, lost_error(hold, "found gone by a later acquire"), dropped=True)
+
+    def maybe_reentered(self, name: str, owner: str) -> None:
+        """An acquire failed with an unknown outcome: if it was a re-entry, the server may
+        count one hold more than we do, which the next release gives back too."""
+        with self.mutex:
+            hold = self.holds.get(name, owner)
+            if hold is not None:
+                hold.unsure = True
 
     def begin_release(self, name: str, owner: str) -> Hold | None:
         """The hold about to be released (marked so the watchdog leaves a final one alone)."""
@@ -275,10 +302,11 @@ class ClientState:
         with self.mutex:
             return self._lost.pop((name, owner), None)
 
-    def lease_lost(self, hold: Hold, error: LeaseLostError) -> None:
-        """Record that ``hold`` is gone on the server and tell its listeners."""
+    def lease_lost(self, hold: Hold, error: LeaseLostError, *, dropped: bool = False) -> None:
+        """Record that ``hold`` is gone on the server and tell its listeners (``dropped``:
+        its record was already taken out of the table)."""
         with self.mutex:
-            if self.holds.drop(hold.keys.name, hold.owner, hold.epoch) is None:
+            if not dropped and self.holds.drop(hold.keys.name, hold.owner, hold.epoch) is None:
                 return  # released or re-acquired meanwhile: not a loss
             self._lost[(hold.keys.name, hold.owner)] = error
         log.warning("%s", error, extra={"lock": hold.keys.name, "owner": hold.owner})

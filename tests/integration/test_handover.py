@@ -101,7 +101,10 @@ async def test_a_release_hands_the_lock_to_a_watched_waiter(side, server, name):
     assert count == 1 and waiting.token is not None and waiting.token > first_token
     # the waiter's owner field, its fencing token and its first lease, in one message, on
     # its client's own channel: no other waiting process hears of it
-    assert _published(raw, mine, own) == [f"{owner} {waiting.token} 1000"]
+    # and the wait id of the acquire call it is for (the one in its place in line)
+    (message,) = _published(raw, mine, own)
+    assert message.startswith(f"{owner} {waiting.token} 1000 ")
+    assert message.rsplit(" ", 1)[1] == raw.hget(name, "redlease:wait")
     assert _published(raw, unlock, keys.channel) == []
     mine.close()
     unlock.close()
@@ -151,6 +154,7 @@ def _queue(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
         20_000,
         0,
         1,
+        "wait-1",
     )
     assert reply[0] == 0
 
@@ -166,6 +170,7 @@ def _release(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
         1000,
         "publish",
         keys.handover_prefix,
+        0,
     )
     assert reply == [1, 0]
 
@@ -178,8 +183,8 @@ def test_a_waiter_not_seen_lately_gets_a_reservation_only(server, name):
     raw.hset(name, "holder:1", 1)
     raw.pexpire(name, 30_000)
     _queue(raw, keys, "waiter:1")
-    lapses, seen = raw.hget(keys.deadlines, "waiter:1").split(":")
-    raw.hset(keys.deadlines, "waiter:1", f"{lapses}:{int(seen) - 600}")  # seen 0.6 s ago
+    lapses, seen, wait = raw.hget(keys.deadlines, "waiter:1").split(":")
+    raw.hset(keys.deadlines, "waiter:1", f"{lapses}:{int(seen) - 600}:{wait}")  # 0.6 s ago
     _release(raw, keys, "holder:1")
     assert raw.hgetall(name) == {"redlease:handoff": "waiter:1"}
     raw.close()
@@ -196,11 +201,12 @@ def test_a_waiter_that_gives_up_gives_a_hand_over_back(server, name):
     assert 0 < raw.pttl(name) <= 1000
     pubsub = _listen(raw, keys.channel)
     leave = (keys.name, keys.channel, keys.queue, keys.deadlines)
-    # an owner re-entering a lock it holds keeps its hold when it gives up
-    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", 1) == 0
+    # another acquire call of the same owner (a later one, or a re-entry) that gives up
+    # never gives back a hold that was not made for it
+    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", "wait-2") == 0
     assert _holder(raw, name) == ("waiter:1", 1)
-    # a waiter handed the lock as it timed out gives it back, and the next one is woken
-    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", 0) == 1
+    # the waiter handed the lock as it timed out gives it back, and the next one is woken
+    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", "wait-1") == 1
     assert raw.exists(name) == 0
     assert _published(raw, pubsub, keys.channel) == ["0"]
     pubsub.close()

@@ -76,6 +76,7 @@ async def test_redisson_data_layout(side, server, name):
     fields = raw.hgetall(name)
     token = fields.pop("redlease:fence")  # the hold's fencing token; Redisson ignores it
     assert int(token) == lock.fencing_token
+    assert fields.pop("redlease:wait")  # the acquire call it was made for (ignored too)
     assert len(fields) == 1
     ((field, count),) = fields.items()
     assert field.startswith(client.id + ":") and count == "1"

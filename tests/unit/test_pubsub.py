@@ -81,7 +81,7 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     """Every call of a script that publishes, as the core builds it for keys of ``mode``."""
     keys = LockKeys.for_name("orders:42", mode)
     yield lock_core.release_call(keys, OWNER, 1, request_id="r", handoff_ms=50)
-    yield lock_core.leave_call(keys, OWNER)
+    yield lock_core.leave_call(keys, OWNER, "w")
     yield next(lock_core.force_release(keys))
     rw = rwlock.RwKeys.for_name("catalog", mode)
     assert rw.side_keys(rwlock.READ).pubsub is mode
@@ -122,7 +122,7 @@ def test_keys_made_before_the_choice_publish_the_chosen_way() -> None:
     mode = PubSub()
     keys = LockKeys.for_name("orders:42", mode)
     mode.settle(True)
-    assert lock_core.leave_call(keys, OWNER).args[1] == "spublish"
+    assert lock_core.leave_call(keys, OWNER, "w").args[1] == "spublish"
     assert keys == LockKeys.for_name("orders:42")  # the mode is not part of the keys' identity
 
 
@@ -262,9 +262,9 @@ def test_a_hand_over_message_reaches_only_its_waiter_with_the_grant() -> None:
     first = _wait(table, links, "ch")
     second = Waiter("ch", "client-b:2", threading.Event())
     table.add(second)
-    table.on_message("ch", "client-b:2 1700000000000123 1000")
+    table.on_message("ch", "client-b:2 1700000000000123 1000 w7")
     assert not first.event.is_set()
-    assert second.woken(second.event.is_set()) == Handed(1700000000000123, 1000)
+    assert second.woken(second.event.is_set()) == Handed(1700000000000123, 1000, "w7")
     assert second.woken(False) is False  # consumed
     table.on_message("ch", "client-b:2")  # a reservation: a bare wake-up
     assert second.woken(second.event.is_set()) is True

@@ -127,15 +127,15 @@ def _hold(name: str, owner: str, table: HoldTable) -> lock.Hold:
 def _core_calls() -> list[tuple[Call, int]]:
     """Every kind of Call the core builds, with the number of locks it is about."""
     calls: list[tuple[Call, int]] = []
-    acq = lock.acquire(KEYS, OWNER, held=0, lease=30.0, blocking=False, timeout=None)
+    acq = lock.acquire(KEYS, OWNER, held=0, lease=30.0, blocking=False, timeout=None, wait_id="w")
     calls.append((next(acq), 1))
-    reentry = lock.acquire(KEYS, OWNER, held=2, lease=0.5, blocking=True, timeout=1.0)
+    reentry = lock.acquire(KEYS, OWNER, held=2, lease=0.5, blocking=True, timeout=1.0, wait_id="w")
     next(reentry)  # listen first (Subscribe, only if live)
     calls.append((reentry.send(False), 1))
     calls.append((next(lock.release(KEYS, OWNER, held=1, request_id="r")), 1))
     calls.append((next(lock.force_release(KEYS)), 1))
     calls.append((next(lock.status(KEYS)), 1))
-    calls.append((lock.leave_call(KEYS, OWNER), 1))
+    calls.append((lock.leave_call(KEYS, OWNER, "w"), 1))
     fenced = fence.fenced_set("orders:42:stock", "7", 123, 0)
     calls.append((next(fenced), 1))
     calls.append((next(fence.fenced_get("orders:42:stock", 123)), 1))
@@ -168,8 +168,8 @@ def test_calls_match_the_script_headers(call: Call, n: int) -> None:
 
 def test_known_arities() -> None:
     """The brief's table, so that a header edit alone cannot change the interface silently."""
-    assert header_arity("lock_acquire", 1) == (4, 6)
-    assert header_arity("lock_release", 1) == (6, 6)
+    assert header_arity("lock_acquire", 1) == (4, 7)
+    assert header_arity("lock_release", 1) == (6, 7)
     assert header_arity("lock_force_release", 1) == (2, 2)
     assert header_arity("lock_status", 1) == (2, 0)
     assert header_arity("lock_renew", 4) == (4, 5)

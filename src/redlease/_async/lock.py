@@ -55,7 +55,12 @@ class AsyncLock(LockBase):
         self, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> Lease | None:
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
-        got = self._acquired(plan, await self.client._run(plan.op, self.name, self._replication))
+        try:
+            result = await self.client._run(plan.op, self.name, self._replication)
+        except BaseException:
+            self._acquire_raised(plan)
+            raise
+        got = self._acquired(plan, result)
         if got is not None and got.lease is None:
             self.client._watch()
         return got

@@ -30,6 +30,18 @@ never blocks the line for longer)."""
 OUTAGE_TOLERANCE = 10.0
 """A waiter rides out a server outage (restart, failover) for this long before it raises."""
 
+TURN_OF_ANOTHER = -2
+"""The TTL a fair lock's acquire answers when the lock is free but another waiter's turn."""
+
+TURN_WAIT = 0.02
+"""First pause before looking again at a free fair lock that is another waiter's turn."""
+
+MIN_WAIT = 0.001
+"""The shortest wait between two tries (a TTL of 0 ms must not make a waiter spin)."""
+
+MAX_CORRECTIONS = 3
+"""How many times one acquire follows the server's count after a LOST reply."""
+
 
 def drift(lease: float) -> float:
     """Clock-drift allowance for a lease (the Redlock rule: 1% plus 2 ms)."""
@@ -56,6 +68,7 @@ def _acquire_call(
     held: int,
     lease: float,
     queue: bool,
+    wait_id: str,
     fair: bool = False,
     handover: bool = False,
 ) -> Call:
@@ -68,29 +81,52 @@ def _acquire_call(
     return Call(
         scripts.LOCK_ACQUIRE,
         (keys.name, keys.queue, keys.deadlines, keys.fence),
-        (to_ms(lease), owner, held, PLACE_MS if queue else 0, int(fair), int(handover)),
+        (
+            to_ms(lease),
+            owner,
+            held,
+            PLACE_MS if queue else 0,
+            int(fair),
+            int(handover),
+            wait_id,
+        ),
         undo=undo,
     )
 
 
 def release_call(
-    keys: LockKeys, owner: str, held: int, *, request_id: str, handoff_ms: int = 0
+    keys: LockKeys,
+    owner: str,
+    held: int,
+    *,
+    request_id: str,
+    handoff_ms: int = 0,
+    unsure: bool = False,
 ) -> Call:
-    """The release script call; ``handoff_ms`` reserves a freed lock for the first waiter."""
+    """The release script call; ``handoff_ms`` reserves a freed lock for the first waiter;
+    ``unsure``: the owner's last re-entry may have landed unseen (its count may be one more)."""
     return Call(
         scripts.LOCK_RELEASE,
         (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines, keys.fence),
-        (owner, held, request_id, handoff_ms, keys.pubsub.command, keys.handover_prefix),
+        (
+            owner,
+            held,
+            request_id,
+            handoff_ms,
+            keys.pubsub.command,
+            keys.handover_prefix,
+            int(unsure),
+        ),
     )
 
 
-def leave_call(keys: LockKeys, owner: str, held: int = 0) -> Call:
-    """A waiter leaves the line (and gives back a reservation or hand-over made for it);
-    ``held``: the holds it keeps (a re-entering owner gives none back)."""
+def leave_call(keys: LockKeys, owner: str, wait_id: str) -> Call:
+    """The acquire call ``wait_id`` gives up: leave the line, and give back a reservation for
+    the owner or a hold made for that call (a hand-over, a grant whose reply was lost)."""
     return Call(
         scripts.LOCK_LEAVE,
         (keys.name, keys.channel, keys.queue, keys.deadlines),
-        (owner, keys.pubsub.command, held),
+        (owner, keys.pubsub.command, wait_id),
     )
 
 
@@ -102,6 +138,7 @@ def acquire(
     lease: float,
     blocking: bool,
     timeout: float | None,
+    wait_id: str,
     fair: bool = False,
     handover: bool = False,
     clock: Callable[[], float] = time.monotonic,
@@ -120,9 +157,18 @@ def acquire(
     A wake-up is only a hint: every wait is bounded by the holder's TTL, ``RECHECK`` and our
     own deadline. A waiter rides out a server outage of up to ``OUTAGE_TOLERANCE``; a retried
     request never counts a second hold. Giving up leaves the line.
+
+    ``wait_id`` is unique to this call: the server records it in the caller's place in line
+    and in a hold it makes for the call, and a hand-over message echoes it, so a message that
+    arrives late (after this call got the lock by its own re-check, or gave up) is never taken
+    for a grant by a later call. An owner whose hold is gone on the server (its lease ran
+    out, or it was force-released) takes the lock afresh, as Redisson does; the caller learns
+    it from the count (1) of the hold it gets.
     """
     deadline = None if timeout is None else clock() + timeout
-    leave = leave_call(keys, owner, held)
+    leave = leave_call(keys, owner, wait_id)
+    corrections = 0  # LOST replies followed so far (bounded)
+    turn_wait = TURN_WAIT  # back-off while a free fair lock is another waiter's turn
     # Listening before the first try costs nothing when the channel is already subscribed,
     # and spares a waiter the subscribe-then-retry round trips.
     private = keys.handover(owner)  # where a release hands it over (or reserves it) to us
@@ -132,7 +178,7 @@ def acquire(
         sent_at = clock()
         try:
             reply = yield _acquire_call(
-                keys, owner, held, lease, queue=blocking, fair=fair, handover=handover
+                keys, owner, held, lease, blocking, wait_id, fair=fair, handover=handover
             )
         except ReplicaError as exc:
             # not confirmed by enough replicas: a failover could lose it, so give it back
@@ -158,11 +204,16 @@ def acquire(
             yield release_call(keys, owner, count, request_id=uuid.uuid4().hex)
             ttl_ms = 0
         elif code == codes.LOST:
-            raise LeaseLostError(
-                f"lock {keys.name!r}: the hold of owner {owner} was lost before re-entry",
-                name=keys.name,
-                owner=owner,
-            )
+            # our hold is gone (or smaller) on the server: go on from the server's count
+            corrections += 1
+            if corrections > MAX_CORRECTIONS:
+                raise LeaseLostError(
+                    f"lock {keys.name!r}: owner {owner}'s hold count keeps changing",
+                    name=keys.name,
+                    owner=owner,
+                )
+            held = count
+            continue
         if not blocking:
             return None
         remaining = math.inf if deadline is None else deadline - clock()
@@ -175,9 +226,15 @@ def acquire(
             yield Subscribe(keys.channel, owner, leave, private=private)  # listens, or raises
             subscribed = True
             continue
-        holder_left = RECHECK if ttl_ms < 0 else ttl_ms / 1000
+        if ttl_ms == TURN_OF_ANOTHER:
+            # a free fair lock that the first waiter in line is about to take: look again
+            # soon (it has a new lease then), backing off should that waiter be dead
+            holder_left, turn_wait = turn_wait, min(RECHECK, turn_wait * 2)
+        else:
+            holder_left = RECHECK if ttl_ms < 0 else max(MIN_WAIT, ttl_ms / 1000)
+            turn_wait = TURN_WAIT
         woken = yield WaitWake(min(remaining, holder_left, RECHECK))
-        if isinstance(woken, Handed) and held == 0:
+        if isinstance(woken, Handed) and woken.wait == wait_id and held == 0:
             ttl = woken.lease_ms / 1000
             if clock() - sent_at < ttl - drift(ttl):
                 return Acquired(count=1, ttl=ttl, requested_at=sent_at, token=woken.token)
@@ -185,10 +242,20 @@ def acquire(
 
 
 def release(
-    keys: LockKeys, owner: str, *, held: int, request_id: str, handoff_ms: int = 0
+    keys: LockKeys,
+    owner: str,
+    *,
+    held: int,
+    request_id: str,
+    handoff_ms: int = 0,
+    unsure: bool = False,
 ) -> Operation[int]:
-    """Release one hold; returns how many holds the owner keeps (0: the lock is free)."""
-    reply = yield release_call(keys, owner, held, request_id=request_id, handoff_ms=handoff_ms)
+    """Release one hold; returns how many holds the owner keeps (0: the lock is free).
+    ``unsure``: a re-entry whose outcome is unknown may have counted one hold more, which
+    goes too (the caller was told that acquire failed)."""
+    reply = yield release_call(
+        keys, owner, held, request_id=request_id, handoff_ms=handoff_ms, unsure=unsure
+    )
     code, remaining = int(reply[0]), int(reply[1])
     if code != codes.RELEASED:
         raise LeaseLostError(
@@ -266,6 +333,8 @@ class Hold:
     """Replica acknowledgements its renewals wait for."""
     release_id: str | None = None
     """The request id of a release whose outcome is unknown (a retry must reuse it)."""
+    unsure: bool = False
+    """A re-entry failed with an unknown outcome: the server may count one hold more."""
     releasing: bool = False
     """Set while the final release is on the wire, so the watchdog does not call it lost."""
     listeners: list[Callable[[LeaseLostError], None]] = field(default_factory=list)
@@ -296,9 +365,10 @@ class HoldTable:
         return hold.count if hold else 0
 
     def granted(self, keys: LockKeys, owner: str, acquired: Acquired, lease: float | None) -> Hold:
+        """Record a grant; a first hold (count 1) replaces a record the server no longer has."""
         count = acquired.count
         hold = self._holds.get((keys.name, owner))
-        if hold is None:
+        if hold is None or count == 1:
             hold = Hold(
                 keys=keys,
                 owner=owner,
@@ -310,6 +380,7 @@ class HoldTable:
             self._holds[(keys.name, owner)] = hold
         hold.leases.append(lease)
         del hold.leases[: max(0, hold.count - count)]  # the server's count is the truth
+        hold.unsure = False
         return hold
 
     def released(self, name: str, owner: str, remaining: int) -> None:

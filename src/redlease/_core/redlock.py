@@ -229,7 +229,9 @@ def granted_validity(counted: Tally, masters: int, lease: float, elapsed: float)
 def acquire_call(keys: LockKeys, owner: str, held: int, lease: float) -> Call:
     """The single-master acquire script call, without a place in line: exactly what a
     non-blocking ``lock.acquire`` sends first (so the two cannot drift apart)."""
-    call = next(lock.acquire(keys, owner, held=held, lease=lease, blocking=False, timeout=None))
+    call = next(
+        lock.acquire(keys, owner, held=held, lease=lease, blocking=False, timeout=None, wait_id="")
+    )
     assert isinstance(call, Call)
     return call
 

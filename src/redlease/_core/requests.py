@@ -66,10 +66,12 @@ class WaitWake:
 
 @dataclass(frozen=True)
 class Handed:
-    """A release handed the lock to this waiter: its fencing token and the lease it was given."""
+    """A release handed the lock to a waiter: its fencing token, the lease it was given, and
+    the wait id of the acquire call it was made for (only that call may take it)."""
 
     token: int
     lease_ms: int
+    wait: str
 
 
 @dataclass(frozen=True)

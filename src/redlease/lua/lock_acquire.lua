@@ -10,10 +10,13 @@
 -- ARGV[5]  1 for a fair lock: a free lock goes to the first live waiter in line, never to a
 --          newcomer that would pass it (0: a free lock is anyone's)
 -- ARGV[6]  1 when a release may hand the lock to this waiter outright (its lease is renewed
---          by a watchdog, which lengthens the short first lease of such a hand-over); 0 or
---          absent: a release only reserves the lock for it
+--          by a watchdog, which lengthens the short first lease of such a hand-over); 0: a
+--          release only reserves the lock for it
+-- ARGV[7]  wait id: unique per acquire call of the owner (its retries reuse it). A new hold
+--          records it (field "redlease:wait"), so that a waiter giving up gives back only a
+--          hold made for that very call, and a hand-over message names the call it is for.
 -- A place in line (KEYS[3]) is "<lapses at ms>" or, for a waiter that may be handed the
--- lock, "<lapses at ms>:<last seen ms>" (server clock).
+-- lock, "<lapses at ms>:<last seen ms>:<wait id>" (server clock).
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
@@ -21,7 +24,8 @@
 --              its remaining lease (-1: no expiry). A queueing caller now has a place in line.
 --  -1 LOST     the caller believed it held the lock, but its hold is gone
 -- A retried request (the reply was lost, the same request arrives again) finds the count one
--- above what the caller believes and answers GRANTED without counting a second hold.
+-- above what the caller believes and answers GRANTED without counting a second hold; the
+-- caller's place in line, if any, goes (every way out of a wait leaves the line).
 -- Fencing: a new hold's token is max(last token + 1, server time in microseconds), so tokens
 -- keep increasing even after the server lost its data (a restart without persistence), as long
 -- as the server's clock does not step back past tokens already handed out. The hold's token is
@@ -29,6 +33,9 @@
 local expected = tonumber(ARGV[3])
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '0')
 if count == expected + 1 then
+  if redis.call('zrem', KEYS[2], ARGV[2]) == 1 then
+    redis.call('hdel', KEYS[3], ARGV[2])
+  end
   local token = tonumber(redis.call('hget', KEYS[1], 'redlease:fence') or '0')
   return {1, count, redis.call('pttl', KEYS[1]), token}
 end
@@ -45,7 +52,7 @@ local function queue_and_wait(ttl)
     local now_ms = math.floor(now_us / 1000)
     local place = string.format('%d', now_ms + place_ms)
     if ARGV[6] == '1' then
-      place = place .. string.format(':%d', now_ms)
+      place = place .. string.format(':%d:', now_ms) .. ARGV[7]
     end
     redis.call('hset', KEYS[3], ARGV[2], place)
     redis.call('pexpire', KEYS[2], place_ms)
@@ -82,7 +89,7 @@ if count == 0 then
   local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1,
     tonumber(now[1]) * 1000000 + tonumber(now[2]))
   redis.call('set', KEYS[4], token)
-  redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token)
+  redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[7])
   redis.call('pexpire', KEYS[1], lease)
   if redis.call('zrem', KEYS[2], ARGV[2]) == 1 then
     redis.call('hdel', KEYS[3], ARGV[2])

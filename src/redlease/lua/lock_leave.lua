@@ -7,14 +7,18 @@
 -- ARGV[1]  owner field of the waiter
 -- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
--- ARGV[3]  hold count the caller has (a re-entering owner that gives up keeps its holds)
+-- ARGV[3]  the wait id of the acquire call that gives up: a hold is given back only if it
+--          was made for that call (a hand-over, or a grant whose reply was lost); never an
+--          outer hold of a re-entering owner, nor a hold of a later call that this request,
+--          delivered late, would otherwise free
 -- Reply    1 when a reservation or a hand-over to the waiter was given back, else 0
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('hdel', KEYS[4], ARGV[1])
-local handed = ARGV[3] == '0' and redis.call('hget', KEYS[1], ARGV[1]) == '1'
+local handed = redis.call('hget', KEYS[1], ARGV[1]) == '1'
+  and redis.call('hget', KEYS[1], 'redlease:wait') == ARGV[3]
 if handed or (redis.call('hget', KEYS[1], 'redlease:handoff') == ARGV[1]
     and redis.call('hlen', KEYS[1]) == 1) then
   redis.call('del', KEYS[1])

@@ -13,8 +13,11 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- ARGV[6]  prefix of the waiters' own channels (same hash slot as the lock): a waiter's
 --          client listens on the prefix followed by the client id part of its owner field
+-- ARGV[7]  1 when the owner's last re-entrant acquire had an unknown outcome (its reply was
+--          lost), so the count may be one above what it believes: that hold goes too; else 0
 -- Reply    {code, hold_count}
---   1 RELEASED  hold_count is what remains; 0 means the lock was freed and waiters woken
+--   1 RELEASED  hold_count is what remains (the caller's count less one); 0 means the lock
+--               was freed and waiters woken
 --  -1 LOST      the caller's hold is gone (lease expired, force-released); nothing changed
 -- A retry of a release that already ran answers RELEASED again and changes nothing: the
 -- receipt of a final release is kept for 30 s (RECEIPT_MS), far longer than redis-py retries.
@@ -24,8 +27,10 @@
 --  * a waiter that may be handed the lock (see lock_acquire.lua) and last tried within half
 --    the window is handed it outright: it holds the lock, with a fencing token and a lease of
 --    the window (its watchdog lengthens it), and the message is
---    "<owner field> <token> <lease ms>", so it has the lock without another round trip. A
---    waiter that died just before is handed it too, and it frees when the window runs out;
+--    "<owner field> <token> <lease ms> <wait id>", so it has the lock without another round
+--    trip; only the acquire call with that wait id may take it as a grant (a late message
+--    is a mere wake-up for a later call). A waiter that died just before is handed it too,
+--    and it frees when the window runs out;
 --  * any other live waiter gets a reservation for the window (field "redlease:handoff" = its
 --    owner field; the message is its owner field), which its next try turns into a hold.
 -- Otherwise "0" is published, as Redisson does. A Redisson waiter loses nothing by the
@@ -36,10 +41,10 @@ if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
 end
 local expected = tonumber(ARGV[2])
 local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
-if count == expected and count > 0 then
-  if count > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[1], -1)
-    return {1, count - 1}
+if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) then
+  if expected > 1 then
+    redis.call('hset', KEYS[1], ARGV[1], expected - 1)
+    return {1, expected - 1}
   end
   redis.call('del', KEYS[1])
   local window = tonumber(ARGV[4])
@@ -51,17 +56,18 @@ if count == expected and count > 0 then
       if not head then
         break
       end
-      local lapses, seen = string.match(redis.call('hget', KEYS[5], head) or '0', '^(%d+):?(%d*)$')
+      local place = redis.call('hget', KEYS[5], head) or '0'
+      local lapses, seen, wait = string.match(place, '^(%d+):?(%d*):?(.*)$')
       if tonumber(lapses or '0') > now_ms then
         local message = head
         if seen ~= '' and now_ms - tonumber(seen) <= window / 2 then
           local token = math.max(tonumber(redis.call('get', KEYS[6]) or '0') + 1,
             tonumber(now[1]) * 1000000 + tonumber(now[2]))
           redis.call('set', KEYS[6], token)
-          redis.call('hset', KEYS[1], head, 1, 'redlease:fence', token)
+          redis.call('hset', KEYS[1], head, 1, 'redlease:fence', token, 'redlease:wait', wait)
           redis.call('zrem', KEYS[4], head)
           redis.call('hdel', KEYS[5], head)
-          message = head .. string.format(' %d %d', token, window)
+          message = head .. string.format(' %d %d ', token, window) .. wait
         else
           redis.call('hset', KEYS[1], 'redlease:handoff', head)
         end
