@@ -501,3 +501,45 @@ def test_a_hand_over_too_old_to_trust_is_checked_with_the_server() -> None:
     # the server says it is ours, with what is left of the short lease
     acquired = finish(op, [GRANTED, 1, 900, 77])
     assert (acquired.count, acquired.ttl, acquired.token) == (1, 0.9, 77)
+
+
+def test_a_hand_over_for_another_acquire_call_is_only_a_wake_up() -> None:
+    """A hand-over message that arrives late, meant for an earlier call of the same owner,
+    is never taken for a grant: the waiter asks the server again."""
+    clock = FakeClock(100.0)
+    op, _ = start(clock, lease=30.0, timeout=60.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 0]), Subscribe)
+    assert_acquire_call(step(op, True), held=0, lease=30.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 0]), WaitWake)
+    stale = Handed(token=77, lease_ms=1000, wait="an earlier call")
+    assert_acquire_call(step(op, stale), held=0, lease=30.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 0]), WaitWake)  # still held by another
+
+
+def test_a_free_fair_lock_that_is_another_waiters_turn_is_looked_at_again_soon() -> None:
+    """Behind the first waiter in line: look again soon (the first one takes the lock and
+    its lease is then known), backing off to the re-check interval, never spinning."""
+    op, _ = start(FakeClock(), timeout=None)
+    assert isinstance(step(op, [HELD, 0, -2, 0]), Subscribe)
+    assert_acquire_call(step(op, None), held=0, lease=30.0)
+    waits = []
+    for _ in range(12):
+        wait = step(op, [HELD, 0, -2, 0])
+        assert isinstance(wait, WaitWake)
+        waits.append(wait.timeout)
+        assert_acquire_call(step(op, False), held=0, lease=30.0)
+    assert waits[0] == pytest.approx(0.02)
+    assert waits == sorted(waits)
+    assert max(waits) == RECHECK
+    # once the lock has a holder again, the wait follows its lease
+    assert step(op, [HELD, 0, 400, 0]) == WaitWake(0.4)
+    assert_acquire_call(step(op, False), held=0, lease=30.0)
+    assert step(op, [HELD, 0, -2, 0]) == WaitWake(pytest.approx(0.02))
+
+
+def test_a_ttl_of_zero_is_no_spin() -> None:
+    op, _ = start(FakeClock(), timeout=None)
+    assert isinstance(step(op, [HELD, 0, 0, 0]), Subscribe)
+    assert_acquire_call(step(op, None), held=0, lease=30.0)
+    wait = step(op, [HELD, 0, 0, 0])
+    assert isinstance(wait, WaitWake) and wait.timeout > 0
