@@ -86,6 +86,29 @@ async def test_a_late_hand_over_message_is_no_grant_for_a_later_acquire(side, lo
     raw.close()
 
 
+async def test_a_first_acquire_with_lost_replies_strands_nothing(side, lock_server, name):
+    """The server granted it, every reply was lost, the caller was told it failed: the hold
+    made for that call is given back at once, not left to its 30 s lease."""
+    raw = _raw(lock_server)
+    with TcpProxy(lock_server) as proxy:
+        client = side.client(proxy.url)
+        owner = Actor(side)
+        lock = client.lock(name)
+        try:
+            drops = [proxy.drop_next_reply(ACQUIRE_SHA) for _ in range(2)]
+            with pytest.raises(ServerUnavailableError):
+                await owner.do(lambda: lock.acquire(blocking=False))
+            assert all(d.is_set() for d in drops)
+            assert raw.exists(name) == 0, "a grant nobody knows of holds the lock"
+            assert await owner.do(lambda: lock.hold_count()) == 0
+            other = side.client(lock_server.url).lock(name)
+            assert await side(other.acquire(blocking=False))
+            await side(other.release())
+        finally:
+            await owner.close()
+    raw.close()
+
+
 async def test_a_re_entry_with_lost_replies_then_release_frees_the_lock(side, lock_server, name):
     """Defect 2: a re-entry that the server ran but whose replies were all lost raises; the
     owner's release then gives back its hold and the unseen one: the lock is free."""

@@ -25,7 +25,7 @@ from redlease._core.lock import (
     to_ms,
 )
 from redlease._core.requests import Call, Handed, Subscribe, WaitWake
-from redlease.errors import LeaseLostError, NotOwnedError
+from redlease.errors import LeaseLostError, NotOwnedError, ServerUnavailableError
 
 from ._fakes import KEYS, OWNER, FakeClock, Finished, finish, step
 
@@ -543,3 +543,25 @@ def test_a_ttl_of_zero_is_no_spin() -> None:
     assert_acquire_call(step(op, None), held=0, lease=30.0)
     wait = step(op, [HELD, 0, 0, 0])
     assert isinstance(wait, WaitWake) and wait.timeout > 0
+
+
+def test_a_first_acquire_that_cannot_know_its_outcome_gives_back_what_it_may_hold() -> None:
+    """Its reply lost (the server may have granted it): before raising, leave, which frees a
+    hold made for this very call; if that fails too, the first error is raised."""
+    for leave_fails in (False, True):
+        op, call = start(FakeClock(), blocking=False)
+        assert_acquire_call(call, held=0, lease=30.0)
+        first = ServerUnavailableError("reply lost", address="a", name=KEYS.name)
+        assert op.throw(first) == leave_call(KEYS, OWNER, WAIT)
+        with pytest.raises(ServerUnavailableError) as info:
+            if leave_fails:
+                op.throw(ServerUnavailableError("still down", address="a", name=KEYS.name))
+            else:
+                op.send(1)
+        assert info.value is first
+
+
+def test_a_re_entry_that_cannot_know_its_outcome_leaves_nothing_behind() -> None:
+    op, _ = start(FakeClock(), held=1, blocking=False)
+    with pytest.raises(ServerUnavailableError):
+        op.throw(ServerUnavailableError("reply lost", address="a", name=KEYS.name))

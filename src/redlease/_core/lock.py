@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import time
@@ -189,6 +190,11 @@ def acquire(
         except ServerUnavailableError:
             pause = outage.failed(listening=subscribed)
             if pause is None:
+                if held == 0:
+                    # a grant whose reply was lost must not hold the lock for a whole lease:
+                    # give back a hold made for this call, if the server can be reached
+                    with contextlib.suppress(ServerUnavailableError):
+                        yield leave
                 raise
             yield Sleep(pause)
             continue
