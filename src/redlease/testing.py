@@ -143,6 +143,9 @@ def _ephemeral_floor() -> int:
 
 
 _handed_out: set[int] = set()
+_ports = random.SystemRandom()
+"""Not the global generator: a test framework that seeds it (Hypothesis does, per example)
+would have every call try the same ports again."""
 
 
 def free_port(*, also_free_at: int = 0) -> int:
@@ -156,7 +159,7 @@ def free_port(*, also_free_at: int = 0) -> int:
     """
     top = _ephemeral_floor() - also_free_at
     for _ in range(500):
-        port = random.randrange(10000, max(top, 10001))
+        port = _ports.randrange(10000, max(top, 10001))
         try:
             with socket.socket() as a, socket.socket() as b:
                 a.bind(("127.0.0.1", port))

@@ -1,0 +1,405 @@
+"""The reentrant lock and the fair lock under arbitrary interleavings and faults (Hypothesis
+stateful tests on a real server, sync and asyncio).
+
+Three owners, each one thread (or one asyncio task) with a client of its own whose commands go
+through one ``TcpProxy`` and whose wake-ups go through another. Rules: non-blocking tries,
+waits started in the background and collected later, re-entry, release, replies lost after the
+server ran a script (the call raises: its outcome is unknown until the owner's next call),
+wake-ups held back and delivered late, a force-release by an operator, an explicit lease left
+to run out. After every step the invariants are checked against the server:
+
+- I1 exclusion: at most one owner believes it holds the lock, and the server agrees with it
+  (an owner believes while its record lasts and, for an explicit lease, until that lease ran
+  out by its clock; a hold force-released behind its back is exempt until it hears of it);
+- I2 counts: an owner with no call in flight and no unknown outcome has on the server the
+  count it has on record (none when it has no record);
+- I3 no stranded lock and no stale place: an owner with no call in flight has no place in line
+  and no hold it does not know of; a lock nobody believes it holds always has a lease;
+- I4 a lease is reported lost only for a hold that was really taken away (force-released).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import inspect
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import redlease
+from redlease import LeaseLostError, LockTimeoutError
+from redlease._async.subscriber import Subscriber as AsyncSubscriber
+from redlease._core import lock as lock_core
+from redlease._core import scripts
+from redlease._core.keys import LockKeys
+from redlease._sync.subscriber import Subscriber
+from redlease.testing import RedisServer, TcpProxy
+
+from .conftest import DEFAULT, SLOW
+from .helpers import LoopThread, unique_name, wait_until
+
+pytestmark = [pytest.mark.timeout(300)]
+
+OWNERS = 3
+LEASE = 0.3
+"""The explicit lease some acquires ask for (left to run out by a rule)."""
+CALL_TIMEOUT = 30.0
+MARGIN = 0.15
+"""An explicit lease counts as believed only up to this long before it runs out by the
+owner's clock, so that reading the server just after never races its expiry."""
+STOP = object()
+
+
+class LockOwner:
+    """One owner: one thread, or one task on the loop, running the calls it is given in
+    order; its client's commands go through ``commands``, its wake-ups through ``wakeups``."""
+
+    def __init__(
+        self, server: RedisServer, name: str, *, fair: bool, loop: LoopThread | None
+    ) -> None:
+        self.loop = loop
+        self.commands = TcpProxy(("127.0.0.1", server.port)).start()
+        self.wakeups = TcpProxy(("127.0.0.1", server.port)).start()
+        self.lost: list[LeaseLostError] = []
+        self.busy: concurrent.futures.Future[Any] | None = None
+        """A wait started in the background and not collected yet."""
+        self.unknown = False
+        """Its last call raised with an unknown outcome (settled by its next call)."""
+        self.ever_revoked = False
+        """A hold of its was force-released behind its back at some point."""
+        if loop is None:
+            self._calls: Any = queue.Queue()
+            threading.Thread(target=self._serve_sync, daemon=True).start()
+        else:
+            self._calls = loop.submit(self._make_queue()).result(10)
+            loop.submit(self._serve_async())
+        self.client: Any = self.run(lambda: self._connect(server))
+        make = self.client.fair_lock if fair else self.client.lock
+        self.lock: Any = make(name, on_lease_lost=self.lost.append)
+        self.owner: str = self.run(self.client._owner)
+
+    def _connect(self, server: RedisServer) -> Any:
+        factory = redlease.AsyncClient if self.loop else redlease.Client
+        client = factory.from_url(self.commands.url, socket_timeout=5, watchdog_timeout=6)
+        if self.loop is not None:
+            client._subscriber = AsyncSubscriber(redis.asyncio.Redis.from_url(self.wakeups.url))
+        else:
+            client._subscriber = Subscriber(redis.Redis.from_url(self.wakeups.url))
+        return client
+
+    @staticmethod
+    async def _make_queue() -> asyncio.Queue[Any]:
+        return asyncio.Queue()
+
+    def start(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Have the owner run ``call()`` (awaited if it returns an awaitable)."""
+        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        if self.loop is None:
+            self._calls.put((call, done))
+        else:
+            self.loop.loop.call_soon_threadsafe(self._calls.put_nowait, (call, done))
+        return done
+
+    def run(self, call: Callable[[], Any]) -> Any:
+        return self.start(call).result(CALL_TIMEOUT)
+
+    def _serve_sync(self) -> None:
+        while True:
+            call, done = self._calls.get()
+            if call is STOP:
+                return
+            try:
+                done.set_result(call())
+            except BaseException as exc:
+                done.set_exception(exc)
+
+    async def _serve_async(self) -> None:
+        while True:
+            call, done = await self._calls.get()
+            if call is STOP:
+                return
+            try:
+                result = call()
+                if inspect.isawaitable(result):
+                    result = await result
+            except BaseException as exc:
+                done.set_exception(exc)
+            else:
+                done.set_result(result)
+
+    # --- what it has on record ------------------------------------------------------------
+
+    def record(self) -> Any:
+        state = self.client._state
+        with state.mutex:
+            return state.holds.get(self.lock.name, self.owner)
+
+    def believes(self) -> bool:
+        """Whether it holds the lock by its own record and clock."""
+        hold = self.record()
+        if hold is None or hold.release_id is not None:
+            return False
+        if hold.watched:
+            return True
+        lease = hold.leases[0]
+        assert lease is not None
+        # counted from before the request; the margin covers the check's own time
+        return time.monotonic() < hold.renewed_at + lease - MARGIN
+
+    def watched(self) -> bool:
+        hold = self.record()
+        return hold is not None and hold.watched
+
+    def close(self) -> None:
+        self.wakeups.thaw()
+        if self.busy is not None:
+            self.busy.exception(CALL_TIMEOUT)
+        try:
+            self.run(self.client.close)
+        finally:
+            if self.loop is None:
+                self._calls.put((STOP, None))
+            else:
+                self.loop.loop.call_soon_threadsafe(self._calls.put_nowait, (STOP, None))
+            self.commands.close()
+            self.wakeups.close()
+
+
+class LockMachine(RuleBasedStateMachine):
+    server: RedisServer
+    is_async: bool
+    fair: bool
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name = unique_name("stateful-lock")
+        self.keys = LockKeys.for_name(self.name)
+        self.raw = redis.Redis.from_url(self.server.url, decode_responses=True)
+        for script in scripts.ALL:  # a dropped reply is then always the script's own
+            self.raw.script_load(script.source)
+        self.loop = LoopThread() if self.is_async else None
+        self.owners: list[LockOwner] = []
+        for _ in range(OWNERS):
+            self.owners.append(LockOwner(self.server, self.name, fair=self.fair, loop=self.loop))
+        self.revoked: set[int] = set()
+        """Fencing tokens of holds force-released behind their owners' backs (an owner
+        believes in such a hold until it hears of it: exempt from the invariants)."""
+
+    def teardown(self) -> None:
+        for owner in self.owners:
+            owner.close()
+        if self.loop is not None:
+            self.loop.close()
+        self.raw.close()
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _call(self, owner: LockOwner, call: Callable[[], Any]) -> Any:
+        """Run ``call`` as ``owner``; an error with an unknown outcome is remembered."""
+        try:
+            result = owner.run(call)
+        except redlease.ServerUnavailableError:
+            owner.unknown = True
+            return None
+        except (LeaseLostError, redlease.NotOwnedError):
+            owner.unknown = False
+            return None
+        owner.unknown = False
+        return result
+
+    def _idle(self, i: int) -> LockOwner | None:
+        owner = self.owners[i]
+        return None if owner.busy is not None else owner
+
+    def _revoked(self, owner: LockOwner) -> bool:
+        hold = owner.record()
+        return hold is not None and hold.token in self.revoked
+
+    def _server_count(self, owner: LockOwner) -> int:
+        return int(self.raw.hget(self.name, owner.owner) or 0)
+
+    def _drop_leftovers(self, owner: LockOwner) -> None:
+        with owner.commands._mutex:  # drops armed for a call that did not need them all
+            owner.commands._pending_drops.clear()
+
+    # --- rules ------------------------------------------------------------------------------
+
+    @rule(i=st.integers(0, OWNERS - 1), lease=st.sampled_from([None, LEASE]))
+    def try_acquire(self, i: int, lease: float | None) -> None:
+        owner = self._idle(i)
+        if owner is not None:
+            self._call(owner, lambda: owner.lock.acquire(blocking=False, lease=lease))
+
+    @rule(i=st.integers(0, OWNERS - 1), timeout=st.sampled_from([0.2, 1.0]))
+    def start_waiting(self, i: int, timeout: float) -> None:
+        owner = self._idle(i)
+        if owner is not None:
+            owner.busy = owner.start(lambda: owner.lock.acquire(timeout=timeout))
+
+    @rule(i=st.integers(0, OWNERS - 1))
+    def collect(self, i: int) -> None:
+        owner = self.owners[i]
+        if owner.busy is None:
+            return
+        busy, owner.busy = owner.busy, None
+        try:
+            try:
+                busy.result(5)
+            except concurrent.futures.TimeoutError:
+                owner.wakeups.thaw()  # its subscription may wait for held-back replies
+                busy.result(CALL_TIMEOUT)
+        except redlease.ServerUnavailableError:
+            owner.unknown = True
+        except (LeaseLostError, LockTimeoutError):
+            owner.unknown = False
+        else:
+            owner.unknown = False
+
+    @rule(i=st.integers(0, OWNERS - 1))
+    def release(self, i: int) -> None:
+        owner = self._idle(i)
+        if owner is not None and owner.record() is not None:
+            self._call(owner, owner.lock.release)
+
+    @rule(i=st.integers(0, OWNERS - 1), lose=st.sampled_from([1, 2]))
+    def acquire_losing_replies(self, i: int, lose: int) -> None:
+        """The server runs the acquire; ``lose`` replies are lost (2: the call raises)."""
+        owner = self._idle(i)
+        if owner is None:
+            return
+        for _ in range(lose):
+            owner.commands.drop_next_reply(scripts.LOCK_ACQUIRE.sha.encode())
+        self._call(owner, lambda: owner.lock.acquire(blocking=False))
+        self._drop_leftovers(owner)
+
+    @rule(i=st.integers(0, OWNERS - 1), lose=st.sampled_from([1, 2]))
+    def release_losing_replies(self, i: int, lose: int) -> None:
+        owner = self._idle(i)
+        if owner is None or owner.record() is None:
+            return
+        for _ in range(lose):
+            owner.commands.drop_next_reply(scripts.LOCK_RELEASE.sha.encode())
+        self._call(owner, owner.lock.release)
+        self._drop_leftovers(owner)
+
+    @rule(i=st.integers(0, OWNERS - 1))
+    def hold_back_wakeups(self, i: int) -> None:
+        self.owners[i].wakeups.freeze()
+
+    @rule(i=st.integers(0, OWNERS - 1))
+    def deliver_wakeups_late(self, i: int) -> None:
+        self.owners[i].wakeups.thaw()
+
+    @rule()
+    def force_release(self) -> None:
+        """An operator force-releases the lock (as ``Lock.force_release`` does), reading in
+        the same transaction whose hold that was (a wait may be under way meanwhile)."""
+        call = next(lock_core.force_release(self.keys))
+        pipe = self.raw.pipeline(transaction=True)
+        pipe.hgetall(self.name)
+        pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+        fields, _ = pipe.execute()
+        if "redlease:fence" in fields:
+            self.revoked.add(int(fields["redlease:fence"]))
+        for owner in self.owners:
+            if owner.owner in fields:
+                owner.ever_revoked = True
+
+    @rule()
+    def let_an_explicit_lease_run_out(self) -> None:
+        """Wait until a hold taken with an explicit lease (and nothing else) is gone."""
+        fence = self.raw.hget(self.name, "redlease:fence")
+        for holder in self.owners:
+            hold = holder.record()
+            mine = hold is not None and fence is not None and int(fence) == hold.token
+            if holder.busy is None and mine and not hold.watched:
+                wait_until(lambda h=holder: self._server_count(h) == 0, 10)
+
+    # --- invariants -------------------------------------------------------------------------
+
+    @invariant()
+    def i1_one_holder_and_the_server_agrees(self) -> None:
+        believers = [o for o in self.owners if not self._revoked(o) and o.believes()]
+        assert len(believers) <= 1, f"two owners believe they hold it: {believers}"
+        for owner in believers:
+            if owner.busy is None and not owner.unknown and owner.watched():
+                assert self._server_count(owner) > 0, (
+                    f"owner {owner.owner} believes it holds {self.name!r}, the server says "
+                    f"{self.raw.hgetall(self.name)}"
+                )
+
+    @invariant()
+    def i2_counts_match_when_nothing_is_unknown(self) -> None:
+        for owner in self.owners:
+            if owner.busy is not None or owner.unknown or self._revoked(owner):
+                continue
+            hold = owner.record()
+            on_server = self._server_count(owner)
+            if hold is None:
+                assert on_server == 0, f"{owner.owner} holds {on_server} it does not know of"
+            elif owner.watched():
+                assert on_server == hold.count, (hold.count, on_server)
+            elif owner.believes():
+                assert on_server in (0, hold.count), (hold.count, on_server)
+
+    @invariant()
+    def i3_no_stale_place_and_no_stranded_lock(self) -> None:
+        for owner in self.owners:
+            if owner.busy is None:
+                place = self.raw.zscore(self.keys.queue, owner.owner)
+                assert place is None, f"{owner.owner} kept a place in line after its wait"
+        if not any(o.believes() or o.busy or o.unknown for o in self.owners):
+            assert self.raw.pttl(self.name) != -1, "a lock nobody holds has no lease"
+
+    @invariant()
+    def i4_lost_only_when_taken_away(self) -> None:
+        for owner in self.owners:
+            if owner.lost:
+                assert owner.ever_revoked, f"{owner.owner} was told of a loss: {owner.lost}"
+
+
+def _run(server: RedisServer, is_async: bool, fair: bool, config: Any) -> None:
+    class Machine(LockMachine):
+        pass
+
+    Machine.server, Machine.is_async, Machine.fair = server, is_async, fair
+    test = Machine.TestCase
+    test.settings = config
+    test().runTest()
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["lock", "fair"])
+def test_lock_protocol_holds_under_faults(stateful_server, is_async, fair):
+    _run(stateful_server, is_async, fair, DEFAULT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fair", [False, True], ids=["lock", "fair"])
+def test_lock_protocol_holds_under_faults_longer(stateful_server, is_async, fair):
+    _run(stateful_server, is_async, fair, SLOW)
+
+
+def test_the_invariants_catch_two_holders(stateful_server):
+    """The exclusion invariant is not vacuous: two believers fail it."""
+    machine_cls = type("Probe", (LockMachine,), {})
+    machine_cls.server, machine_cls.is_async, machine_cls.fair = stateful_server, False, False
+    machine = machine_cls()
+    try:
+        a, b = machine.owners[:2]
+        assert a.run(lambda: a.lock.acquire(blocking=False))
+        machine.raw.delete(machine.name)  # behind a's back, and a is not marked revoked
+        assert b.run(lambda: b.lock.acquire(blocking=False))
+        with pytest.raises(AssertionError, match="two owners"):
+            machine.i1_one_holder_and_the_server_agrees()
+        b.run(b.lock.release)
+    finally:
+        machine.teardown()
