@@ -1,0 +1,50 @@
+"""Fixtures of the stateful tests: one private server per test (on the newest binary found;
+``REDLEASE_STATEFUL_SERVERS=all`` for every one), each test run with sync and asyncio owners.
+
+Settings: ``DEFAULT`` keeps each machine to a few seconds; ``SLOW`` (tests marked ``slow``)
+explores longer runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+from redlease.testing import RedisServer, ServerBinary, find_servers
+
+
+def _servers() -> list[ServerBinary]:
+    found = find_servers()
+    if os.environ.get("REDLEASE_STATEFUL_SERVERS") == "all" or not found:
+        return found
+    return [max(found, key=lambda s: s.version_tuple)]
+
+
+STATEFUL_SERVERS = _servers()
+
+DEFAULT = settings(
+    max_examples=15,
+    stateful_step_count=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+SLOW = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+@pytest.fixture(params=STATEFUL_SERVERS, ids=[s.label for s in STATEFUL_SERVERS])
+def stateful_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
+    with RedisServer(request.param) as srv:
+        yield srv
+
+
+@pytest.fixture(params=["sync", "async"])
+def is_async(request: pytest.FixtureRequest) -> bool:
+    return request.param == "async"  # type: ignore[no-any-return]

@@ -1,0 +1,226 @@
+"""Building blocks of the stateful tests: owners (a client each, over a ``TcpProxy`` of its own
+to one private server), sync or asyncio, and the faults a rule may inject on an owner's link.
+
+A state machine drives owners from the test thread: ``owner.run(lambda: sem.acquire())`` works
+on both sides (an asyncio owner's coroutine runs on a loop in a thread of its own, so that its
+watchdog and subscriber tasks keep running between steps); ``owner.start(...)`` runs a call in
+the background and returns a ``concurrent.futures.Future``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis
+
+import redlease
+from redlease._core import latch as latch_core
+from redlease._core import scripts
+from redlease._core import semaphore as semaphore_core
+from redlease.testing import RedisServer, TcpProxy
+
+CALL_TIMEOUT = 30.0
+"""Every call of an owner returns within this (else the test fails: a hung call)."""
+
+ALL_SCRIPTS = (*scripts.ALL, *semaphore_core.SCRIPTS, *latch_core.SCRIPTS)
+
+
+def sha_of(script: scripts.Script) -> bytes:
+    """What ``TcpProxy.drop_next_reply`` matches to swallow the replies of ``script``."""
+    return script.sha.encode()
+
+
+def unique_name(prefix: str) -> str:
+    return f"{prefix}:{uuid.uuid4().hex[:12]}"
+
+
+_spare_ports: list[int] = []
+"""Ports of closed proxies, used again: a failing machine is run hundreds of times while
+Hypothesis shrinks it, and ``free_port`` never hands out a port twice in a process."""
+
+
+def _proxy(server: RedisServer) -> TcpProxy:
+    while _spare_ports:
+        try:
+            return TcpProxy(("127.0.0.1", server.port), port=_spare_ports.pop()).start()
+        except OSError:
+            continue  # taken meanwhile
+    return TcpProxy(("127.0.0.1", server.port)).start()
+
+
+class LoopThread:
+    """An event loop running in a thread of its own, for asyncio owners."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Any) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class Owner:
+    """One client of a primitive, connected through its own proxy (faults hit it alone)."""
+
+    def __init__(
+        self, server: RedisServer, *, is_async: bool, loop: LoopThread | None, **client_kwargs: Any
+    ) -> None:
+        self.is_async = is_async
+        self._loop = loop
+        self.proxy = _proxy(server)
+        factory = redlease.AsyncClient if is_async else redlease.Client
+        self.client: Any = factory.from_url(self.proxy.url, **client_kwargs)
+
+    def start(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """Run ``call()`` in the background: a task on the loop, or a thread."""
+        if self.is_async:
+            assert self._loop is not None
+
+            async def run() -> Any:
+                return await call()
+
+            return self._loop.submit(run())
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def work() -> None:
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # handed to the caller
+                future.set_exception(exc)
+
+        threading.Thread(target=work, daemon=True).start()
+        return future
+
+    def run(self, call: Callable[[], Any], timeout: float = CALL_TIMEOUT) -> Any:
+        """Run ``call()`` now and return its result (or raise its error)."""
+        if not self.is_async:
+            return call()
+        return self.start(call).result(timeout)
+
+    # --- faults on this owner's link --------------------------------------------------------
+
+    def lose_replies(self, script: scripts.Script, times: int = 2) -> None:
+        """Swallow the next ``times`` replies to ``script``: it ran, the client never hears (a
+        call is sent at most twice, so 2 makes it raise, 1 makes its retry answer)."""
+        for _ in range(times):
+            self.proxy.drop_next_reply(sha_of(script))
+
+    def frozen(self, call: Callable[[], Any], seconds: float) -> Any:
+        """``call()`` sent while the link is frozen, delivered ``seconds`` late, both ways."""
+        self.proxy.freeze()
+        try:
+            future = self.start(call)
+            time.sleep(seconds)  # the fault itself: a bounded delay, not a wait for timing
+        finally:
+            self.proxy.thaw()
+        return future.result(CALL_TIMEOUT)
+
+    def freeze_for(self, seconds: float) -> None:
+        """Hold back everything on the link (watchdog, subscriber) for ``seconds``."""
+        self.proxy.freeze()
+        try:
+            time.sleep(seconds)  # the fault itself: a bounded delay
+        finally:
+            self.proxy.thaw()
+
+    def cut(self, probe: Callable[[], Any]) -> None:
+        """Close every connection of this owner (commands, subscriber, watchdog) at once,
+        then call ``probe()`` (a read) until it answers.
+
+        The client keeps several pooled connections and a call is sent at most twice: right
+        after a cut, a call may meet two dead pooled connections and raise
+        ``ServerUnavailableError`` although the server is fine. The probe uses them up, so
+        that the rules after it see the link as a fresh client would."""
+        self.proxy.cut()
+        for _ in range(20):
+            try:
+                self.run(probe)
+                return
+            except redlease.ServerUnavailableError:
+                continue
+        raise AssertionError("the client never reconnected after a cut")
+
+    def waiting(self, channel: str) -> bool:
+        """Whether a call of this client waits for a message on ``channel`` now."""
+        sub = self.client._subscriber
+        return sub is not None and sub.waiting(channel) > 0
+
+    def pending_undos(self) -> int:
+        """Abandoned requests of this client whose undo is still to be sent."""
+        from redlease._async.semaphore import _keepers as async_keepers
+        from redlease._sync.semaphore import _keepers as sync_keepers
+
+        keepers: Any = async_keepers if self.is_async else sync_keepers
+        kept = keepers.get(self.client)
+        return 0 if kept is None else int(kept.table.undos_pending)
+
+    def close(self) -> None:
+        try:
+            self.run(self.client.close, timeout=15)
+        finally:
+            self.proxy.close()
+            _spare_ports.append(self.proxy.port)
+
+
+class World:
+    """A private server and ``n`` owners, each over its own proxy; ``raw`` reads the server
+    directly (never through a proxy) for the invariants."""
+
+    def __init__(self, server: RedisServer, n: int, *, is_async: bool, **client_kwargs: Any):
+        self.server = server
+        self.raw = redis.Redis.from_url(server.url)
+        for script in ALL_SCRIPTS:  # a dropped reply is then always the script's own
+            self.raw.script_load(script.source)
+        self.loop = LoopThread() if is_async else None
+        self.owners: list[Owner] = []
+        try:
+            for _ in range(n):
+                self.owners.append(
+                    Owner(server, is_async=is_async, loop=self.loop, **client_kwargs)
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def server_ms(self) -> int:
+        seconds, micros = self.raw.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def settle(self, timeout: float = 15.0) -> None:
+        """Wait until every owner's abandoned requests are resolved (undos sent)."""
+        wait_until(lambda: not any(o.pending_undos() for o in self.owners), timeout)
+
+    def close(self) -> None:
+        for owner in self.owners:
+            owner.close()
+        if self.loop is not None:
+            self.loop.close()
+        self.raw.close()
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 10.0) -> None:
+    """Poll ``condition()`` until true; fails after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(0.01)
+
+
+def results(futures: Iterable[concurrent.futures.Future[Any]], timeout: float) -> list[Any]:
+    """The results of background calls, all within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    return [f.result(max(0.0, deadline - time.monotonic())) for f in futures]
