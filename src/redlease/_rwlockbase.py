@@ -34,9 +34,6 @@ class RwSideBase(LockBase):
     ) -> AcquirePlan:
         wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
-        reading = 0
-        if self._side == core.WRITE:
-            reading = self._state.count(self._rw.label(core.READ), owner)
 
         def acquire(held: int) -> Operation[Acquired | None]:
             return core.acquire(
@@ -44,7 +41,6 @@ class RwSideBase(LockBase):
                 self._side,
                 owner,
                 held=held,
-                reading=reading,
                 lease=self._state.watchdog_timeout if chosen is None else chosen,
                 blocking=blocking,
                 timeout=wait,
@@ -56,7 +52,12 @@ class RwSideBase(LockBase):
     def _release_op(self, owner: str, hold: Hold) -> Operation[int]:
         assert hold.release_id is not None
         return core.release(
-            self._rw, self._side, owner, held=hold.count, request_id=hold.release_id
+            self._rw,
+            self._side,
+            owner,
+            held=hold.count,
+            request_id=hold.release_id,
+            unsure=hold.unsure,
         )
 
     def _not_owned(self, owner: str) -> str:

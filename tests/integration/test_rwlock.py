@@ -23,12 +23,18 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import redlease
-from redlease import InvalidArgumentError, LeaseLostError, LockTimeoutError, NotOwnedError
+from redlease import (
+    InvalidArgumentError,
+    LeaseLostError,
+    LockTimeoutError,
+    NotOwnedError,
+    ServerUnavailableError,
+)
 from redlease._async.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from redlease._core import rwlock as core
 from redlease._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from redlease.errors import LockUpgradeError
-from redlease.testing import RedisServer
+from redlease.testing import RedisServer, TcpProxy
 
 from .helpers import eventually
 
@@ -454,6 +460,151 @@ def _nothing_held(url: str, name: str) -> bool:
         return raw.exists(keys.writer) == 0 and raw.zcount(keys.leases, now_ms, "+inf") == 0
     finally:
         raw.close()
+
+
+# --- lost replies and holds gone on the server (issue #11) -----------------------------------
+
+
+@contextlib.contextmanager
+def _proxied(server: RedisServer) -> Any:
+    """A proxy to ``server`` whose dropped replies are the rw scripts' own (they are loaded
+    first, so no NOSCRIPT round trip takes the drop)."""
+    raw = redis.Redis.from_url(server.url)
+    for script in core.SCRIPTS:
+        raw.script_load(script.source)
+    raw.close()
+    with TcpProxy(("127.0.0.1", server.port)) as proxy:
+        yield proxy
+
+
+def _lose_replies(proxy: TcpProxy, script: Any) -> None:
+    """The next call of ``script`` runs on the server, and both its replies are lost (a call
+    is sent at most twice), so the caller raises ``ServerUnavailableError``."""
+    for _ in range(2):
+        proxy.drop_next_reply(script.sha.encode())
+
+
+def _server_holds(url: str, name: str) -> tuple[str | None, int, dict[str, int]]:
+    """(writer, write count, {reader: count}) as the server has them, live holds only."""
+    keys = core.RwKeys.for_name(name)
+    raw = redis.Redis.from_url(url)
+    try:
+        status = core.parse_status(
+            raw.evalsha(
+                core.RW_STATUS.sha,
+                5,
+                keys.writer,
+                keys.readers,
+                keys.leases,
+                keys.tokens,
+                keys.places,
+                "nobody",
+            )
+        )
+    finally:
+        raw.close()
+    return status.writer, status.write_count, status.readers
+
+
+@pytest.mark.parametrize("lost", [core.READ, core.WRITE])
+async def test_a_retried_release_is_recognised_after_the_other_sides_final_release(
+    side, server, name, lost
+):
+    """#11 defect 7: each side keeps its own release receipt per owner. A read (or, after a
+    downgrade, a write) release whose replies were lost ran on the server; the other side's
+    final release follows; the retried release is recognised as the one that ran instead of
+    raising ``LeaseLostError``."""
+    with _proxied(server) as proxy:
+        client = side.client(proxy.url)
+        rw = rw_lock(client, name)
+        read, write = rw.read_lock(), rw.write_lock()
+        assert await side(write.acquire())
+        assert await side(read.acquire())  # the writer reads too
+        first, other = (read, write) if lost == core.READ else (write, read)
+        _lose_replies(proxy, core.RW_READ_RELEASE if lost == core.READ else core.RW_WRITE_RELEASE)
+        with pytest.raises(ServerUnavailableError):
+            await side(first.release())
+        await side(other.release())  # final on its side: leaves its receipt
+        await side(first.release())  # the retry: it ran, so it succeeds
+        assert not first.lease_lost and not other.lease_lost
+        assert await side(first.hold_count()) == 0 and await side(other.hold_count()) == 0
+        assert _server_holds(server.url, name) == (None, 0, {})
+        with pytest.raises(NotOwnedError):  # nothing more to release
+            await side(first.release())
+        await side(client.close())
+
+
+@pytest.mark.parametrize("which", [core.READ, core.WRITE])
+async def test_a_reentry_whose_replies_were_lost_then_release_frees_the_lock(
+    side, server, name, which
+):
+    """#11 defect 2 on the read-write lock: a re-entrant acquire whose replies were lost (it
+    was counted on the server) raises; ``release()`` then gives back that hold too, with no
+    false ``LeaseLostError``, and the lock is free for the others at once."""
+    with _proxied(server) as proxy:
+        client = side.client(proxy.url)
+        lock = getattr(rw_lock(client, name), f"{which}_lock")()
+        assert await side(lock.acquire())
+        _lose_replies(proxy, core.RW_READ_ACQUIRE if which == core.READ else core.RW_WRITE_ACQUIRE)
+        with pytest.raises(ServerUnavailableError):
+            await side(lock.acquire())
+        await side(lock.release())
+        assert not lock.lease_lost
+        assert _server_holds(server.url, name) == (None, 0, {})
+        other = rw_lock(side.client(server.url), name).write_lock()
+        assert await side(other.acquire(blocking=False))
+        await side(other.release())
+        await side(client.close())
+
+
+async def test_an_expired_read_hold_neither_blocks_an_upgrade_nor_a_new_read(side, server, name):
+    """#11 defect 4, read side: a read hold whose explicit lease ran out is gone; its owner
+    takes the write lock (no ``LockUpgradeError``) or the read lock again (no
+    ``LeaseLostError``), as Redisson does."""
+    rw = rw_lock(side.client(server.url), name)
+    read, write = rw.read_lock(), rw.write_lock()
+    for then in (write, read):
+        assert await side(read.acquire(lease=0.3))
+        await eventually(lambda: _server_holds(server.url, name) == (None, 0, {}), 5)
+        assert not await side(read.owned()) and await side(read.hold_count()) == 0
+        assert await side(then.acquire(blocking=False))
+        assert await side(then.hold_count()) == 1
+        await side(then.release())
+        assert _server_holds(server.url, name) == (None, 0, {})
+    assert not read.lease_lost  # an explicit lease that ran out was not "lost"
+
+
+async def test_a_force_released_read_hold_does_not_block_an_upgrade(side, server, name):
+    """#11 defect 4, read side: after a force release its owner holds nothing, so its write
+    acquire is granted; the read hold it had is reported gone at its release."""
+    rw = rw_lock(side.client(server.url), name)
+    read, write = rw.read_lock(), rw.write_lock()
+    assert await side(read.acquire(lease=30))
+    admin = rw_lock(side.client(server.url), name)
+    assert await side(admin.read_lock().force_release())
+    assert await side(write.acquire(blocking=False))
+    writer, count, readers = _server_holds(server.url, name)
+    assert (count, readers) == (1, {}) and writer is not None
+    await side(write.release())
+    with pytest.raises(LeaseLostError):  # the truth: that read hold was taken away
+        await side(read.release())
+    # while a read hold is live the upgrade is still refused, by the server
+    assert await side(read.acquire())
+    with pytest.raises(LockUpgradeError):
+        await side(write.acquire(timeout=1))
+    await side(read.release())
+
+
+async def test_an_expired_write_hold_is_taken_afresh(side, server, name):
+    """#11 defect 4, write side: ``acquire(lease=...)`` without ``release()``, the lease runs
+    out, and the same owner simply takes the write lock again."""
+    write = rw_lock(side.client(server.url), name).write_lock()
+    assert await side(write.acquire(lease=0.3))
+    await eventually(lambda: _server_holds(server.url, name) == (None, 0, {}), 5)
+    assert await side(write.acquire(timeout=1))
+    assert await side(write.hold_count()) == 1
+    await side(write.release())
+    assert _server_holds(server.url, name) == (None, 0, {})
 
 
 # --- API and arguments ------------------------------------------------------------------------

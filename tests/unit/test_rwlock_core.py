@@ -47,10 +47,21 @@ def test_every_key_shares_the_name_slot(name: str) -> None:
             keys.places,
             keys.fence,
             keys.channel,
-            keys.receipt(OWNER),
+            keys.receipt(READ, OWNER),
+            keys.receipt(WRITE, OWNER),
         ):
             assert hash_slot(key) == slot, key
         assert len({keys.writer, keys.readers, keys.leases, keys.tokens, keys.line}) == 5
+
+
+def test_each_side_has_its_own_release_receipt() -> None:
+    """A final release of one side must not hide a retried release of the other."""
+    read, write = KEYS.receipt(READ, OWNER), KEYS.receipt(WRITE, OWNER)
+    assert read != write
+    assert KEYS.side_keys(READ).receipt(OWNER) == read
+    assert KEYS.side_keys(WRITE).receipt(OWNER) == write
+    for side, receipt in ((READ, read), (WRITE, write)):
+        assert core.release_call(KEYS, side, OWNER, 1, request_id="r").keys[-1] == receipt
 
 
 def test_side_keys_label_the_holds_and_renew_with_rw_renew() -> None:
@@ -127,7 +138,6 @@ def start(
     side: str = READ,
     *,
     held: int = 0,
-    reading: int = 0,
     lease: float = 30.0,
     blocking: bool = True,
     timeout: float | None = None,
@@ -137,7 +147,6 @@ def start(
         side,
         OWNER,
         held=held,
-        reading=reading,
         lease=lease,
         blocking=blocking,
         timeout=timeout,
@@ -157,22 +166,14 @@ def assert_acquire(call: Any, side: str, *, held: int = 0, queue: bool = True) -
     assert (call.script, call.keys, call.args) == (expected.script, expected.keys, expected.args)
 
 
-def test_upgrade_raises_before_any_request() -> None:
-    op = core.acquire(
-        KEYS, WRITE, OWNER, held=0, reading=2, lease=30.0, blocking=True, timeout=None
-    )
+def test_the_server_decides_an_upgrade() -> None:
+    """No local read count is trusted (a read hold may be gone on the server): the write
+    acquire is sent, and the server's UPGRADE raises at once."""
+    op, call = start(FakeClock(), WRITE)
+    assert_acquire(call, WRITE)
     with pytest.raises(LockUpgradeError) as info:
-        next(op)
-    assert info.value.name == "orders:42 (write)" and info.value.owner == OWNER
-    # a writer re-entering while it also reads (after a downgrade's first step) is fine
-    op, call = start(FakeClock(), WRITE, held=1, reading=1)
-    assert_acquire(call, WRITE, held=1)
-
-
-def test_the_server_can_refuse_an_upgrade_too() -> None:
-    op, _ = start(FakeClock(), WRITE)
-    with pytest.raises(LockUpgradeError):
         op.send([UPGRADE, 0, 0, 0])
+    assert info.value.name == "orders:42 (write)" and info.value.owner == OWNER
 
 
 def test_granted_on_first_try() -> None:
@@ -222,11 +223,26 @@ def test_non_blocking_tries_once_and_does_not_queue() -> None:
     assert finish(op, [HELD, 0, 5000, 0]) is None
 
 
-def test_lost_reentry_raises_lease_lost() -> None:
-    op, _ = start(FakeClock(), READ, held=2)
+@pytest.mark.parametrize("side", core.SIDES)
+def test_a_gone_hold_is_taken_afresh_from_the_servers_count(side: str) -> None:
+    """A re-entry that finds the owner's hold gone (an explicit lease ran out, a force
+    release) goes on as a first acquire at once, as Redisson does, instead of raising."""
+    op, _ = start(FakeClock(), side, held=2)
+    assert_acquire(step(op, [LOST, 0, 0, 0]), side, held=0)
+    assert finish(op, [GRANTED, 1, 30000, 9]) == Acquired(1, 30.0, 1000.0, 9)
+    # non-blocking, and another owner writes meanwhile: not acquired
+    op, _ = start(FakeClock(), side, held=1, blocking=False)
+    assert_acquire(step(op, [LOST, 0, 0, 0]), side, held=0, queue=False)
+    assert finish(op, [HELD, 0, 1000, 0]) is None
+
+
+def test_following_the_servers_count_is_bounded() -> None:
+    op, _ = start(FakeClock(), READ, held=3, blocking=False)
+    for count in (2, 1, 0):
+        assert_acquire(step(op, [LOST, count, 0, 0]), READ, held=count, queue=False)
     with pytest.raises(LeaseLostError) as info:
-        op.send([LOST, 0, 0, 0])
-    assert info.value.name == "orders:42 (read)"
+        op.send([LOST, 5, 0, 0])
+    assert info.value.name == "orders:42 (read)" and info.value.owner == OWNER
 
 
 def test_a_late_grant_is_given_back_and_the_wait_goes_on() -> None:
@@ -317,7 +333,11 @@ def test_release_returns_what_remains_or_raises_lease_lost() -> None:
     op = core.release(KEYS, WRITE, OWNER, held=2, request_id="r")
     call = next(op)
     assert call == core.release_call(KEYS, WRITE, OWNER, 2, request_id="r")
+    assert call.args == (OWNER, 2, "r", "publish", 0)
     assert finish(op, [core.RELEASED, 1]) == 1
+    # a re-entry whose outcome is unknown: the script may drop one hold more
+    op = core.release(KEYS, READ, OWNER, held=2, request_id="r", unsure=True)
+    assert next(op).args == (OWNER, 2, "r", "publish", 1)
     op = core.release(KEYS, READ, OWNER, held=1, request_id="r")
     next(op)
     with pytest.raises(LeaseLostError):

@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
 from .backoff import Outage
 from .keys import CLASSIC, PubSub, same_slot_key
-from .lock import OUTAGE_TOLERANCE, Acquired, Status, drift, to_ms
+from .lock import MAX_CORRECTIONS, OUTAGE_TOLERANCE, Acquired, Status, drift, to_ms
 from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .scripts import Script
 from .watchdog import OwnRenewalKeys
@@ -118,9 +118,11 @@ class RwKeys:
             pubsub=pubsub,
         )
 
-    def receipt(self, owner: str) -> str:
-        """The key that remembers ``owner``'s last final release (for safe retries)."""
-        return self.receipt_prefix + owner
+    def receipt(self, side: str, owner: str) -> str:
+        """The key that remembers ``owner``'s last final release on ``side`` (for safe
+        retries): one per side, so that a final release of one side never hides a retried
+        release of the other."""
+        return f"{self.receipt_prefix}{side}:{owner}"
 
     def label(self, side: str) -> str:
         """How one side's holds are named in the client's hold table, events and logs."""
@@ -134,7 +136,7 @@ class RwKeys:
             queue=self.line,
             deadlines=self.places,
             fence=self.fence,
-            receipt_prefix=self.receipt_prefix,
+            receipt_prefix=f"{self.receipt_prefix}{side}:",
             rw=self,
             side=side,
             pubsub=self.pubsub,
@@ -165,6 +167,7 @@ class SideKeys(OwnRenewalKeys):
 
 
 def upgrade_error(keys: RwKeys, owner: str) -> LockUpgradeError:
+    """The write side asked for by an owner that the server says holds a read hold."""
     return LockUpgradeError(
         f"read-write lock {keys.name!r}: owner {owner} holds the read lock and asked for the "
         "write lock, which would wait for its own read hold forever; release the read lock "
@@ -207,7 +210,12 @@ def acquire_call(keys: RwKeys, side: str, owner: str, held: int, lease: float, q
     )
 
 
-def release_call(keys: RwKeys, side: str, owner: str, held: int, *, request_id: str) -> Call:
+def release_call(
+    keys: RwKeys, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
+) -> Call:
+    """The release script call of ``side``; ``unsure``: the owner's last re-entry on that side
+    may have landed unseen (its count may be one more), and that hold goes too."""
+    args = (owner, held, request_id, keys.pubsub.command, int(unsure))
     if side == READ:
         return Call(
             RW_READ_RELEASE,
@@ -219,14 +227,21 @@ def release_call(keys: RwKeys, side: str, owner: str, held: int, *, request_id: 
                 keys.line,
                 keys.places,
                 keys.channel,
-                keys.receipt(owner),
+                keys.receipt(READ, owner),
             ),
-            (owner, held, request_id, keys.pubsub.command),
+            args,
         )
     return Call(
         RW_WRITE_RELEASE,
-        (keys.writer, keys.leases, keys.line, keys.places, keys.channel, keys.receipt(owner)),
-        (owner, held, request_id, keys.pubsub.command),
+        (
+            keys.writer,
+            keys.leases,
+            keys.line,
+            keys.places,
+            keys.channel,
+            keys.receipt(WRITE, owner),
+        ),
+        args,
     )
 
 
@@ -253,7 +268,6 @@ def acquire(
     owner: str,
     *,
     held: int,
-    reading: int = 0,
     lease: float,
     blocking: bool,
     timeout: float | None,
@@ -262,20 +276,22 @@ def acquire(
     """Take a hold on ``side``; ``None`` when not acquired (``timeout`` ran out, or held and
     not ``blocking``).
 
-    ``held`` is the caller's hold count on that side, ``reading`` (write side only) its read
-    hold count: a first write hold asked for while reading raises ``LockUpgradeError`` at once
-    (it would wait for itself). A blocking writer takes a place in line; readers do not queue.
+    ``held`` is the caller's hold count on that side. A first write hold asked for by an
+    owner that the server says reads raises ``LockUpgradeError`` at once (it would wait for
+    itself); the server decides, since a read hold known locally may be gone (its lease ran
+    out, or it was force-released). An owner whose hold on the side is gone on the server
+    takes it afresh, as Redisson does; the caller learns it from the count (1) of the hold it
+    gets. A blocking writer takes a place in line; readers do not queue.
     Success needs lease time left by the local clock, counted from before the request was
     sent, minus the drift allowance; a grant that arrives too late is given back. Every wait
     is bounded by the blocking holder's lease, ``RECHECK`` and our own deadline. A waiter
     rides out a server outage of up to ``OUTAGE_TOLERANCE``. Giving up leaves the line.
     """
-    if side == WRITE and held == 0 and reading > 0:
-        raise upgrade_error(keys, owner)
     deadline = None if timeout is None else clock() + timeout
     leave = leave_call(keys, owner) if side == WRITE else None
     subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
+    corrections = 0  # LOST replies followed so far (bounded)
     while True:
         sent_at = clock()
         try:
@@ -302,7 +318,12 @@ def acquire(
             yield release_call(keys, side, owner, count, request_id=uuid.uuid4().hex)
             ms = 0
         elif code == LOST:
-            raise _lost(keys, side, owner, "was lost before re-entry")
+            # our hold is gone (or smaller) on the server: go on from the server's count
+            corrections += 1
+            if corrections > MAX_CORRECTIONS:
+                raise _lost(keys, side, owner, "keeps changing its count")
+            held = count
+            continue
         elif code == UPGRADE:
             raise upgrade_error(keys, owner)
         if not blocking:
@@ -322,9 +343,13 @@ def acquire(
         yield WaitWake(max(0.0, min(remaining, hint, RECHECK)))
 
 
-def release(keys: RwKeys, side: str, owner: str, *, held: int, request_id: str) -> Operation[int]:
-    """Release one hold on ``side``; returns how many holds on that side the owner keeps."""
-    reply = yield release_call(keys, side, owner, held, request_id=request_id)
+def release(
+    keys: RwKeys, side: str, owner: str, *, held: int, request_id: str, unsure: bool = False
+) -> Operation[int]:
+    """Release one hold on ``side``; returns how many holds on that side the owner keeps.
+    ``unsure``: a re-entry whose outcome is unknown may have counted one hold more, which
+    goes too (the caller was told that acquire failed)."""
+    reply = yield release_call(keys, side, owner, held, request_id=request_id, unsure=unsure)
     code, remaining = int(reply[0]), int(reply[1])
     if code != RELEASED:
         raise _lost(keys, side, owner, "is gone (its lease ran out or it was force-released)")

@@ -7,12 +7,15 @@
 -- KEYS[5]  writers' line: zset {owner field -> arrival, us}
 -- KEYS[6]  writers' places: zset {owner field -> when its place lapses, ms}
 -- KEYS[7]  the lock's channel
--- KEYS[8]  release receipt key (same hash slot): remembers the request id of a final release
+-- KEYS[8]  this side's release receipt key for the owner (same hash slot): remembers the
+--          request id of its last final read release (the other side has a key of its own)
 -- ARGV[1]  owner field
 -- ARGV[2]  read hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
+-- ARGV[5]  1 when the owner's last re-entrant read acquire had an unknown outcome (its reply
+--          was lost), so the count may be one above what it believes: that hold goes too; else 0
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains (0: the caller reads no more)
 --  -1 LOST      the caller's read hold is gone (its lease ran out, force-released)
@@ -32,10 +35,10 @@ local count = 0
 if tonumber(redis.call('zscore', KEYS[3], owner) or '0') > now then
   count = tonumber(redis.call('hget', KEYS[2], owner) or '0')
 end
-if count == expected and count > 0 then
-  if count > 1 then
-    redis.call('hincrby', KEYS[2], owner, -1)
-    return {1, count - 1}
+if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) then
+  if expected > 1 then
+    redis.call('hset', KEYS[2], owner, expected - 1)
+    return {1, expected - 1}
   end
   redis.call('zrem', KEYS[3], owner)
   redis.call('hdel', KEYS[2], owner)

@@ -5,12 +5,15 @@
 -- KEYS[3]  writers' line: zset {owner field -> arrival, us}
 -- KEYS[4]  writers' places: zset {owner field -> when its place lapses, ms}
 -- KEYS[5]  the lock's channel
--- KEYS[6]  release receipt key (same hash slot): remembers the request id of a final release
+-- KEYS[6]  this side's release receipt key for the owner (same hash slot): remembers the
+--          request id of its last final write release (the other side has a key of its own)
 -- ARGV[1]  owner field
 -- ARGV[2]  write hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
 -- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
+-- ARGV[5]  1 when the owner's last re-entrant write acquire had an unknown outcome (its reply
+--          was lost), so the count may be one above what it believes: that hold goes too; else 0
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains; 0 means the write lock was freed
 --  -1 LOST      the caller's write hold is gone (its lease ran out, force-released)
@@ -32,10 +35,10 @@ if redis.call('hget', KEYS[1], 'writer') == owner
     and tonumber(redis.call('hget', KEYS[1], 'deadline')) > now then
   count = tonumber(redis.call('hget', KEYS[1], 'count'))
 end
-if count == expected and count > 0 then
-  if count > 1 then
-    redis.call('hincrby', KEYS[1], 'count', -1)
-    return {1, count - 1}
+if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) then
+  if expected > 1 then
+    redis.call('hset', KEYS[1], 'count', expected - 1)
+    return {1, expected - 1}
   end
   redis.call('del', KEYS[1])
   redis.call('set', KEYS[6], ARGV[3], 'px', 30000)
