@@ -820,3 +820,21 @@ def test_scripts_follow_the_rules(server: RedisServer) -> None:
         suppress_health_check=[HealthCheck.too_slow],
     )
     RwModel.TestCase().runTest()
+
+
+@pytest.mark.parametrize("which", [core.READ, core.WRITE])
+async def test_a_first_acquire_whose_replies_were_lost_strands_nothing(side, server, name, which):
+    """The server granted it and every reply was lost: the caller is told it failed, and the
+    hold made for it is given back at once, not left to block the other side for a lease."""
+    with _proxied(server) as proxy:
+        client = side.client(proxy.url)
+        rw = rw_lock(client, name)
+        lock = rw.read_lock() if which == core.READ else rw.write_lock()
+        _lose_replies(proxy, core.RW_READ_ACQUIRE if which == core.READ else core.RW_WRITE_ACQUIRE)
+        with pytest.raises(ServerUnavailableError):
+            await side(lock.acquire(blocking=False))
+        assert _server_holds(server.url, name) == (None, 0, {})
+        other = rw_lock(side.client(server.url), name).write_lock()
+        assert await side(other.acquire(blocking=False))
+        await side(other.release())
+        await side(client.close())

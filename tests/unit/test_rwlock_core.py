@@ -266,8 +266,12 @@ def test_a_grant_without_enough_replicas_is_given_back() -> None:
 
 def test_an_outage_is_ridden_out_only_once_listening() -> None:
     op, _ = start(FakeClock(), READ)
+    # not yet listening: tell the caller, after giving back what may have been granted
+    give_back = op.throw(ServerUnavailableError("down"))
+    assert isinstance(give_back, Call) and give_back.script is core.RW_READ_RELEASE
+    assert give_back.args[1] == 1  # a first hold, if the server made one
     with pytest.raises(ServerUnavailableError):
-        op.throw(ServerUnavailableError("down"))  # not yet listening: tell the caller
+        op.throw(ServerUnavailableError("still down"))
     clock = FakeClock()
     op, _ = start(clock, READ)
     step(op, [HELD, 0, 5000, 0])  # Subscribe
@@ -275,8 +279,9 @@ def test_an_outage_is_ridden_out_only_once_listening() -> None:
     assert isinstance(op.throw(ServerUnavailableError("down")), Sleep)
     clock.advance(11.0)
     assert_acquire(step(op, None), READ)
+    assert isinstance(op.throw(ServerUnavailableError("still down")), Call)  # the give-back
     with pytest.raises(ServerUnavailableError):
-        op.throw(ServerUnavailableError("still down"))
+        op.send([-1, 0])  # nothing to give back
 
 
 reply_st = st.one_of(

@@ -21,6 +21,7 @@ So a stream of readers cannot starve a writer; a stream of writers can delay rea
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import uuid
@@ -305,6 +306,11 @@ def acquire(
         except ServerUnavailableError:
             pause = outage.failed(listening=subscribed)
             if pause is None:
+                if held == 0:
+                    # a grant whose reply was lost must not hold the side for a whole lease:
+                    # give back a first hold of ours, if any (else the release changes nothing)
+                    with contextlib.suppress(ServerUnavailableError):
+                        yield release_call(keys, side, owner, 1, request_id=uuid.uuid4().hex)
                 raise
             yield Sleep(pause)
             continue
