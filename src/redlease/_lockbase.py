@@ -11,7 +11,14 @@ from ._core import lock as core
 from ._core.keys import LockKeys, hash_slot
 from ._core.requests import Operation
 from ._shell import HANDOFF_WINDOW, ClientState, next_request_id
-from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, ReplicaError
+from .errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    NotOwnedError,
+    RedleaseError,
+    ReplicaError,
+    ServerUnavailableError,
+)
 from .options import Seconds, chosen_lease, lock_name, optional_seconds, replication, wait_args
 from .stats import Lease, LockStatistics
 
@@ -110,9 +117,11 @@ class LockBase:
                 self._released(plan, remaining)
         return (yield from then(self._state.count(self.name, owner)))
 
-    def _acquire_raised(self, plan: AcquirePlan) -> None:
-        """The acquire raised: a re-entry may have been counted with its reply lost."""
-        self._state.maybe_reentered(self.name, plan.owner)
+    def _acquire_raised(self, plan: AcquirePlan, exc: BaseException) -> None:
+        """The acquire raised: unless the server answered (a ``RedleaseError`` other than
+        unavailability), a re-entry may have been counted with its reply lost."""
+        if isinstance(exc, ServerUnavailableError) or not isinstance(exc, RedleaseError):
+            self._state.maybe_reentered(self.name, plan.owner)
 
     def _acquired(self, plan: AcquirePlan, result: core.Acquired | None) -> Lease | None:
         """Record a grant (after the server confirmed it) and describe it."""

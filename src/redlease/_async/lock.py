@@ -57,8 +57,8 @@ class AsyncLock(LockBase):
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
         try:
             result = await self.client._run(plan.op, self.name, self._replication)
-        except BaseException:
-            self._acquire_raised(plan)
+        except BaseException as exc:
+            self._acquire_raised(plan, exc)
             raise
         got = self._acquired(plan, result)
         if got is not None and got.lease is None:
