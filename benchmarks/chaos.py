@@ -42,6 +42,12 @@ failover-confirmed  the same with replica-confirmed writes (replicas=1): the sto
                     hold was confirmed by the replica before replication stalled
 reply-drop          replies to acquires and releases are dropped after the server ran them
                     (once: redlease sends again; twice in a row: the worker calls again)
+pubsub-delay        the workers' pub/sub connections (only those) go through a proxy that
+                    freezes now and then for 0.5-1.5 L: hand-over messages and wake-ups arrive
+                    late, after their waiter re-checked by itself, or after it gave up
+reentry-drop        every hold is re-entered (acquire twice, release twice); replies to the
+                    re-entrant acquire and to the inner release are dropped after the server ran
+                    them (once, twice, or every reply within the call's timeout)
 
 Measured per scenario: overlapping holds; lost updates on the unfenced and on the fenced
 resource; fenced writes refused as stale; leases lost and how many of those the holder was
@@ -61,6 +67,7 @@ import math
 import multiprocessing as mp
 import os
 import platform
+import random
 import signal
 import sys
 import tempfile
@@ -140,6 +147,8 @@ class Hold:
     killed: bool = False
     release_calls: int = 0
     """How many times the worker called release (more than one: it got ServerUnavailableError)."""
+    reentry: str = "-"
+    """Outcome of the re-entrant acquire (reentry-drop): ok, timeout, an error's name, or -."""
 
     @property
     def id(self) -> str:
@@ -185,6 +194,10 @@ class WorkerConfig:
     replicas: int
     log_path: str
     verbose: bool = False
+    pubsub_url: str | None = None
+    """Where the client's pub/sub connections go (else where its commands go)."""
+    reentrant: bool = False
+    """Re-enter every hold: acquire and release twice."""
 
 
 def _text(value: bytes | str) -> str:
@@ -221,11 +234,17 @@ def worker_main(
     # no timeout on the resource: a write stuck in a partition lands when it heals, late
     resource = redlease.Client.from_url(cfg.resource_url)
     raw = redis.Redis.from_url(cfg.resource_url)
+    if cfg.pubsub_url is not None:
+        # no public way to send only pub/sub elsewhere: the client's subscriber, made early
+        from redlease._sync.subscriber import Subscriber
+
+        client._subscriber = Subscriber(redis.Redis.from_url(cfg.pubsub_url))
     told = threading.Event()
     lock = client.lock(LOCK_NAME, on_lease_lost=lambda _e: told.set())
     stale_error: type[BaseException] = getattr(redlease, "StaleTokenError", RuntimeError)
     replica_error: type[BaseException] = getattr(redlease, "ReplicaError", RuntimeError)
-    emit({"k": "hello", "w": cfg.index, "client": client.id, "pid": os.getpid()})
+    owner = client._owner()  # this thread's owner field, for replies dropped by owner
+    emit({"k": "hello", "w": cfg.index, "client": client.id, "owner": owner, "pid": os.getpid()})
     with ready.get_lock():
         ready.value += 1
     if not go.wait(READY_TIMEOUT + 10):
@@ -248,6 +267,13 @@ def worker_main(
         hold = Hold(cfg.index, n, asked, clock(), lock.fencing_token or 0)
         n += 1
         emit({"k": "begin", **hold.__dict__})
+        inner = "-"
+        if cfg.reentrant:  # re-enter; a careful user goes on with the outer hold if it fails
+            try:
+                inner = "ok" if lock.acquire(timeout=cfg.lease) else "timeout"
+            except (redlease.RedleaseError, redis.RedisError) as exc:
+                inner = _name(exc)
+            hold.reentry = inner
         holding[cfg.index] = HOLDING
         old_fenced = None
         fenced_read_ok = False
@@ -283,9 +309,16 @@ def worker_main(
                 hold.fenced = "err"
         hold.end = clock()
         holding[cfg.index] = 0
-        hold.release, hold.release_calls = _release(lock, replica_error)
+        if inner == "ok":
+            outcome, calls = _release(lock, replica_error)
+            if outcome != "ok":
+                hold.release, hold.release_calls = f"inner-{outcome}", calls
+        if hold.release == "-":
+            hold.release, hold.release_calls = _release(lock, replica_error)
+        else:
+            _release(lock, replica_error)  # the outer hold all the same
         hold.released_at = clock()
-        hold.told = told.is_set() or hold.release == "lost"
+        hold.told = told.is_set() or hold.release.endswith("lost")
         emit({"k": "hold", **hold.__dict__})
     emit({"k": "bye", "w": cfg.index, "at": clock()})
     for closer in (client.close, resource.close, raw.close):
@@ -353,6 +386,8 @@ class Run:
         """In front of the lock server for every worker (failover, reply-drop)."""
         self.own_links: dict[int, tuple[TcpProxy, TcpProxy]] = {}
         """Per worker, to the lock and the resource server (partition)."""
+        self.pubsub: TcpProxy | None = None
+        """In front of the lock server for the workers' pub/sub connections (pubsub-delay)."""
         self.old_servers: list[RedisServer] = []
         self.old_proxies: list[TcpProxy] = []
         capacity = settings.workers + 4 * settings.repeats + 4
@@ -404,6 +439,8 @@ class Run:
             replicas=self.scenario.replicas,
             log_path=str(self.log_path(index)),
             verbose=self.s.verbose,
+            pubsub_url=self.pubsub.url if self.pubsub is not None else None,
+            reentrant=self.scenario.reentrant,
         )
         proc = self.mpc.Process(
             target=worker_main,
@@ -485,9 +522,13 @@ class Run:
         self.paused.discard(index)
 
     def client_id(self, index: int) -> str | None:
+        return self.hello(index, "client")
+
+    def hello(self, index: int, key: str) -> str | None:
+        """What worker ``index`` said of itself when it started (``client``, ``owner``)."""
         with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
             first = self.log_path(index).read_text().splitlines()[0]
-            return str(json.loads(first)["client"])
+            return str(json.loads(first)[key])
         return None
 
     def finish(self) -> None:
@@ -512,7 +553,7 @@ class Run:
         with contextlib.suppress(Exception):
             self.probe.close()
         proxies = [p for pair in self.own_links.values() for p in pair]
-        for proxy in [*proxies, self.vip, self.link, *self.old_proxies]:
+        for proxy in [*proxies, self.vip, self.link, self.pubsub, *self.old_proxies]:
             if proxy is not None:
                 proxy.close()
         for server in [self.replica, self.lock_server, self.resource_server, *self.old_servers]:
@@ -693,6 +734,78 @@ def inject_reply_drop(run: Run) -> None:
     run.notes.append(f"reply-drop: {drops} replies dropped ({run.vip.dropped} by the proxy)")
 
 
+def setup_pubsub_delay(run: Run) -> None:
+    run.pubsub = TcpProxy(run.lock_server).start()
+
+
+def inject_pubsub_delay(run: Run) -> None:
+    """Freeze the pub/sub proxy now and then for 0.5-1.5 L (0.05-0.3 L apart): a message
+    published meanwhile reaches its waiter late, often after the waiter re-checked by itself
+    (its wait is bounded by the holder's TTL), took the lock, released it or gave up."""
+    assert run.pubsub is not None
+    rng = random.Random(11)
+    lease = run.s.lease
+    stop = run.end_at - 2 * lease
+    freezes = 0
+    while time.monotonic() < stop and freezes < 10_000:
+        time.sleep(rng.uniform(0.05, 0.3) * lease)
+        t0 = time.monotonic()
+        run.pubsub.freeze()
+        time.sleep(rng.uniform(0.5, 1.5) * lease)
+        run.pubsub.thaw()
+        freezes += 1
+        run.faults.append(Fault("delay pub/sub", None, t0, time.monotonic()))
+    run.notes.append(f"pubsub-delay: pub/sub frozen {freezes} times")
+
+
+def _bulk(value: str) -> bytes:
+    """``value`` as a RESP bulk string, as it appears in a command on the wire."""
+    return f"${len(value.encode())}\r\n{value}\r\n".encode()
+
+
+def inject_reentry_drop(run: Run) -> None:
+    """Drop the replies to the re-entrant acquire and to the inner release of a worker picked
+    in turn: once (redlease sends again), twice (the call is sent again) or 40 times in a row
+    (every reply within the call's timeout: the outcome stays unknown, the call raises, and
+    the worker goes on with its outer hold)."""
+    assert run.vip is not None
+    owners = {i: run.hello(i, "owner") for i in run.workers}
+    targets = [(i, o) for i, o in sorted(owners.items()) if o]
+    lease_ms = str(max(1, math.ceil(run.s.lease * 1000)))
+    if not targets:
+        run.notes.append("reentry-drop: workers' owner fields not found; nothing dropped")
+        run.sleep_until(run.end_at)
+        return
+    drops = 0
+    i = 0
+    stop = run.end_at - 2 * run.s.lease
+    while time.monotonic() < stop and i < 10_000:
+        worker, owner = targets[i % len(targets)]
+        acquire = (i // len(targets)) % 2 == 0
+        # the owner field and the hold count it believes: lease, owner, 1 in its re-entrant
+        # acquire (lock_acquire.lua ARGV[1..3]); owner, 2 in its inner release
+        # (lock_release.lua ARGV[1..2])
+        if acquire:
+            match = _bulk(lease_ms) + _bulk(owner) + _bulk("1")
+        else:
+            match = _bulk(owner) + _bulk("2")
+        times = (1, 2, 40)[(i // (2 * len(targets))) % 3]
+        events = [run.vip.drop_next_reply(match) for _ in range(times)]
+        deadline = min(stop, time.monotonic() + 2.0)  # for the first: the worker must get there
+        for n, event in enumerate(events):
+            event.wait(max(0.0, deadline - time.monotonic()))
+            if n == 0:  # the rest within the call's own timeout (unused ones stay armed)
+                deadline = min(stop, time.monotonic() + 1.5 * run.s.lease)
+        done = sum(e.is_set() for e in events)
+        drops += done
+        t = time.monotonic()
+        what = "re-acquire" if acquire else "inner release"
+        run.faults.append(Fault(f"drop {what} x{times}", worker, t, t, counted=done > 0))
+        i += 1
+        time.sleep(0.05)
+    run.notes.append(f"reentry-drop: {drops} replies dropped ({run.vip.dropped} by the proxy)")
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -704,6 +817,10 @@ class Scenario:
     allows_overlap: bool = False
     """A pause, cut, data loss or failover: a lease lock cannot prevent overlap there."""
     repeats_quick: int = 1
+    reentrant: bool = False
+    """The workers re-enter every hold."""
+    quick_duration: float = 0.0
+    """Seconds it runs at least, even with ``--quick`` (a fault that needs many tries)."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -741,6 +858,22 @@ SCENARIOS: dict[str, Scenario] = {
             inject_reply_drop,
             setup=setup_reply_drop,
             repeats_quick=0,
+        ),
+        Scenario(
+            "pubsub-delay",
+            "pub/sub frozen 0.5-1.5 L now and then",
+            inject_pubsub_delay,
+            setup=setup_pubsub_delay,
+            repeats_quick=0,
+            quick_duration=12.0,
+        ),
+        Scenario(
+            "reentry-drop",
+            "re-entry replies lost",
+            inject_reentry_drop,
+            setup=setup_reply_drop,
+            repeats_quick=0,
+            reentrant=True,
         ),
     )
 }
@@ -805,6 +938,10 @@ def read_logs(run: Run) -> tuple[list[Hold], list[Fail]]:
             hold.release = "killed"
             hold.end = kills.get(hold.worker, run.end_at)
     return sorted(holds.values(), key=lambda h: h.start), fails
+
+
+NETWORK_BLIPS = ("drop", "delay")
+"""Faults that hit a message, not a holder's critical section: no recovery is measured."""
 
 
 def _ids(value: bytes | str | None) -> set[str]:
@@ -920,7 +1057,7 @@ def analyze(run: Run) -> Result:
     # recovery: from each fault to the first hold of another worker that starts after it
     recoveries = []
     for f in run.faults:
-        if f.kind.startswith("drop"):
+        if f.kind.startswith(NETWORK_BLIPS):
             continue
         after = [h.start for h in holds if h.start > f.at and h.worker != f.worker]
         if after:
@@ -978,7 +1115,7 @@ def _cell(value: object) -> str:
 def fault_summary(r: Result) -> str:
     kinds: dict[str, int] = {}
     for f in r.faults:
-        key = f.kind.split()[0] if f.kind.startswith("drop") else f.kind
+        key = f.kind.split()[0] if f.kind.startswith(NETWORK_BLIPS) else f.kind
         kinds[key] = kinds.get(key, 0) + 1
     return ", ".join(f"{n} {k}" for k, n in kinds.items()) or "-"
 
@@ -1052,6 +1189,15 @@ def goals(results: Sequence[Result], lease: float) -> list[Goal]:
         str(bad),
         bad == 0,
     )
+    if HAS_FENCING:
+        # a stale token in hand means another hold began while its holder believed it held
+        stale = sum(r.stale or 0 for r in strict)
+        add(
+            "no holder with a stale token without pause, cut, data loss or failover",
+            strict,
+            str(stale),
+            stale == 0,
+        )
     confirmed = [r for r in done if r.scenario.replicas]
     bad = sum(r.overlaps for r in confirmed)
     add(
@@ -1077,13 +1223,21 @@ def goals(results: Sequence[Result], lease: float) -> list[Goal]:
         f"{_cell(worst)} s",
         worst <= lease + HANDOVER,
     )
-    drops = [r for r in done if r.scenario.name == "reply-drop"]
+    drops = [r for r in done if r.scenario.name in ("reply-drop", "reentry-drop", "pubsub-delay")]
     errors = sum(sum(r.release_errors.values()) + r.false_alarms + r.leftover for r in drops)
     add(
-        "lost replies: no release error, no lease reported lost, no hold left behind",
+        "lost replies, late messages: no release error, no lease reported lost, no hold left",
         drops,
         ", ".join(f"{k} {v}" for r in drops for k, v in r.release_errors.items()) or "0",
         errors == 0,
+    )
+    reentry = [r for r in done if r.scenario.reentrant]
+    worst = max((r.longest_gap for r in reentry), default=math.nan)
+    add(
+        "lost re-entry replies strand no lock: longest no-holder stretch under L / 2",
+        reentry,
+        f"{_cell(worst)} s",
+        worst < lease / 2,
     )
     return out
 
@@ -1115,6 +1269,15 @@ def print_notes(results: Sequence[Result]) -> None:
                 f"{r.overruns} hold(s) outlasted the lease with no fault aimed at them: the "
                 "machine did not schedule the worker for that long (a pause of its own)"
             )
+        reentries: dict[str, int] = {}
+        for h in r.holds:
+            if h.reentry != "-":
+                reentries[h.reentry] = reentries.get(h.reentry, 0) + 1
+        if reentries:
+            notes.append(
+                "re-entrant acquires: "
+                + ", ".join(f"{k} {v}" for k, v in sorted(reentries.items()))
+            )
         again = [h for h in r.holds if h.release_calls > 1]
         if again:
             outcomes: dict[str, int] = {}
@@ -1145,7 +1308,7 @@ def print_notes(results: Sequence[Result]) -> None:
         notes += [
             f"{f.kind} at +{f.at - origin:.3f}..+{f.until - origin:.3f} s"
             for f in r.faults
-            if odd and not f.kind.startswith("drop")
+            if odd and not f.kind.startswith(NETWORK_BLIPS)
         ]
         for text in notes:
             print(f"  {r.scenario.name}: {text}")
@@ -1158,7 +1321,10 @@ def run_scenario(settings: Settings, scenario: Scenario, workdir: Path) -> Resul
     if scenario.replicas and not HAS_REPLICAS:
         return Result(scenario, available=False, notes=["replicas= not supported by Client"])
     repeats = scenario.repeats_quick if settings.quick else max(3, scenario.repeats_quick + 1)
-    local = Settings(**{**settings.__dict__, "repeats": repeats})
+    duration = settings.duration
+    if settings.quick:
+        duration = max(duration, scenario.quick_duration)
+    local = Settings(**{**settings.__dict__, "repeats": repeats, "duration": duration})
     run = Run(local, scenario, workdir)
     try:
         if scenario.setup is not None:

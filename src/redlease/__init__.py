@@ -21,6 +21,7 @@ from ._sync.redlock import RedlockClient, RedlockLock
 from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from ._sync.semaphore import LeaseSemaphore, Semaphore
 from .errors import (
+    ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
     LockTimeoutError,
@@ -48,6 +49,7 @@ __all__ = [
     "AsyncSemaphore",
     "AsyncWriteLock",
     "Client",
+    "ClientClosedError",
     "CountDownLatch",
     "FairLock",
     "InvalidArgumentError",

@@ -12,6 +12,10 @@ from .errors import InvalidArgumentError
 from .events import Listener
 from .options import Seconds, replication, seconds, window
 
+CLOSE_GRACE = 5.0
+"""How long ``close()`` waits for the calls it stopped to leave their lines and give back
+what was granted to them meanwhile."""
+
 
 class ClientBase:
     """Shared by both clients; each adds its own I/O (driver, subscriber, watchdog)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ._core import redlock as core
 from ._core.keys import LockKeys
@@ -14,6 +15,14 @@ from ._core.watchdog import RenewalPolicy
 from ._shell import ClientState, log, lost_error
 from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, QuorumError
 from .options import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
+
+Late = dict[int, tuple[Any, int]]
+"""An operation's masters that did not answer in time: the connection each call went on and
+how many replies are still to come on it. The operation's next call to such a master (the
+give-back of a late acquire) is sent on that connection, so the master runs it after the late
+call: sent on another connection it could arrive first, find nothing to give back, and the late
+acquire would then leave a hold there for a whole lease. Dropped when the operation ends (what
+was sent is still delivered, in order)."""
 
 
 def check_masters(addresses: Sequence[str]) -> tuple[str, ...]:

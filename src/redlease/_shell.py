@@ -41,10 +41,22 @@ _owner_ids = itertools.count(1)
 _fork_generation = 0
 
 
+_fork_safe: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def fork_safe(obj: Any) -> None:
+    """Have ``obj._fresh_after_fork()`` run in a forked child before anything else: it
+    gives ``obj`` fresh locks, since a lock that a thread of the parent held at the fork is
+    never released in the child (that thread does not exist there)."""
+    _fork_safe.add(obj)
+
+
 def _after_fork_in_child() -> None:
     global _fork_generation, _owner_ids
     _fork_generation += 1
     _owner_ids = itertools.count(1)
+    for obj in list(_fork_safe):  # never takes a lock the parent may have held
+        obj._fresh_after_fork()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -139,6 +151,7 @@ class ClientState:
         self.replication = replication
         self.mutex = threading.Lock()
         self._generation = fork_generation()
+        fork_safe(self)
         self.id = str(uuid.uuid4())
         self.holds = HoldTable()
         self._lost: dict[tuple[str, str], LeaseLostError] = {}
@@ -156,6 +169,9 @@ class ClientState:
         with self.mutex:
             if source not in self.renewal_sources:
                 self.renewal_sources.append(source)
+
+    def _fresh_after_fork(self) -> None:
+        self.mutex = threading.Lock()
 
     def check_fork(self) -> bool:
         """In a forked child: new client id, no holds. Returns True when a fork was seen."""

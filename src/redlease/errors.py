@@ -7,6 +7,7 @@ and ``except ConnectionError`` work as users expect. Lock errors carry the lock 
 from __future__ import annotations
 
 __all__ = [
+    "ClientClosedError",
     "InvalidArgumentError",
     "LeaseLostError",
     "LockTimeoutError",
@@ -26,6 +27,16 @@ class RedleaseError(Exception):
 
 class InvalidArgumentError(RedleaseError, ValueError):
     """An argument was out of range or of the wrong kind (empty name, lease <= 0, ...)."""
+
+
+class ClientClosedError(RedleaseError, RuntimeError):
+    """The client was closed: before the call, or while the call waited. A waiter stopped by
+    ``close()`` has left the line and given back anything granted to it meanwhile; ``name``
+    is the lock (or other primitive) it waited for, if any."""
+
+    def __init__(self, message: str = "redlease client is closed", *, name: str | None = None):
+        super().__init__(message if name is None else f"{message} (waiting for {name!r})")
+        self.name = name
 
 
 class _LockError(RedleaseError):

@@ -61,8 +61,9 @@ def test_a_retried_acquire_gets_the_same_hold_and_token(server, name):
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url)
     args = (4, keys.name, keys.queue, keys.deadlines, keys.fence)
-    first = raw.eval(scripts.LOCK_ACQUIRE.source, *args, 30000, "c:1", 0, 0)
-    again = raw.eval(scripts.LOCK_ACQUIRE.source, *args, 30000, "c:1", 0, 0)  # reply was lost
+    call = (30000, "c:1", 0, 0, 0, 0, "wait-1")  # lease, owner, held, place, fair, hand-over
+    first = raw.eval(scripts.LOCK_ACQUIRE.source, *args, *call)
+    again = raw.eval(scripts.LOCK_ACQUIRE.source, *args, *call)  # its reply was lost
     assert first[0] == again[0] == 1 and first[1] == again[1] == 1
     assert first[3] == again[3]
     assert raw.hget(name, "c:1") == b"1"

@@ -10,6 +10,7 @@ import time
 import pytest
 
 from redlease.errors import (
+    ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
     NotOwnedError,
@@ -109,6 +110,44 @@ async def test_a_waiter_is_woken_by_pubsub_from_the_masters(side, three, name):
     assert time.monotonic() - started < 4, "woken by pub/sub, not by a 5 s re-check"
     owners = {field.split(":")[0] for s in three for field in holders(s, name)}
     assert owners == {waiter_client.id}
+
+
+async def test_close_stops_a_waiter(side, three, name):
+    """``close()`` while a call waits for the lock: it stops at once with
+    ``ClientClosedError`` and nothing of it is left on the masters."""
+    holder = redlock(side, three).lock(name)
+    waiter_client = redlock(side, three)
+    waiter = waiter_client.lock(name)
+    assert await side(holder.acquire(lease=30))
+    outcome: list[BaseException | bool] = []
+
+    async def wait_async() -> None:
+        try:
+            outcome.append(await waiter.acquire(timeout=20))
+        except Exception as exc:
+            outcome.append(exc)
+
+    def wait_sync() -> None:
+        try:
+            outcome.append(waiter.acquire(timeout=20))
+        except Exception as exc:
+            outcome.append(exc)
+
+    if side.is_async:
+        task = asyncio.create_task(wait_async())
+    else:
+        threading.Thread(target=wait_sync, daemon=True).start()
+    await eventually(lambda: listening(waiter_client, name) >= 2)
+    started = time.monotonic()
+    await side(waiter_client.close())
+    await eventually(lambda: bool(outcome), timeout=5)
+    assert time.monotonic() - started < 2
+    assert isinstance(outcome[0], ClientClosedError), outcome
+    if side.is_async:
+        await task
+    owners = {field.split(":")[0] for s in three for field in holders(s, name)}
+    assert waiter_client.id not in owners
+    await side(holder.release())
 
 
 async def test_one_master_down(side, private3, name, caplog):

@@ -17,7 +17,7 @@ import redis.asyncio.cluster
 import redis.exceptions
 
 from .._channels import Waiter
-from .._clientbase import ClientBase
+from .._clientbase import CLOSE_GRACE, ClientBase
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._naming import name_maker
@@ -39,7 +39,13 @@ from .._shell import (
 )
 from .._urls import async_sentinel_master, is_sentinel_url
 from .._wire import SPARE_CONNECTIONS, Packer
-from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
+from ..errors import (
+    ClientClosedError,
+    InvalidArgumentError,
+    LeaseLostError,
+    ReplicaError,
+    ServerUnavailableError,
+)
 from ..options import Seconds
 from .subscriber import Subscriber, wait, wait_event
 
@@ -98,6 +104,10 @@ class AsyncClient(ClientBase):
         )
         self._subscriber: Subscriber | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._active = 0  # operations under way, which close() stops and waits for
+        self._idle = asyncio.Event()  # set while none is under way
+        self._idle.set()
+        self._closing = asyncio.Event()  # set by close(): ends a back-off pause at once
         # the hot path, as in Client: scripts packed by redlease on connections it keeps
         self._packer: Packer | None = None
         self._spare: list[Any] = []
@@ -251,18 +261,23 @@ class AsyncClient(ClientBase):
     async def close(self) -> None:
         """Stop the watchdog and the subscriber; close the redis client if this client made it.
 
-        Holds still held are not released: they expire with their lease.
+        Every call still waiting (for a lock, a permit, a latch) stops promptly with
+        ``ClientClosedError``: it leaves the line and gives back what was granted to it
+        meanwhile; ``close()`` waits for that (at most ``CLOSE_GRACE`` seconds). Holds still
+        held are not released: they expire with their lease.
         """
         if self._closed:
             return
         self._closed = True
+        self._closing.set()
+        if self._subscriber is not None:
+            await self._subscriber.close()  # wakes every waiter
+        await wait_event(self._idle, CLOSE_GRACE)
         task, self._watchdog = self._watchdog, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-        if self._subscriber is not None:
-            await self._subscriber.close()
         spare, self._spare = self._spare, []
         if self._spare_generation == fork_generation():
             for conn in spare:
@@ -383,9 +398,20 @@ class AsyncClient(ClientBase):
 
     async def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
         """Perform ``op``'s requests one by one until it returns; with ``replication`` every
-        script waits for replica acknowledgements."""
+        script waits for replica acknowledgements. ``close()`` stops it at its next wait."""
         if self._closed:
-            raise RuntimeError("redlease client is closed")
+            op.close()
+            raise ClientClosedError(name=name)
+        self._active += 1
+        self._idle.clear()
+        try:
+            return await self._drive(op, name, replication)
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
+
+    async def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
         if not self._state.pubsub.settled:
             await self._settle_pubsub(name)
         waiter: Waiter | None = None
@@ -397,10 +423,20 @@ class AsyncClient(ClientBase):
                 request = resume(reply)
                 resume = op.send
                 if isinstance(request, Call):
+                    if request.undo is not None:
+                        self._stop_if_closed(name)  # never take what must be given back
                     try:
                         reply = await self._perform(request, name, replication)
                     except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
+                    else:
+                        if request.undo is not None and self._closed:
+                            # granted as the client closed: give it back
+                            back = request.undo(reply)
+                            if back is not None:
+                                with contextlib.suppress(Exception):
+                                    await self._call(back, name)
+                            raise ClientClosedError(name=name)
                 elif isinstance(request, Subscribe):
                     leave = request.leave
                     channel, owner, private = request.channel, request.owner, request.private
@@ -412,12 +448,15 @@ class AsyncClient(ClientBase):
                             channel, owner, name=name, private=private
                         )
                     reply = waiter is not None
+                    self._stop_if_closed(name)
                 elif isinstance(request, WaitWake):
                     assert waiter is not None
                     reply = await wait(waiter, request.timeout)
+                    self._stop_if_closed(name)  # a hand-over it brought is left (leave)
                 elif isinstance(request, Sleep):
-                    await asyncio.sleep(request.seconds)
+                    await wait_event(self._closing, request.seconds)
                     reply = None
+                    self._stop_if_closed(name)
         except StopIteration as stop:
             leave = None
             result: T = stop.value
@@ -430,7 +469,12 @@ class AsyncClient(ClientBase):
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.wait_for(asyncio.shield(self._call(leave, name)), CANCEL_GRACE)
 
+    def _stop_if_closed(self, name: str | None) -> None:
+        if self._closed:
+            raise ClientClosedError(name=name)
+
     def _subscriber_started(self) -> Subscriber:
+        self._stop_if_closed(None)
         if self._subscriber is None:
             self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
         return self._subscriber
@@ -463,6 +507,8 @@ class AsyncClient(ClientBase):
                 raise unavailable(error, self.address, name) from error
 
     def _watch(self) -> None:
+        if self._closed:
+            return  # a closed client starts nothing (its holds expire with their lease)
         if self._watchdog is None or self._watchdog.done():
             self._watchdog = asyncio.get_running_loop().create_task(
                 self._watchdog_loop(), name="redlease-watchdog"

@@ -2,7 +2,9 @@
 per task. A fan-out writes its script to every master first, on connections of its own, then
 reads the replies in order, each read bounded by the per-master deadline; a master without an
 idle connection gets one in a task of its own meanwhile. A master that has not answered by the
-deadline is given up (its connection is dropped: the reply may still come)."""
+deadline is given up; its connection is never reused by another call (the reply may still
+come), but the same operation's next call to that master goes on it, after the late one (see
+``Late``)."""
 
 from __future__ import annotations
 
@@ -23,9 +25,20 @@ from .._channels import Waiter
 from .._core import redlock as core
 from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
-from .._redlockbase import RedlockLockBase, apply_renewals, check_masters, renewal_failed
+from .._redlockbase import (
+    Late,
+    RedlockLockBase,
+    apply_renewals,
+    check_masters,
+    renewal_failed,
+)
 from .._shell import CONNECTION_ERRORS, ClientState, TaskOwners, subscriber_kwargs, unavailable
-from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
+from ..errors import (
+    ClientClosedError,
+    InvalidArgumentError,
+    LeaseLostError,
+    ServerUnavailableError,
+)
 from ..events import Listener
 from ..options import Seconds, seconds
 from .client import AsyncClient, finish_despite_cancel
@@ -117,18 +130,25 @@ class _Flight:
     call: Call
     reused: bool
     evaled: bool = False
+    skip: int = 0
+    """Replies to earlier calls still to come first on ``conn`` (read and dropped)."""
 
 
 class _Round:
     """One fan-out in progress: a call per master, written at once, replies read in order."""
 
     def __init__(
-        self, client: AsyncRedlockClient, calls: tuple[Call | None, ...], name: str | None
+        self,
+        client: AsyncRedlockClient,
+        calls: tuple[Call | None, ...],
+        name: str | None,
+        late: Late,
     ):
         self.client = client
         self.masters = client._masters
         self.calls = calls
         self.name = name
+        self.late = late
         self.out: list[Any] = [None] * len(calls)
         self.flights: dict[int, _Flight] = {}
         self.fresh: dict[int, asyncio.Task[None]] = {}
@@ -137,8 +157,12 @@ class _Round:
     async def run(self, deadline: float) -> None:
         for i, call in enumerate(self.calls):
             if call is not None:
-                conn = self.masters[i].take_idle()
-                if conn is None or not await self.send(i, conn, reused=True):
+                skip = 0
+                if i in self.late:  # after the late call on its connection
+                    conn, skip = self.late.pop(i)
+                else:
+                    conn = self.masters[i].take_idle()
+                if conn is None or not await self.send(i, conn, reused=True, skip=skip):
                     self.start_fresh(i, deadline)
         await self.drain(deadline)
 
@@ -153,9 +177,10 @@ class _Round:
             )
 
     def finish(self) -> list[Any]:
-        """Give up what has not answered: late, its connection dropped."""
-        for flight in self.flights.values():
-            _discard(flight.conn)
+        """Give up what has not answered: late (its connection kept for the operation's next
+        call to that master, or dropped if it has none)."""
+        for i, flight in self.flights.items():
+            self.late[i] = (flight.conn, flight.skip + 1)
         self.flights.clear()
         for i, task in self.fresh.items():
             if not task.done():
@@ -177,8 +202,9 @@ class _Round:
             command = self._packed[key] = conn.pack_command("EVALSHA", *args)
         return command
 
-    async def send(self, i: int, conn: Any, *, reused: bool) -> bool:
-        """Write master ``i``'s call; ``False`` when a reused connection turned out dead."""
+    async def send(self, i: int, conn: Any, *, reused: bool, skip: int = 0) -> bool:
+        """Write master ``i``'s call (on ``conn``, ``skip`` earlier replies are still to come);
+        ``False`` when a reused connection turned out dead."""
         call = self.calls[i]
         assert call is not None
         try:
@@ -189,7 +215,7 @@ class _Round:
                 return False
             self.out[i] = unavailable(exc, self.masters[i].address, self.name)
             return True
-        self.flights[i] = _Flight(conn, call, reused)
+        self.flights[i] = _Flight(conn, call, reused, skip=skip)
         return True
 
     def start_fresh(self, i: int, deadline: float) -> None:
@@ -219,7 +245,7 @@ class _Round:
                 )
             except redis.exceptions.NoScriptError as exc:
                 reply = exc
-                if not flight.evaled:
+                if not flight.evaled and not flight.skip:
                     # a restarted master has an empty script cache: EVAL loads it again
                     flight.evaled = True
                     args = (call.script.source, len(call.keys), *call.keys, *call.args)
@@ -238,9 +264,14 @@ class _Round:
                 reply, reusable = unavailable(exc, master.address, self.name), False
             except redis.exceptions.RedisError as exc:
                 reply = exc  # an error reply: the connection itself is fine
+            if flight.skip and reply is not None and reusable:
+                flight.skip -= 1  # an earlier call's late reply: dropped
+                continue
             break
         if reply is None:  # no script here replies nil: the read timed out
-            reply, reusable = self.client._late(i, self.name, "did not answer"), False
+            self.late[i] = (conn, flight.skip + 1)  # never reused; see Late
+            self.out[i] = self.client._late(i, self.name, "did not answer")
+            return
         if reusable:
             master.give(conn)
         else:
@@ -405,38 +436,49 @@ class AsyncRedlockClient:
     async def _run(self, op: core.RedlockOperation[T], name: str | None) -> T:
         """Perform ``op``'s requests one by one until it returns."""
         if self._closed:
-            raise RuntimeError("redlease client is closed")
+            raise ClientClosedError(name=name)
         listening = _Listening()
+        late: Late = {}
         reply: Any = None
         try:
             while True:
                 request = op.send(reply)
                 if isinstance(request, core.Fanout):
-                    reply = await self._fanout(request, name)
+                    reply = await self._fanout(request, name, late)
                 elif isinstance(request, core.Listen):
                     reply = await self._listen(request, listening, name)
+                    if self._closed:
+                        raise ClientClosedError(name=name)
                 elif isinstance(request, WaitWake):
                     # not wait_for: on 3.11 it can swallow a cancellation (see wait_event)
                     reply = await wait_event(listening.event, request.timeout)
                     listening.event.clear()
+                    if self._closed:  # close() wakes every waiter
+                        raise ClientClosedError(name=name)
                 elif isinstance(request, Sleep):
                     await asyncio.sleep(request.seconds)
                     reply = None
+                    if self._closed:
+                        raise ClientClosedError(name=name)
         except StopIteration as stop:
             result: T = stop.value
             return result
         finally:
             op.close()
             listening.close()
+            for conn, _ in late.values():
+                _discard(conn)
 
-    async def _fanout(self, request: core.Fanout, name: str | None) -> list[Any]:
+    async def _fanout(self, request: core.Fanout, name: str | None, late: Late) -> list[Any]:
         deadline = time.monotonic() + request.timeout
-        done = _Round(self, request.calls, name)
+        done = _Round(self, request.calls, name, late)
         try:
             await done.run(deadline)
         except asyncio.CancelledError:
             if request.on_cancel is not None:
-                cleanup = asyncio.ensure_future(self._take_back(done, request, deadline, name))
+                cleanup = asyncio.ensure_future(
+                    self._take_back(done, request, deadline, name, late)
+                )
                 with contextlib.suppress(BaseException):
                     await asyncio.shield(cleanup)
             else:
@@ -445,7 +487,7 @@ class AsyncRedlockClient:
         return done.finish()
 
     async def _take_back(
-        self, done: _Round, request: core.Fanout, deadline: float, name: str | None
+        self, done: _Round, request: core.Fanout, deadline: float, name: str | None, late: Late
     ) -> None:
         """After a cancellation: let the calls in flight land (by the deadline), then undo."""
         try:
@@ -453,7 +495,7 @@ class AsyncRedlockClient:
         finally:
             done.finish()
         assert request.on_cancel is not None
-        undo = _Round(self, request.on_cancel, name)
+        undo = _Round(self, request.on_cancel, name, late)
         try:
             await undo.run(time.monotonic() + request.timeout)
         finally:

@@ -37,7 +37,8 @@ from .._shell import (
     subscriber_route,
     unavailable,
 )
-from .._sync.subscriber import LINGER, PLACE_ERRORS, SUBSCRIBE_TIMEOUT
+from .._sync.subscriber import LINGER, PLACE_ERRORS, SUBSCRIBE_TIMEOUT, wake_everyone
+from ..errors import ClientClosedError
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -91,7 +92,7 @@ class Subscriber:
         """Register ``owner`` as a waiter on ``channel`` (and ``private``); return once the
         server confirmed the subscriptions."""
         if self._closed:
-            raise RuntimeError("redlease client is closed")
+            raise ClientClosedError(name=name)
         self._ensure_task()
         waiter = Waiter(channel, owner, asyncio.Event(), private)
         entries, new = self._table.add(waiter)
@@ -106,6 +107,9 @@ class Subscriber:
             except BaseException:
                 self.unsubscribe(waiter)
                 raise
+            if self._closed:
+                self.unsubscribe(waiter)
+                raise ClientClosedError(name=name)
             if not confirmed:
                 self.unsubscribe(waiter)
                 why = self._last_error or TimeoutError("subscription not confirmed")
@@ -116,7 +120,7 @@ class Subscriber:
         """A waiter on ``channel`` (and ``private``) if this client already listens there,
         else ``None``."""
         waiter = Waiter(channel, owner, asyncio.Event(), private)
-        return waiter if self._table.add_if_live(waiter) else None
+        return waiter if not self._closed and self._table.add_if_live(waiter) else None
 
     def unsubscribe(self, waiter: Waiter) -> None:
         self._table.remove(waiter, time.monotonic())
@@ -128,7 +132,10 @@ class Subscriber:
         return self._table.waiting(channel)
 
     async def close(self) -> None:
+        """Stop the tasks; every waiter (and every caller waiting for a subscription to be
+        confirmed) is woken at once, to find the client closed."""
         self._closed = True
+        wake_everyone(self._table)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()

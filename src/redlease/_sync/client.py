@@ -18,7 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._channels import Waiter
-from .._clientbase import ClientBase
+from .._clientbase import CLOSE_GRACE, ClientBase
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._naming import name_maker
@@ -33,6 +33,7 @@ from .._shell import (
     check_replicas,
     cluster_node_of,
     fork_generation,
+    fork_safe,
     log,
     renewal_down,
     settle_pubsub,
@@ -42,6 +43,7 @@ from .._shell import (
 from .._urls import is_sentinel_url, sentinel_master
 from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import (
+    ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
     RedleaseError,
@@ -96,6 +98,13 @@ class Client(ClientBase):
         self._subscriber: Subscriber | None = None
         self._watchdog: _Watchdog | None = None
         self._start_mutex = threading.Lock()
+        self._ops = threading.Condition()
+        """Guards ``_closed`` and ``_active``: the operations under way, which ``close()``
+        stops and waits for."""
+        self._active = 0
+        self._closing = threading.Event()
+        """Set by ``close()``: ends a back-off pause at once."""
+        fork_safe(self)
         # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
         # a cluster (redirections) or a single-connection client goes through redis-py
         self._packer: Packer | None = None
@@ -248,15 +257,26 @@ class Client(ClientBase):
     def close(self) -> None:
         """Stop the watchdog and the subscriber; close the redis client if this client made it.
 
-        Holds still held are not released: they expire with their lease.
+        Every call still waiting (for a lock, a permit, a latch) stops promptly with
+        ``ClientClosedError``: it leaves the line and gives back what was granted to it
+        meanwhile; ``close()`` waits for that (at most ``CLOSE_GRACE`` seconds). Holds still
+        held are not released: they expire with their lease.
         """
-        if self._closed:
-            return
-        self._closed = True
-        if self._watchdog is not None:
-            self._watchdog.stop()
-        if self._subscriber is not None:
-            self._subscriber.close()
+        with self._ops:
+            if self._closed:
+                return
+            self._closed = True
+        self._closing.set()
+        with self._start_mutex:  # nothing starts once closed (see _subscriber_started, _watch)
+            subscriber = self._subscriber
+        if subscriber is not None:
+            subscriber.close()  # wakes every waiter
+        with self._ops:
+            self._ops.wait_for(lambda: self._active == 0, CLOSE_GRACE)
+        with self._start_mutex:
+            watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.stop()
         spare, self._spare = self._spare, []
         if self._spare_generation == fork_generation():
             for conn in spare:
@@ -288,6 +308,14 @@ class Client(ClientBase):
         # threads do not survive fork: start fresh ones on demand
         self._subscriber = None
         self._watchdog = None
+
+    def _fresh_after_fork(self) -> None:
+        """Fresh locks (a thread of the parent may have held one at the fork), and none of
+        the parent's threads, whose locks could be held too."""
+        self._start_mutex = threading.Lock()
+        self._ops = threading.Condition()
+        self._active = 0
+        self._after_fork()
 
     def _call(
         self,
@@ -372,9 +400,21 @@ class Client(ClientBase):
 
     def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
         """Perform ``op``'s requests one by one until it returns; with ``replication`` every
-        script waits for replica acknowledgements."""
-        if self._closed:
-            raise RuntimeError("redlease client is closed")
+        script waits for replica acknowledgements. ``close()`` stops it at its next wait."""
+        with self._ops:
+            if self._closed:
+                op.close()
+                raise ClientClosedError(name=name)
+            self._active += 1
+        try:
+            return self._drive(op, name, replication)
+        finally:
+            with self._ops:
+                self._active -= 1
+                if not self._active:
+                    self._ops.notify_all()
+
+    def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
         if not self._state.pubsub.settled:
             self._settle_pubsub(name)
         waiter: Waiter | None = None
@@ -386,10 +426,20 @@ class Client(ClientBase):
                 request = resume(reply)
                 resume = op.send
                 if isinstance(request, Call):
+                    if request.undo is not None:
+                        self._stop_if_closed(name)  # never take what must be given back
                     try:
                         reply = self._call(request, name, replication)
                     except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
+                    else:
+                        if request.undo is not None and self._closed:
+                            # granted as the client closed: give it back
+                            back = request.undo(reply)
+                            if back is not None:
+                                with contextlib.suppress(RedleaseError):
+                                    self._call(back, name)
+                            raise ClientClosedError(name=name)
                 elif isinstance(request, Subscribe):
                     leave = request.leave
                     channel, owner, private = request.channel, request.owner, request.private
@@ -401,12 +451,15 @@ class Client(ClientBase):
                             channel, owner, name=name, private=private
                         )
                     reply = waiter is not None
+                    self._stop_if_closed(name)
                 elif isinstance(request, WaitWake):
                     assert waiter is not None
                     reply = wait(waiter, request.timeout)
+                    self._stop_if_closed(name)  # a hand-over it brought is left (leave)
                 elif isinstance(request, Sleep):
-                    time.sleep(request.seconds)
+                    self._closing.wait(request.seconds)
                     reply = None
+                    self._stop_if_closed(name)
         except StopIteration as stop:
             leave = None
             result: T = stop.value
@@ -419,8 +472,13 @@ class Client(ClientBase):
                 with contextlib.suppress(RedleaseError):
                     self._call(leave, name)
 
+    def _stop_if_closed(self, name: str | None) -> None:
+        if self._closed:
+            raise ClientClosedError(name=name)
+
     def _subscriber_started(self) -> Subscriber:
         with self._start_mutex:
+            self._stop_if_closed(None)
             if self._subscriber is None:
                 self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
             return self._subscriber
@@ -444,6 +502,8 @@ class Client(ClientBase):
 
     def _watch(self) -> None:
         with self._start_mutex:
+            if self._closed:
+                return  # a closed client starts nothing (its holds expire with their lease)
             if self._watchdog is None:
                 self._watchdog = _Watchdog(self)
             self._watchdog.ensure_running()

@@ -2,10 +2,11 @@
 
 A fan-out sends its script to every master first and then reads the replies as they come, on
 connections of its own (one pipeline per master), so N masters cost about one round trip, not
-N. A reply that has not come within the per-master timeout is given up (its connection is
-dropped: the reply may still come). New connections are opened by helper threads, so a master
-that accepts connections but never answers (stopped, overloaded) cannot hold a caller past the
-timeout either.
+N. A reply that has not come within the per-master timeout is given up; its connection is never
+reused by another call (the reply may still come), but the same operation's next call to that
+master goes on it, after the late one (see ``Late``). New connections are opened by helper
+threads, so a master that accepts connections but never answers (stopped, overloaded) cannot
+hold a caller past the timeout either.
 """
 
 from __future__ import annotations
@@ -32,9 +33,20 @@ from .._channels import Waiter
 from .._core import redlock as core
 from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
-from .._redlockbase import RedlockLockBase, apply_renewals, check_masters, renewal_failed
+from .._redlockbase import (
+    Late,
+    RedlockLockBase,
+    apply_renewals,
+    check_masters,
+    renewal_failed,
+)
 from .._shell import CONNECTION_ERRORS, ClientState, ThreadOwners, subscriber_kwargs, unavailable
-from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
+from ..errors import (
+    ClientClosedError,
+    InvalidArgumentError,
+    LeaseLostError,
+    ServerUnavailableError,
+)
 from ..events import Listener
 from ..options import Seconds, seconds
 from .client import Client
@@ -154,6 +166,8 @@ class _Flight:
     call: Call
     reused: bool
     evaled: bool = False
+    skip: int = 0
+    """Replies to earlier calls still to come first on ``conn`` (read and dropped)."""
 
 
 class _Listening:
@@ -363,27 +377,31 @@ class RedlockClient:
     def _run(self, op: core.RedlockOperation[T], name: str | None) -> T:
         """Perform ``op``'s requests one by one until it returns."""
         if self._closed:
-            raise RuntimeError("redlease client is closed")
+            raise ClientClosedError(name=name)
         listening: _Listening | None = None  # made when first needed (most calls never wait)
+        late: Late = {}
         reply: Any = None
         try:
             while True:
                 request = op.send(reply)
                 if isinstance(request, core.Fanout):
-                    reply = self._fanout(request.calls, request.timeout, name)
+                    reply = self._fanout(request.calls, request.timeout, name, late)
                 elif isinstance(request, core.Listen):
                     if request.only_if_live and not self._any_subscriber():
                         reply = 0 if listening is None else listening.count()
                         continue
                     listening = listening or _Listening()
                     reply = self._listen(request, listening, name)
+                    self._stop_if_closed(name)
                 elif isinstance(request, WaitWake):
                     listening = listening or _Listening()
                     reply = listening.event.wait(request.timeout)
                     listening.event.clear()
+                    self._stop_if_closed(name)  # close() wakes every waiter
                 elif isinstance(request, Sleep):
-                    time.sleep(request.seconds)
+                    self._stop.wait(request.seconds)  # set by close()
                     reply = None
+                    self._stop_if_closed(name)
         except StopIteration as stop:
             result: T = stop.value
             return result
@@ -391,16 +409,23 @@ class RedlockClient:
             op.close()
             if listening is not None:
                 listening.close()
+            for conn, _ in late.values():
+                with contextlib.suppress(Exception):
+                    conn.disconnect()
+
+    def _stop_if_closed(self, name: str | None) -> None:
+        if self._closed:
+            raise ClientClosedError(name=name)
 
     def _any_subscriber(self) -> bool:
         return any(m.client._subscriber is not None for m in self._masters)
 
     def _fanout(
-        self, calls: tuple[Call | None, ...], timeout: float, name: str | None
+        self, calls: tuple[Call | None, ...], timeout: float, name: str | None, late: Late
     ) -> list[Any]:
         """Send to every master, then read the replies as they come, all within ``timeout``;
         a master without an idle connection gets one from a helper thread meanwhile."""
-        return _Round(self, calls, name).run(time.monotonic() + timeout)
+        return _Round(self, calls, name, late).run(time.monotonic() + timeout)
 
     def _late(self, i: int, name: str | None, what: str) -> ServerUnavailableError:
         ms = round(self.master_timeout * 1000)
@@ -471,11 +496,14 @@ class RedlockClient:
 class _Round:
     """One fan-out in progress: a call per master, sent at once, replies read as they come."""
 
-    def __init__(self, client: RedlockClient, calls: tuple[Call | None, ...], name: str | None):
+    def __init__(
+        self, client: RedlockClient, calls: tuple[Call | None, ...], name: str | None, late: Late
+    ):
         self.client = client
         self.masters = client._masters
         self.calls = calls
         self.name = name
+        self.late = late
         self.out: list[Any] = [None] * len(calls)
         self.flights: dict[int, _Flight] = {}
         self.waiting: dict[int, int] = {}  # master -> connection-failure mark when it began
@@ -484,7 +512,12 @@ class _Round:
     def run(self, deadline: float) -> list[Any]:
         try:
             for i, call in enumerate(self.calls):
-                if call is not None:
+                if call is None:
+                    continue
+                if i in self.late:  # after the late call on its connection
+                    conn, skip = self.late.pop(i)
+                    self.dispatch(i, conn, reused=True, skip=skip)
+                else:
                     self.dispatch(i, self.masters[i].take_idle(), reused=True)
             # the usual case: read in the order sent, each read waiting at most until the
             # deadline (a slow master delays reading the others, not their replies)
@@ -506,8 +539,9 @@ class _Round:
                     break
         finally:
             for i, flight in self.flights.items():
-                with contextlib.suppress(Exception):
-                    flight.conn.disconnect()  # its reply may still come: never reuse it
+                # its reply may still come: never reused, but the next call to the master goes
+                # after it on it
+                self.late[i] = (flight.conn, flight.skip + 1)
                 self.out[i] = self.client._late(i, self.name, "did not answer")
             for i in self.waiting:
                 self.out[i] = self.client._late(i, self.name, "could not be connected to")
@@ -562,8 +596,9 @@ class _Round:
                 master.request_connection(self.client._helpers())
         return progressed
 
-    def dispatch(self, i: int, conn: Any | None, *, reused: bool) -> None:
-        """Send master ``i``'s call on ``conn``, or wait for a new connection."""
+    def dispatch(self, i: int, conn: Any | None, *, reused: bool, skip: int = 0) -> None:
+        """Send master ``i``'s call on ``conn`` (where ``skip`` earlier replies are still to
+        come), or wait for a new connection."""
         master, call = self.masters[i], self.calls[i]
         assert call is not None
         if conn is None:
@@ -579,7 +614,7 @@ class _Round:
             else:
                 self.out[i] = unavailable(exc, master.address, self.name)
             return
-        self.flights[i] = _Flight(conn, call, reused)
+        self.flights[i] = _Flight(conn, call, reused, skip=skip)
 
     def receive(self, i: int, wait: float) -> bool:
         """Read master ``i``'s reply if it comes within ``wait`` seconds and record the
@@ -589,6 +624,11 @@ class _Round:
         try:
             if not conn.can_read(timeout=wait):
                 return False
+            if flight.skip:  # an earlier call's late reply: dropped
+                flight.skip -= 1
+                with contextlib.suppress(redis.exceptions.ResponseError):
+                    conn.read_response()
+                return True
             reply = conn.read_response()
         except redis.exceptions.NoScriptError as exc:
             if flight.evaled:

@@ -39,6 +39,7 @@ from .._shell import (
     subscriber_route,
     unavailable,
 )
+from ..errors import ClientClosedError
 
 LINGER = 2.0
 """Seconds a channel stays subscribed after its last waiter left."""
@@ -54,6 +55,14 @@ PLACE_ERRORS = (
     redis.exceptions.RedisClusterException,
 )
 """What opening a connection to a slot's master, or learning the cluster's layout, can raise."""
+
+
+def wake_everyone(table: ChannelTable) -> None:
+    """Set every waiter's wake-up and every channel's confirmation (the client closes)."""
+    for entry in table.entries.values():
+        entry.confirmed.set()
+        for waiter in entry.waiters:
+            waiter.event.set()
 
 
 def wait(waiter: Waiter, timeout: float) -> Handed | bool:
@@ -100,7 +109,11 @@ class Subscriber:
         self._wake()
         deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
         for entry in entries:
-            if not entry.confirmed.wait(max(0.0, deadline - time.monotonic())):
+            confirmed = entry.confirmed.wait(max(0.0, deadline - time.monotonic()))
+            if self._closed:
+                self.unsubscribe(waiter)
+                raise ClientClosedError(name=name)
+            if not confirmed:
                 self.unsubscribe(waiter)
                 why = self._last_error or TimeoutError("subscription not confirmed")
                 raise unavailable(why, self.address, name)
@@ -111,7 +124,7 @@ class Subscriber:
         else ``None``."""
         waiter = Waiter(channel, owner, threading.Event(), private)
         with self._mutex:
-            return waiter if self._table.add_if_live(waiter) else None
+            return waiter if not self._closed and self._table.add_if_live(waiter) else None
 
     def unsubscribe(self, waiter: Waiter) -> None:
         with self._mutex:
@@ -122,7 +135,11 @@ class Subscriber:
             return self._table.waiting(channel)
 
     def close(self) -> None:
-        self._closed = True
+        """Stop the listener thread; every waiter (and every caller waiting for a
+        subscription to be confirmed) is woken at once, to find the client closed."""
+        with self._mutex:
+            self._closed = True
+            wake_everyone(self._table)
         self._wake()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -134,7 +151,7 @@ class Subscriber:
 
     def _ensure_thread(self) -> None:
         if self._closed:
-            raise RuntimeError("redlease client is closed")
+            raise ClientClosedError()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(
                 target=self._run, name="redlease-subscriber", daemon=True

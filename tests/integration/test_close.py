@@ -1,0 +1,208 @@
+"""``close()`` while calls wait: every waiter stops promptly with ``ClientClosedError``, leaves
+the line, gives back what was granted to it in the same instant, and the closed client starts
+nothing again (no watchdog, no subscriber). Each test on a real server, sync and asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import redlease._async.client as async_client
+import redlease._sync.client as sync_client
+from redlease import ClientClosedError, RedleaseError
+from redlease._core import codes
+from redlease._core.keys import LockKeys
+
+from .helpers import eventually
+
+
+class _Call:
+    """Runs ``fn()`` in a thread (sync) or a task (asyncio) and keeps its outcome."""
+
+    def __init__(self, side: Any, fn: Any) -> None:
+        self.outcome: Any = None
+        self.done_at: float | None = None
+        if side.is_async:
+            self._task = asyncio.ensure_future(self._async(fn))
+        else:
+            threading.Thread(target=self._sync, args=(fn,), daemon=True).start()
+
+    async def _async(self, fn: Any) -> None:
+        try:
+            self.outcome = await fn()
+        except Exception as exc:
+            self.outcome = exc
+        self.done_at = time.monotonic()
+
+    def _sync(self, fn: Any) -> None:
+        try:
+            self.outcome = fn()
+        except Exception as exc:
+            self.outcome = exc
+        self.done_at = time.monotonic()
+
+    async def finished(self, timeout: float) -> Any:
+        await eventually(lambda: self.done_at is not None, timeout=timeout)
+        return self.outcome
+
+
+def _free(raw: redis.Redis, name: str) -> bool:
+    """Nothing holds ``name`` on the server and nobody is in its line."""
+    return not raw.exists(name) and not raw.zcard(LockKeys.for_name(name).queue)
+
+
+async def _queued(side: Any, lock: Any, count: int) -> None:
+    async def check() -> bool:
+        return (await side(lock.statistics())).waiters == count
+
+    await eventually(check, timeout=10)
+
+
+def _nothing_running(client: Any) -> bool:
+    """The closed client runs no watchdog and no subscriber thread or task."""
+    watchdog = client._watchdog
+    if client._subscriber is not None:
+        sub = client._subscriber
+        task = getattr(sub, "_task", None)
+        thread = getattr(sub, "_thread", None)
+        if (task is not None and not task.done()) or (thread is not None and thread.is_alive()):
+            return False
+    if watchdog is None:
+        return True
+    if isinstance(watchdog, asyncio.Task):
+        return watchdog.done()
+    return watchdog._thread is None or not watchdog._thread.is_alive()
+
+
+async def test_close_stops_waiters_promptly(side, server, name):
+    raw = redis.Redis.from_url(server.url)
+    holder = side.client(server.url).lock(name)
+    assert await side(holder.acquire(lease=30))
+    closing = side.client(server.url, watchdog_timeout=2.0)
+    lock = closing.lock(name)
+    waiters = [_Call(side, lock.acquire), _Call(side, lambda: lock.acquire(timeout=60))]
+    await _queued(side, holder, 2)
+
+    started = time.monotonic()
+    await side(closing.close())
+    for waiter in waiters:
+        outcome = await waiter.finished(timeout=10)
+        assert isinstance(outcome, ClientClosedError), outcome
+        assert isinstance(outcome, RedleaseError) and isinstance(outcome, RuntimeError)
+        assert waiter.done_at is not None and waiter.done_at - started < 2.0
+    assert (await side(holder.statistics())).waiters == 0  # both left the line
+    assert _nothing_running(closing)
+
+    await side(holder.release())
+    assert _free(raw, name)  # not handed to a waiter of the closed client
+    other = side.client(server.url).lock(name)
+    assert await side(other.acquire(blocking=False))
+    assert _nothing_running(closing) and closing._watchdog is None
+    with pytest.raises(ClientClosedError):
+        await side(lock.acquire(blocking=False))
+    await side(other.release())
+    raw.close()
+
+
+async def test_grant_as_the_client_closes_is_given_back(side, server, name, monkeypatch):
+    """The acquire script granted the lock just as ``close()`` began: the caller gets
+    ``ClientClosedError`` and the hold is given back at once, not left for a lease."""
+    raw = redis.Redis.from_url(server.url)
+    closing = side.client(server.url)
+    lock = closing.lock(name)
+    real = closing._call
+    background: list[Any] = []
+
+    def granted(reply: Any) -> bool:
+        return isinstance(reply, list) and len(reply) == 4 and int(reply[0]) == codes.GRANTED
+
+    if side.is_async:
+
+        async def call(call: Any, *args: Any, **kwargs: Any) -> Any:
+            reply = await real(call, *args, **kwargs)
+            if granted(reply) and not closing._closed:
+                background.append(asyncio.ensure_future(closing.close()))
+                await eventually(lambda: closing._closed, timeout=5)
+            return reply
+
+    else:
+
+        def call(call: Any, *args: Any, **kwargs: Any) -> Any:
+            reply = real(call, *args, **kwargs)
+            if granted(reply) and not closing._closed:
+                thread = threading.Thread(target=closing.close, daemon=True)
+                thread.start()
+                background.append(thread)
+                deadline = time.monotonic() + 5
+                while not closing._closed and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            return reply
+
+    monkeypatch.setattr(closing, "_call", call)
+    with pytest.raises(ClientClosedError):
+        await side(lock.acquire())
+    assert _free(raw, name)
+    assert closing._watchdog is None
+    if side.is_async:
+        await asyncio.wait_for(background[0], 10)
+    else:
+        background[0].join(10)
+    assert _nothing_running(closing)
+    raw.close()
+
+
+async def test_hand_over_as_the_client_closes_is_given_back(side, server, name, monkeypatch):
+    """A release handed the lock to a waiter just as its client closed: the waiter gets
+    ``ClientClosedError`` and the hand-over is given back (the lock is free at once)."""
+    raw = redis.Redis.from_url(server.url)
+    holder = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    closing = side.client(server.url)
+    lock = closing.lock(name)
+    module: Any = async_client if side.is_async else sync_client
+    real_wait = module.wait
+    handed: list[Any] = []
+
+    if side.is_async:
+
+        async def wait(waiter: Any, timeout: float) -> Any:
+            woken = await real_wait(waiter, timeout)
+            if not isinstance(woken, bool):
+                handed.append(woken)
+                handed.append(asyncio.ensure_future(closing.close()))
+                await eventually(lambda: closing._closed, timeout=5)
+            return woken
+
+    else:
+
+        def wait(waiter: Any, timeout: float) -> Any:
+            woken = real_wait(waiter, timeout)
+            if not isinstance(woken, bool):
+                handed.append(woken)
+                thread = threading.Thread(target=closing.close, daemon=True)
+                thread.start()
+                handed.append(thread)
+                deadline = time.monotonic() + 5
+                while not closing._closed and time.monotonic() < deadline:
+                    time.sleep(0.001)
+            return woken
+
+    monkeypatch.setattr(module, "wait", wait)
+    waiter = _Call(side, lock.acquire)
+    await _queued(side, holder, 1)
+    await side(holder.release())
+    outcome = await waiter.finished(timeout=10)
+    assert handed, "the release did not hand the lock over"
+    assert isinstance(outcome, ClientClosedError), outcome
+    assert _free(raw, name)
+    if side.is_async:
+        await asyncio.wait_for(handed[1], 10)
+    else:
+        handed[1].join(10)
+    assert _nothing_running(closing) and closing._watchdog is None
+    raw.close()

@@ -1,0 +1,123 @@
+"""A process forked while another thread holds one of a client's locks: the child uses the
+client at once (a fresh id, no holds of the parent's) and never hangs on a lock that the
+parent's thread, which does not exist in the child, would have released. On a real server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from redlease import AsyncClient, Client
+
+CHILD_TIMEOUT = 10.0
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+@contextlib.contextmanager
+def _held(*locks: Any) -> Iterator[None]:
+    """Another thread holds ``locks`` until the block ends (as the watchdog or an acquiring
+    thread does for a moment, at the worst time for a fork)."""
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            taken.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert taken.wait(10)
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(10)
+
+
+def _fork(child: Callable[[], bool]) -> int:
+    """Run ``child()`` in a forked child; its exit code (0: it returned True), or -1 when it
+    had not finished within ``CHILD_TIMEOUT`` (it is then killed by its PID)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking a threaded process
+        pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            code = 0 if child() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -1
+
+
+def test_fork_while_a_thread_holds_the_client_locks(server, name):
+    with Client.from_url(server.url) as client:
+        lock = client.lock(name)
+        assert lock.acquire()  # the parent holds it, with a watchdog and a subscriber
+        waiter = client.lock(f"{name}:busy")
+        parent_id = client.id
+
+        def child() -> bool:
+            fresh = client.lock(f"{name}:child")
+            if client.id == parent_id or lock.fencing_token is not None:
+                return False  # the child must have its own id and none of the holds
+            got = fresh.acquire(timeout=2)
+            fresh.release()
+            return got and not waiter.locked() and client._subscriber is None
+
+        with _held(client._state.mutex, client._start_mutex, client._ops):
+            assert _fork(child) == 0
+        lock.release()
+
+
+def test_fork_while_a_thread_holds_the_subscriber_lock(server, name):
+    with Client.from_url(server.url) as client:
+        holder = Client.from_url(server.url)
+        assert holder.lock(name).acquire()
+        waiting = threading.Thread(target=client.lock(name).acquire, kwargs={"timeout": 5})
+        waiting.start()  # a waiter: the subscriber runs
+        deadline = time.monotonic() + 10
+        while client._subscriber is None or not client._subscriber.waiting(
+            client.lock(name)._wait_channel
+        ):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        subscriber = client._subscriber
+
+        def child() -> bool:
+            other = client.lock(f"{name}:child")
+            stats = other.statistics()  # first: asks the subscriber for its local waiters
+            got = other.acquire(timeout=2)
+            other.release()
+            return got and stats.local_waiters == 0
+
+        with _held(subscriber._mutex):
+            assert _fork(child) == 0
+        holder.lock(name).release()
+        waiting.join(10)
+        holder.close()
+
+
+def test_fork_while_a_thread_holds_the_async_client_state(server):
+    client = AsyncClient.from_url(server.url)
+    parent_id = client.id
+    with _held(client._state.mutex):
+        assert _fork(lambda: client.id != parent_id) == 0
