@@ -32,8 +32,8 @@ DEFAULT = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 SLOW = settings(
-    max_examples=60,
-    stateful_step_count=40,
+    max_examples=50,
+    stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )

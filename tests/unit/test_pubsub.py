@@ -93,6 +93,7 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     yield next(sem.try_set_permits(s, 2))
     yield next(sem.add_permits(s, 1))
     yield sem.release_call(s, 1, "r")
+    yield sem.undo_call(s, 1, "r")
     ls = sem.LeaseSemaphoreKeys.for_name("workers", mode)
     permit = sem.new_permit_id()
     yield next(sem.lease_try_set_permits(ls, 2))

@@ -261,6 +261,30 @@ def test_acquire_too_many_raises_and_single_try_does_not_listen() -> None:
     assert finish(once, [core.SHORT, 0, 3]) is False
 
 
+def test_an_abandoned_acquire_is_undone_by_its_request_id() -> None:
+    """The undo names the acquire's receipt (not a fresh release), so it gives back only
+    what that acquire took, once, and stops a late copy of it; the scripts' interfaces."""
+    take = core.acquire_call(SEM, OWNER, 2, "r1", register=False)
+    assert take.undo is not None and take.undo([core.GRANTED, 1, 3]) == core.undo_call(SEM, 2, "r1")
+    undo = core.undo_call(SEM, 2, "r1")
+    assert undo.script is core.SEMAPHORE_UNDO
+    assert (
+        undo.keys
+        == (SEM.name, SEM.channel, SEM.receipt("r1"))
+        == (
+            "jobs",
+            "redisson_sc:{jobs}",
+            take.keys[3],
+        )
+    )
+    assert undo.args == (2, core.RECEIPT_MS, "publish")
+    assert header_arity("semaphore_undo", 1) == (3, 3)
+    assert header_arity("semaphore_acquire", 1) == (4, 4)
+    op = core.acquire(SEM, OWNER, permits=1, timeout=0, request_id="r1")
+    step(op, first=True)
+    assert finish(op, [core.UNDONE, 3, 3]) is False  # given up already: never granted
+
+
 def test_release_reports_over_release_and_unset() -> None:
     op = core.release(SEM, permits=2, request_id="r")
     step(op, first=True)
@@ -433,17 +457,47 @@ def test_renewal_calls_group_by_semaphore_and_batch() -> None:
     assert sorted(p.permit_id for p in seen) == sorted(p.permit_id for p in records)
 
 
+def test_pending_undos_are_kept_until_sent_or_too_old() -> None:
+    table = core.PermitTable()
+    first = table.undo_later(core.undo_call(SEM, 1, "a"), "jobs", 0.0)
+    second = table.undo_later(core.undo_call(SEM, 2, "b"), "jobs", 10.0)
+    assert table.undos_pending == 2
+    assert table.undo_round(5.0) == ([(first, first.call), (second, second.call)], [])
+    table.undo_done(first)
+    assert table.undo_round(5.0) == ([(second, second.call)], [])
+    assert table.undo_round(10.0 + core.UNSURE_FOR + 1) == ([], [second])  # its receipt is gone
+    assert table.undos_pending == 0
+
+
+def test_a_retried_release_sends_the_same_request_id() -> None:
+    table = core.PermitTable()
+    permit = core.new_permit_id()
+    table.granted(LSEM, core.Granted(permit, 30.0, 0.0), watched=True, listener=None)
+    request_id = table.begin_release(permit, 1.0)
+    assert table.watched() == []  # its release's outcome is unknown: not renewed
+    assert table.begin_release(permit, 2.0) == request_id  # the retry: the same request
+    assert table.released(permit) is not None
+    assert table.begin_release(permit, 3.0) != request_id  # a new release: a new request
+    table.released(permit)
+    other = core.new_permit_id()
+    table.granted(LSEM, core.Granted(other, 30.0, 0.0), watched=True, listener=None)
+    table.begin_release(other, 4.0)
+    table.begin_release(permit, 5.0 + core.UNSURE_FOR)  # the other one's is too old now
+    assert table.get(other) is None
+
+
 class PermitTableMachine(RuleBasedStateMachine):
-    """Grants, releases, renewals and failures in any order: a permit is held, lost or
-    forgotten, never two at once; only held, watched, not-releasing permits are renewed;
-    each loss is reported once."""
+    """Grants, releases (some with an unknown outcome), renewals and failures in any order: a
+    permit is held, lost or forgotten, never two at once; only held, watched, not-releasing
+    permits are renewed; a permit whose release's outcome is unknown is never reported lost
+    and its next release sends the same request id; each loss is reported once."""
 
     def __init__(self) -> None:
         super().__init__()
         self.table = core.PermitTable()
         self.now = 0.0
         self.held: dict[str, bool] = {}  # id -> watched
-        self.releasing: set[str] = set()
+        self.releasing: dict[str, tuple[str, float]] = {}  # id -> (request id, first sent)
         self.lost: set[str] = set()
         self.reported: list[str] = []
         self.minted = 0  # deterministic ids: hypothesis replays must draw the same
@@ -460,19 +514,24 @@ class PermitTableMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def begin_release(self, data: st.DataObject) -> None:
         permit = data.draw(st.sampled_from(sorted(self.held)))
-        self.table.begin_release(permit)
-        self.releasing.add(permit)
+        request_id = self.table.begin_release(permit, self.now)
+        for other, (_, sent_at) in list(self.releasing.items()):
+            if other != permit and self.now - sent_at > core.UNSURE_FOR:
+                del self.releasing[other], self.held[other]  # too old: forgotten
+        if permit in self.releasing:  # a retry of a release whose outcome is unknown
+            assert request_id == self.releasing[permit][0]
+        else:
+            self.releasing[permit] = (request_id, self.now)
 
     @precondition(lambda self: self.releasing)
     @rule(data=st.data(), done=st.booleans())
     def end_release(self, data: st.DataObject, done: bool) -> None:
+        """The server answered (``done``), or the reply was lost: the outcome is unknown and
+        the permit stays releasing until a retry tells."""
         permit = data.draw(st.sampled_from(sorted(self.releasing)))
-        self.releasing.discard(permit)
         if done:
             assert self.table.released(permit) is not None
-            del self.held[permit]
-        else:
-            self.table.abort_release(permit)
+            del self.held[permit], self.releasing[permit]
 
     @rule(data=st.data(), elapsed=st.floats(0.0, 20.0))
     def renewal_round(self, data: st.DataObject, elapsed: float) -> None:

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._core import semaphore as core
 from .._core.requests import Call
-from .._core.semaphore import Granted, PermitTable, SemaphoreStatistics
+from .._core.semaphore import Granted, PendingUndo, PermitTable, SemaphoreStatistics
 from .._shell import fork_generation, log
-from .._sync.semaphore import report_lost
-from ..errors import LeaseLostError, LockTimeoutError
+from .._sync.semaphore import report_expired, report_lost
+from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError, RedleaseError
 from ..options import Seconds
-from .client import finish_despite_cancel
+from .client import CANCEL_GRACE, finish_despite_cancel
 
 if TYPE_CHECKING:
     from .client import AsyncClient
@@ -56,8 +56,18 @@ class AsyncSemaphore:
         as long as it takes; ``0``: try once)."""
         count = core.positive_int(permits, "permits")
         wait = core.wait_timeout(timeout)
-        op = core.acquire(self._keys, self.client._owner(), permits=count, timeout=wait)
-        return await self.client._run(op, self.name)
+        request_id = core.new_request_id()
+        op = core.acquire(
+            self._keys, self.client._owner(), permits=count, timeout=wait, request_id=request_id
+        )
+        try:
+            return await self.client._run(op, self.name)
+        except InvalidArgumentError:
+            raise
+        except BaseException:  # the outcome is unknown: it may have taken the permits
+            undo = core.undo_call(self._keys, count, request_id)
+            await keeper(self.client).undo(undo, self.name)
+            raise
 
     async def release(self, permits: int = 1) -> None:
         """Give back ``permits``. ``InvalidArgumentError`` when that would leave more permits
@@ -141,13 +151,22 @@ class AsyncLeaseSemaphore:
         (``None``: wait as long as it takes; ``0``: try once)."""
         wait = core.wait_timeout(timeout)
         chosen = self._lease if lease is None else core.lease_seconds(lease)
+        permit = core.new_permit_id()
         op = core.lease_acquire(
             self._keys,
             self.client._owner(),
             lease=self.client.watchdog_timeout if chosen is None else chosen,
             timeout=wait,
+            permit=permit,
         )
-        granted = await self.client._run(op, self.name)
+        try:
+            granted = await self.client._run(op, self.name)
+        except InvalidArgumentError:
+            raise
+        except BaseException:  # the outcome is unknown: it may hold the permit
+            call = core.lease_release_call(self._keys, permit, core.new_request_id())
+            await keeper(self.client).undo(call, self.name)
+            raise
         if granted is None:
             return None
         keeper(self.client).granted(self._keys, granted, chosen is None, self._on_lease_lost)
@@ -158,18 +177,14 @@ class AsyncLeaseSemaphore:
         first; ``InvalidArgumentError`` for an id that is not a held permit."""
         permit = core.permit_id(permit_id)
         kept = keeper(self.client)
-        kept.table.begin_release(permit)
-        op = core.lease_release(self._keys, permit, request_id=core.new_request_id())
-        try:
-            code = await finish_despite_cancel(
-                self.client._run(op, self.name),
-                lambda code: kept.finish(self._keys, permit, code),
-            )
-        except asyncio.CancelledError:
-            raise  # the release completed (or its outcome is unknown) and was accounted for
-        except BaseException:
-            kept.table.abort_release(permit)  # unknown outcome: keep it; a retry is safe
-            raise
+        request_id = kept.table.begin_release(permit, time.monotonic())
+        # an error leaves the outcome unknown: the permit stays "releasing" (neither renewed
+        # nor reported lost) and a retry sends the same request id, which the server recognises
+        op = core.lease_release(self._keys, permit, request_id=request_id)
+        code = await finish_despite_cancel(
+            self.client._run(op, self.name),
+            lambda code: kept.finish(self._keys, permit, code),
+        )
         error = kept.finish(self._keys, permit, code)
         if error is not None:
             raise error
@@ -274,6 +289,20 @@ class AsyncPermitKeeper:
         ours = self.table.released(permit) is not None
         return core.release_error(keys, permit, code, ours, lost)
 
+    async def undo(self, call: Call, name: str) -> None:
+        """Send an undo now (bounded, even when cancelled); one that cannot reach the server
+        is retried by the watchdog."""
+        client = self._client()
+        if client is None or client._closed:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(client._call(call, name)), CANCEL_GRACE)
+        except (RedleaseError, asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            log.warning("undo of an abandoned request on %r failed, retrying later: %s", name, exc)
+            self.table.undo_later(call, name, time.monotonic())
+            client._state.add_renewal_source(self)
+            client._watch()
+
     def renewed(
         self, keys: core.LeaseSemaphoreKeys, permit: str, ok: bool, sent_at: float
     ) -> Exception | None:
@@ -289,12 +318,19 @@ class AsyncPermitKeeper:
     # --- the watchdog's renewal source ----------------------------------------------------
 
     def renewal_calls(self, lease: float) -> list[tuple[Any, Call]]:
-        return list(PermitTable.calls(self.table.watched(), lease))
+        undos, expired = self.table.undo_round(time.monotonic())
+        report_expired(expired)
+        return [*PermitTable.calls(self.table.watched(), lease), *undos]
 
     def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None:
+        if isinstance(batch, PendingUndo):
+            self.table.undo_done(batch)
+            return
         report_lost(self.table.renewed(batch, reply, sent_at))
 
     def renewal_failed(self, batch: Any, exc: Exception) -> None:
+        if isinstance(batch, PendingUndo):
+            return  # kept: retried next round
         log.warning("lease permit renewal failed: %s", exc)
         client = self._client()
         lease = client.watchdog_timeout if client is not None else 0.0

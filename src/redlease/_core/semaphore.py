@@ -10,7 +10,10 @@ Two kinds, both in Redisson's data layout so that Java and Python clients share 
   is given back by the next caller, so a crashed holder's permits come back by themselves.
 
 Every acquire and release carries a request id (or, for a lease permit, its id) so that a
-request retried after a lost reply takes or gives back nothing twice.
+request retried after a lost reply takes or gives back nothing twice. An acquire that ends in
+an error with its outcome unknown is undone by its request id (``undo_call``): its permits
+come back if it ran, and a late copy of it takes none. An undo that cannot reach the server
+is kept and retried by the client's watchdog (``PermitTable.undo_later``).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ SEMAPHORE_ACQUIRE = Script.load("semaphore_acquire")
 SEMAPHORE_RELEASE = Script.load("semaphore_release")
 SEMAPHORE_STATUS = Script.load("semaphore_status")
 SEMAPHORE_LEAVE = Script.load("semaphore_leave")
+SEMAPHORE_UNDO = Script.load("semaphore_undo")
 LEASE_SEMAPHORE_TRY_SET = Script.load("lease_semaphore_try_set")
 LEASE_SEMAPHORE_ACQUIRE = Script.load("lease_semaphore_acquire")
 LEASE_SEMAPHORE_RELEASE = Script.load("lease_semaphore_release")
@@ -57,6 +61,7 @@ SCRIPTS = (
     SEMAPHORE_RELEASE,
     SEMAPHORE_STATUS,
     SEMAPHORE_LEAVE,
+    SEMAPHORE_UNDO,
     LEASE_SEMAPHORE_TRY_SET,
     LEASE_SEMAPHORE_ACQUIRE,
     LEASE_SEMAPHORE_RELEASE,
@@ -72,6 +77,8 @@ UNKNOWN = 0
 LOST = -1
 TOO_MANY = -2
 NOT_SET = -3
+UNDONE = -4
+"""An acquire's reply: that request was given up (undone) before it reached the server."""
 
 
 # --- arguments ------------------------------------------------------------------------------
@@ -323,6 +330,16 @@ def release_call(keys: SemaphoreKeys, permits: int, request_id: str) -> Call:
     )
 
 
+def undo_call(keys: SemaphoreKeys, permits: int, request_id: str) -> Call:
+    """Give up the acquire ``request_id``: its permits come back if it was granted, and a
+    copy of it that reaches the server later takes none. Safe to send any number of times."""
+    return Call(
+        SEMAPHORE_UNDO,
+        (keys.name, keys.channel, keys.receipt(request_id)),
+        (permits, RECEIPT_MS, keys.pubsub.command),
+    )
+
+
 def acquire_call(
     keys: SemaphoreKeys, owner: str, permits: int, request_id: str, register: bool
 ) -> Call:
@@ -331,7 +348,7 @@ def acquire_call(
 
     def undo(reply: Any) -> Call | None:
         if int(reply[0]) == GRANTED:
-            return release_call(keys, permits, new_request_id())
+            return undo_call(keys, permits, request_id)
         return None
 
     return Call(
@@ -360,7 +377,8 @@ def acquire(
     """Take ``permits`` at once, waiting up to ``timeout`` (``None``: as long as it takes).
 
     One request id serves every try of this call, so a try retried after a lost reply finds
-    its receipt and takes nothing twice.
+    its receipt and takes nothing twice. A caller that sees this raise anything but
+    ``InvalidArgumentError`` sends ``undo_call`` with that request id (the shells do).
     """
     request_id = request_id or new_request_id()
 
@@ -371,6 +389,8 @@ def acquire(
             return True, 0.0
         if code == TOO_MANY:
             raise _too_many(keys.name, permits, int(reply[2]))
+        if code == UNDONE:  # this request id was given up already: it can never be granted
+            return False, 0.0
         return None, math.inf
 
     result = yield from wait_loop(
@@ -622,7 +642,8 @@ class Permit:
     renewed_at: float
     listeners: list[Callable[[LeaseLostError], None]] = field(default_factory=list)
     releasing: bool = False
-    """Set while its release is on the wire, so that renewal does not call it lost."""
+    """Set from when its release is sent until that release's outcome is known (it may have
+    run even if its reply never came), so that renewal neither renews it nor calls it lost."""
 
 
 def lost_error(permit: Permit, why: str) -> LeaseLostError:
@@ -633,9 +654,25 @@ def lost_error(permit: Permit, why: str) -> LeaseLostError:
     )
 
 
+@dataclass(frozen=True, eq=False)
+class PendingUndo:
+    """An undo (or give-back) that could not reach the server: retried until ``until``."""
+
+    call: Call
+    name: str
+    until: float
+
+
+UNSURE_FOR = RECEIPT_MS / 1000
+"""How long a release or an undo whose outcome is unknown is worth retrying: after that its
+receipt is gone and a retry can no longer tell whether it ran."""
+
+
 class PermitTable:
-    """Permits the server granted to this client, by id; and the ones found lost, until their
-    release reports it. Not thread-safe by itself: the sync shell holds a mutex around it.
+    """Permits the server granted to this client, by id; the ones found lost, until their
+    release reports it; the request ids of releases whose outcome is unknown, so that a
+    retried release is the same request; and undos still to be sent. Not thread-safe by
+    itself: the sync shell holds a mutex around it.
 
     Its renewal interface (``calls``, ``renewed``, ``renewal_failed``) is what a client-wide
     watchdog needs from any primitive whose holds it renews.
@@ -644,6 +681,8 @@ class PermitTable:
     def __init__(self) -> None:
         self._permits: dict[str, Permit] = {}
         self._lost: dict[str, LeaseLostError] = {}
+        self._releases: dict[str, tuple[str, float]] = {}  # permit -> (request id, sent at)
+        self._undos: list[PendingUndo] = []
 
     def __len__(self) -> int:
         return len(self._permits)
@@ -670,20 +709,27 @@ class PermitTable:
         self._lost.pop(granted.permit_id, None)
         return record
 
-    def begin_release(self, permit: str) -> Permit | None:
+    def begin_release(self, permit: str, now: float) -> str:
+        """Mark ``permit`` as being released; returns the request id to send: that of an
+        earlier release of it whose outcome is unknown (a retry must be recognised as the same
+        release), else a new one. Until ``released`` it is neither renewed nor reported lost."""
+        for stale, (_, sent_at) in list(self._releases.items()):
+            if now - sent_at > UNSURE_FOR and stale != permit:
+                del self._releases[stale]  # too old to be recognised: resolved by its lease
+                record = self._permits.get(stale)
+                if record is not None and record.releasing:
+                    del self._permits[stale]
         record = self._permits.get(permit)
         if record is not None:
             record.releasing = True
-        return record
-
-    def abort_release(self, permit: str) -> None:
-        record = self._permits.get(permit)
-        if record is not None:
-            record.releasing = False
+        request_id, _ = self._releases.setdefault(permit, (new_request_id(), now))
+        return request_id
 
     def released(self, permit: str) -> Permit | None:
-        """Forget a permit given back (or found gone); returns its record, if it was ours."""
+        """Forget a permit given back (or found gone), once its release's outcome is known;
+        returns its record, if it was ours."""
         self._lost.pop(permit, None)
+        self._releases.pop(permit, None)
         return self._permits.pop(permit, None)
 
     def take_lost(self, permit: str) -> LeaseLostError | None:
@@ -703,6 +749,29 @@ class PermitTable:
     def clear(self) -> None:
         self._permits.clear()
         self._lost.clear()
+        self._releases.clear()
+        self._undos.clear()
+
+    def undo_later(self, call: Call, name: str, now: float) -> PendingUndo:
+        """Keep an undo that could not be sent now, for the watchdog to retry."""
+        pending = PendingUndo(call=call, name=name, until=now + UNSURE_FOR)
+        self._undos.append(pending)
+        return pending
+
+    def undo_round(self, now: float) -> tuple[list[tuple[PendingUndo, Call]], list[PendingUndo]]:
+        """The undos to retry this round, and those dropped now: past their time, they can no
+        longer tell whether their request ran."""
+        expired = [u for u in self._undos if now > u.until]
+        self._undos = [u for u in self._undos if now <= u.until]
+        return [(u, u.call) for u in self._undos], expired
+
+    def undo_done(self, pending: PendingUndo) -> None:
+        self._undos = [u for u in self._undos if u is not pending]
+
+    @property
+    def undos_pending(self) -> int:
+        """Undos still to be sent (0: every abandoned request of this client is resolved)."""
+        return len(self._undos)
 
     @staticmethod
     def calls(permits: Iterable[Permit], lease: float) -> list[tuple[list[Permit], Call]]:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from .._core import semaphore as core
 from .._core.requests import Call
-from .._core.semaphore import Granted, PermitTable, SemaphoreStatistics
+from .._core.semaphore import Granted, PendingUndo, PermitTable, SemaphoreStatistics
 from .._shell import fork_generation, log
-from ..errors import LeaseLostError, LockTimeoutError
+from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError, RedleaseError
 from ..options import Seconds
 
 if TYPE_CHECKING:
@@ -55,8 +55,17 @@ class Semaphore:
         re-check at least every few seconds."""
         count = core.positive_int(permits, "permits")
         wait = core.wait_timeout(timeout)
-        op = core.acquire(self._keys, self.client._owner(), permits=count, timeout=wait)
-        return self.client._run(op, self.name)
+        request_id = core.new_request_id()
+        op = core.acquire(
+            self._keys, self.client._owner(), permits=count, timeout=wait, request_id=request_id
+        )
+        try:
+            return self.client._run(op, self.name)
+        except InvalidArgumentError:
+            raise
+        except BaseException:  # the outcome is unknown: it may have taken the permits
+            keeper(self.client).undo(core.undo_call(self._keys, count, request_id), self.name)
+            raise
 
     def release(self, permits: int = 1) -> None:
         """Give back ``permits``. ``InvalidArgumentError`` when that would leave more permits
@@ -142,13 +151,22 @@ class LeaseSemaphore:
         (``None``: wait as long as it takes; ``0``: try once)."""
         wait = core.wait_timeout(timeout)
         chosen = self._lease if lease is None else core.lease_seconds(lease)
+        permit = core.new_permit_id()
         op = core.lease_acquire(
             self._keys,
             self.client._owner(),
             lease=self.client.watchdog_timeout if chosen is None else chosen,
             timeout=wait,
+            permit=permit,
         )
-        granted = self.client._run(op, self.name)
+        try:
+            granted = self.client._run(op, self.name)
+        except InvalidArgumentError:
+            raise
+        except BaseException:  # the outcome is unknown: it may hold the permit
+            call = core.lease_release_call(self._keys, permit, core.new_request_id())
+            keeper(self.client).undo(call, self.name)
+            raise
         if granted is None:
             return None
         keeper(self.client).granted(self._keys, granted, chosen is None, self._on_lease_lost)
@@ -159,13 +177,12 @@ class LeaseSemaphore:
         first; ``InvalidArgumentError`` for an id that is not a held permit."""
         permit = core.permit_id(permit_id)
         kept = keeper(self.client)
-        kept.begin_release(permit)
-        op = core.lease_release(self._keys, permit, request_id=core.new_request_id())
-        try:
-            code = self.client._run(op, self.name)
-        except BaseException:
-            kept.abort_release(permit)  # unknown outcome: keep it; a retry is safe
-            raise
+        request_id = kept.begin_release(permit)
+        # an error leaves the outcome unknown: the permit stays "releasing" (neither renewed
+        # nor reported lost) and a retry sends the same request id, which the server recognises
+        code = self.client._run(
+            core.lease_release(self._keys, permit, request_id=request_id), self.name
+        )
         error = kept.finish(self._keys, permit, code)
         if error is not None:
             raise error
@@ -266,13 +283,23 @@ class PermitKeeper:
             client._state.add_renewal_source(self)
             client._watch()
 
-    def begin_release(self, permit: str) -> None:
+    def begin_release(self, permit: str) -> str:
         with self.mutex:
-            self.table.begin_release(permit)
+            return self.table.begin_release(permit, time.monotonic())
 
-    def abort_release(self, permit: str) -> None:
-        with self.mutex:
-            self.table.abort_release(permit)
+    def undo(self, call: Call, name: str) -> None:
+        """Send an undo now; one that cannot reach the server is retried by the watchdog."""
+        client = self._client()
+        if client is None or client._closed:
+            return
+        try:
+            client._call(call, name)
+        except RedleaseError as exc:
+            log.warning("undo of an abandoned request on %r failed, retrying later: %s", name, exc)
+            with self.mutex:
+                self.table.undo_later(call, name, time.monotonic())
+            client._state.add_renewal_source(self)
+            client._watch()
 
     def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
         """Forget a released permit; the error its release reports, if any."""
@@ -298,20 +325,39 @@ class PermitKeeper:
 
     def renewal_calls(self, lease: float) -> list[tuple[Any, Call]]:
         with self.mutex:
-            return list(PermitTable.calls(self.table.watched(), lease))
+            undos, expired = self.table.undo_round(time.monotonic())
+            calls = list(PermitTable.calls(self.table.watched(), lease))
+        report_expired(expired)
+        return [*calls, *undos]
 
     def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None:
         with self.mutex:
+            if isinstance(batch, PendingUndo):
+                self.table.undo_done(batch)
+                return
             gone = self.table.renewed(batch, reply, sent_at)
         report_lost(gone)
 
     def renewal_failed(self, batch: Any, exc: Exception) -> None:
+        if isinstance(batch, PendingUndo):
+            return  # kept: retried next round
         log.warning("lease permit renewal failed: %s", exc)
         client = self._client()
         lease = client.watchdog_timeout if client is not None else 0.0
         with self.mutex:
             gone = self.table.renewal_failed(batch, time.monotonic(), lease)
         report_lost(gone)
+
+
+def report_expired(expired: list[PendingUndo]) -> None:
+    """Log the undos given up: their permits may be taken until a lease ends, or for good."""
+    for pending in expired:
+        log.error(
+            "semaphore %r: gave up giving back the permits of an abandoned request (the server "
+            "was unreachable for %.0f s); they may stay taken",
+            pending.name,
+            core.UNSURE_FOR,
+        )
 
 
 def report_lost(gone: list[tuple[core.Permit, LeaseLostError]]) -> None:

@@ -2,7 +2,8 @@
 -- KEYS[1]  semaphore key (permits available now)
 -- KEYS[2]  total permits (see semaphore_try_set.lua)
 -- KEYS[3]  waiters: zset {owner field -> when its registration lapses, ms (server clock)}
--- KEYS[4]  receipt of this request (same hash slot): present once it was granted
+-- KEYS[4]  receipt of this request (same hash slot): '1' once it was granted, '0' once it was
+--          given up (semaphore_undo.lua), which a late copy of it must not outrun
 -- ARGV[1]  permits to take
 -- ARGV[2]  owner field of the caller "<client-id>:<owner-id>"
 -- ARGV[3]  how long the caller's registration as a waiter lasts, ms (0: do not register)
@@ -13,11 +14,15 @@
 --   0 SHORT     not enough permits now (or none were ever set); a registering caller now
 --               counts as a waiter
 --  -2 TOO_MANY  more permits asked than the semaphore has in total: nothing changed
+--  -4 UNDONE    this request was given up before it got here: it takes nothing
 local permits = tonumber(ARGV[1])
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
 local total = tonumber(redis.call('get', KEYS[2]) or '-1')
-if redis.call('exists', KEYS[4]) == 1 then
+local receipt = redis.call('get', KEYS[4])
+if receipt == '1' then
   return {1, available, total}
+elseif receipt then
+  return {-4, available, total}
 end
 if total >= 0 and permits > total then
   return {-2, available, total}
