@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from ._core import lock as core
@@ -31,6 +31,8 @@ class AcquirePlan:
     lease: float | None
     op: Operation[core.Acquired | None]
     started: float
+    gone: list[bool] = field(default_factory=list)
+    """Set (non-empty) when a reply showed the owner's hold gone on the server."""
 
 
 @dataclass(frozen=True)
@@ -96,10 +98,12 @@ class LockBase:
                 wait_id=next_request_id(),
                 fair=self._fair,
                 handover=chosen is None,  # the watchdog lengthens a hand-over's short lease
+                on_gone=lambda: gone.append(True),
             )
 
+        gone: list[bool] = []
         op = self._settled_first(owner, acquire)
-        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
+        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic(), gone=gone)
 
     def _settled_first(self, owner: str, then: Callable[[int], Operation[T]]) -> Operation[T]:
         """Re-send first a release of the owner's whose outcome is unknown (same request id:
@@ -126,7 +130,7 @@ class LockBase:
     def _acquired(self, plan: AcquirePlan, result: core.Acquired | None) -> Lease | None:
         """Record a grant (after the server confirmed it) and describe it."""
         if result is None:
-            self._state.acquire_failed(self.name, plan.owner, plan.started)
+            self._state.acquire_failed(self.name, plan.owner, plan.started, gone=bool(plan.gone))
             return None
         hold = self._state.granted(
             self._keys, plan.owner, result, plan.lease, self._on_lease_lost, plan.started

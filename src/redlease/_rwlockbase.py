@@ -44,10 +44,12 @@ class RwSideBase(LockBase):
                 lease=self._state.watchdog_timeout if chosen is None else chosen,
                 blocking=blocking,
                 timeout=wait,
+                on_gone=lambda: gone.append(True),
             )
 
+        gone: list[bool] = []
         op = self._settled_first(owner, acquire)
-        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
+        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic(), gone=gone)
 
     def _release_op(self, owner: str, hold: Hold) -> Operation[int]:
         assert hold.release_id is not None

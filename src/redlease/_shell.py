@@ -242,13 +242,14 @@ class ClientState:
             )
         return hold
 
-    def acquire_failed(self, name: str, owner: str, started: float) -> None:
-        """Not acquired. A hold the owner still had on record is gone on the server (a
-        re-entry is always granted while the hold lasts), so the record goes too."""
-        with self.mutex:
-            gone = self.holds.drop(name, owner)
-        if gone is not None:
-            self._found_gone(gone)
+    def acquire_failed(self, name: str, owner: str, started: float, *, gone: bool) -> None:
+        """Not acquired. ``gone``: a reply showed the owner's hold gone on the server, so
+        its record goes too (a re-entry given back as too late keeps the outer hold)."""
+        if gone:
+            with self.mutex:
+                dropped = self.holds.drop(name, owner)
+            if dropped is not None:
+                self._found_gone(dropped)
         wait = time.monotonic() - started
         log.debug(
             "lock %r not acquired by owner %s after %.3f s",

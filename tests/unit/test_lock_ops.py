@@ -565,3 +565,19 @@ def test_a_re_entry_that_cannot_know_its_outcome_leaves_nothing_behind() -> None
     op, _ = start(FakeClock(), held=1, blocking=False)
     with pytest.raises(ServerUnavailableError):
         op.throw(ServerUnavailableError("reply lost", address="a", name=KEYS.name))
+
+
+def test_a_hand_over_made_before_the_last_reply_is_only_a_wake_up() -> None:
+    """Its own wait id, but a token no higher than the fence counter the last HELD reply
+    carried: the hand-over was made before that request (its lease may have run out since,
+    and the lock gone to another), so the waiter asks the server."""
+    clock = FakeClock(100.0)
+    op, _ = start(clock, lease=30.0, timeout=60.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 0]), Subscribe)
+    assert_acquire_call(step(op, True), held=0, lease=30.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 80]), WaitWake)  # counter 80: token 80 handed
+    old = Handed(token=77, lease_ms=1000, wait=WAIT)
+    assert_acquire_call(step(op, old), held=0, lease=30.0)
+    assert isinstance(step(op, [HELD, 0, 5000, 80]), WaitWake)
+    acquired = finish(op, Handed(token=81, lease_ms=1000, wait=WAIT))  # made after: a grant
+    assert acquired.token == 81

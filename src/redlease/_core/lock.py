@@ -143,6 +143,7 @@ def acquire(
     fair: bool = False,
     handover: bool = False,
     clock: Callable[[], float] = time.monotonic,
+    on_gone: Callable[[], None] = lambda: None,
 ) -> Operation[Acquired | None]:
     """Try, and while allowed wait for a wake-up and try again; ``None`` when not acquired.
 
@@ -162,13 +163,17 @@ def acquire(
     ``wait_id`` is unique to this call: the server records it in the caller's place in line
     and in a hold it makes for the call, and a hand-over message echoes it, so a message that
     arrives late (after this call got the lock by its own re-check, or gave up) is never taken
-    for a grant by a later call. An owner whose hold is gone on the server (its lease ran
-    out, or it was force-released) takes the lock afresh, as Redisson does; the caller learns
-    it from the count (1) of the hold it gets.
+    for a grant by a later call. Nor is a hand-over made before this call's last request
+    (its lease may have run out although the local check, counted from before that request,
+    passes) or one this call gave back: a grant is taken only with a token above every
+    token and fence counter this call saw in a reply. An owner whose hold is gone on the
+    server (its lease ran out, or it was force-released) takes the lock afresh, as Redisson
+    does; ``on_gone`` is called when a reply shows that.
     """
     deadline = None if timeout is None else clock() + timeout
     leave = leave_call(keys, owner, wait_id)
     corrections = 0  # LOST replies followed so far (bounded)
+    seen = 0  # the highest token or fence counter a reply of this call carried
     turn_wait = TURN_WAIT  # back-off while a free fair lock is another waiter's turn
     # Listening before the first try costs nothing when the channel is already subscribed,
     # and spares a waiter the subscribe-then-retry round trips.
@@ -200,6 +205,7 @@ def acquire(
             continue
         outage.ended()
         code, count, ttl_ms = int(reply[0]), int(reply[1]), int(reply[2])
+        seen = max(seen, int(reply[3]))
         if code == codes.GRANTED:
             # the lease left on the key: less than asked when a retry finds a hand-over
             left = lease if ttl_ms < 0 else min(lease, ttl_ms / 1000)
@@ -219,6 +225,8 @@ def acquire(
                     owner=owner,
                 )
             held = count
+            if count == 0:
+                on_gone()
             continue
         if not blocking:
             return None
@@ -240,7 +248,7 @@ def acquire(
             holder_left = RECHECK if ttl_ms < 0 else max(MIN_WAIT, ttl_ms / 1000)
             turn_wait = TURN_WAIT
         woken = yield WaitWake(min(remaining, holder_left, RECHECK))
-        if isinstance(woken, Handed) and woken.wait == wait_id and held == 0:
+        if isinstance(woken, Handed) and woken.wait == wait_id and woken.token > seen and not held:
             ttl = woken.lease_ms / 1000
             if clock() - sent_at < ttl - drift(ttl):
                 return Acquired(count=1, ttl=ttl, requested_at=sent_at, token=woken.token)

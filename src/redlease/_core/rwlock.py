@@ -273,6 +273,7 @@ def acquire(
     blocking: bool,
     timeout: float | None,
     clock: Callable[[], float] = time.monotonic,
+    on_gone: Callable[[], None] = lambda: None,
 ) -> Operation[Acquired | None]:
     """Take a hold on ``side``; ``None`` when not acquired (``timeout`` ran out, or held and
     not ``blocking``).
@@ -329,6 +330,8 @@ def acquire(
             if corrections > MAX_CORRECTIONS:
                 raise _lost(keys, side, owner, "keeps changing its count")
             held = count
+            if count == 0:
+                on_gone()
             continue
         elif code == UPGRADE:
             raise upgrade_error(keys, owner)

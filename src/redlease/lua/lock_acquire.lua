@@ -21,7 +21,9 @@
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
 --   0 HELD     someone holds it, or it is reserved for the waiter whose turn it is; ttl_ms is
---              its remaining lease (-1: no expiry). A queueing caller now has a place in line.
+--              its remaining lease (-1: no expiry), token the last fencing token handed out
+--              (a hand-over with a token no higher was made before this reply: not for the
+--              caller's wait from now on). A queueing caller now has a place in line.
 --  -1 LOST     the caller believed it held the lock, but its hold is gone
 -- A retried request (the reply was lost, the same request arrives again) finds the count one
 -- above what the caller believes and answers GRANTED without counting a second hold; the
@@ -58,7 +60,7 @@ local function queue_and_wait(ttl)
     redis.call('pexpire', KEYS[2], place_ms)
     redis.call('pexpire', KEYS[3], place_ms)
   end
-  return {0, 0, ttl, 0}
+  return {0, 0, ttl, tonumber(redis.call('get', KEYS[4]) or '0')}
 end
 if count == 0 then
   if redis.call('exists', KEYS[1]) == 1 then
