@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import inspect
+import queue
 import threading
 import time
 import uuid
@@ -224,3 +226,61 @@ def results(futures: Iterable[concurrent.futures.Future[Any]], timeout: float) -
     """The results of background calls, all within ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     return [f.result(max(0.0, deadline - time.monotonic())) for f in futures]
+
+
+class Actor:
+    """Runs an owner's calls one at a time in one thread (sync) or one task on ``loop``
+    (asyncio), so that all of them are made by the same owner of a lock (``Owner.start``
+    makes a task per call: a new owner each time)."""
+
+    def __init__(self, loop: LoopThread | None) -> None:
+        self._loop = loop
+        self._sync: queue.Queue[Any] = queue.Queue()
+        if loop is None:
+            self._thread = threading.Thread(target=self._serve_sync, daemon=True)
+            self._thread.start()
+        else:
+            self._async: asyncio.Queue[Any] = loop.submit(self._new_queue()).result(10)
+            self._task = loop.submit(self._serve_async())
+
+    @staticmethod
+    async def _new_queue() -> asyncio.Queue[Any]:
+        return asyncio.Queue()
+
+    def _serve_sync(self) -> None:
+        while (item := self._sync.get()) is not None:
+            call, future = item
+            try:
+                future.set_result(call())
+            except BaseException as exc:  # handed to the caller
+                future.set_exception(exc)
+
+    async def _serve_async(self) -> None:
+        while (item := await self._async.get()) is not None:
+            call, future = item
+            try:
+                result = call()
+                future.set_result(await result if inspect.isawaitable(result) else result)
+            except BaseException as exc:  # handed to the caller
+                future.set_exception(exc)
+
+    def _put(self, item: Any) -> None:
+        if self._loop is None:
+            self._sync.put(item)
+        else:
+            self._loop.loop.call_soon_threadsafe(self._async.put_nowait, item)
+
+    def start(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._put((call, future))
+        return future
+
+    def run(self, call: Callable[[], Any]) -> Any:
+        return self.start(call).result(CALL_TIMEOUT)
+
+    def stop(self) -> None:
+        self._put(None)
+        if self._loop is None:
+            self._thread.join(10)
+        else:
+            self._task.result(10)

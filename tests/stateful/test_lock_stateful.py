@@ -20,11 +20,7 @@ to run out. After every step the invariants are checked against the server:
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
-import inspect
-import queue
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,23 +41,21 @@ from redlease._sync.subscriber import Subscriber
 from redlease.testing import RedisServer, TcpProxy
 
 from .conftest import DEFAULT, SLOW
-from .helpers import LoopThread, unique_name, wait_until
+from .helpers import CALL_TIMEOUT, Actor, LoopThread, unique_name, wait_until
 
 pytestmark = [pytest.mark.timeout(300)]
 
 OWNERS = 3
 LEASE = 0.3
 """The explicit lease some acquires ask for (left to run out by a rule)."""
-CALL_TIMEOUT = 30.0
 MARGIN = 0.15
 """An explicit lease counts as believed only up to this long before it runs out by the
 owner's clock, so that reading the server just after never races its expiry."""
-STOP = object()
 
 
 class LockOwner:
-    """One owner: one thread, or one task on the loop, running the calls it is given in
-    order; its client's commands go through ``commands``, its wake-ups through ``wakeups``."""
+    """One owner (an ``Actor``: one thread, or one task on the loop) with a client of its
+    own whose commands go through ``commands`` and whose wake-ups go through ``wakeups``."""
 
     def __init__(
         self, server: RedisServer, name: str, *, fair: bool, loop: LoopThread | None
@@ -76,12 +70,7 @@ class LockOwner:
         """Its last call raised with an unknown outcome (settled by its next call)."""
         self.ever_revoked = False
         """A hold of its was force-released behind its back at some point."""
-        if loop is None:
-            self._calls: Any = queue.Queue()
-            threading.Thread(target=self._serve_sync, daemon=True).start()
-        else:
-            self._calls = loop.submit(self._make_queue()).result(10)
-            loop.submit(self._serve_async())
+        self._actor = Actor(loop)
         self.client: Any = self.run(lambda: self._connect(server))
         make = self.client.fair_lock if fair else self.client.lock
         self.lock: Any = make(name, on_lease_lost=self.lost.append)
@@ -96,45 +85,12 @@ class LockOwner:
             client._subscriber = Subscriber(redis.Redis.from_url(self.wakeups.url))
         return client
 
-    @staticmethod
-    async def _make_queue() -> asyncio.Queue[Any]:
-        return asyncio.Queue()
-
     def start(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
         """Have the owner run ``call()`` (awaited if it returns an awaitable)."""
-        done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        if self.loop is None:
-            self._calls.put((call, done))
-        else:
-            self.loop.loop.call_soon_threadsafe(self._calls.put_nowait, (call, done))
-        return done
+        return self._actor.start(call)
 
     def run(self, call: Callable[[], Any]) -> Any:
-        return self.start(call).result(CALL_TIMEOUT)
-
-    def _serve_sync(self) -> None:
-        while True:
-            call, done = self._calls.get()
-            if call is STOP:
-                return
-            try:
-                done.set_result(call())
-            except BaseException as exc:
-                done.set_exception(exc)
-
-    async def _serve_async(self) -> None:
-        while True:
-            call, done = await self._calls.get()
-            if call is STOP:
-                return
-            try:
-                result = call()
-                if inspect.isawaitable(result):
-                    result = await result
-            except BaseException as exc:
-                done.set_exception(exc)
-            else:
-                done.set_result(result)
+        return self._actor.run(call)
 
     # --- what it has on record ------------------------------------------------------------
 
@@ -166,10 +122,7 @@ class LockOwner:
         try:
             self.run(self.client.close)
         finally:
-            if self.loop is None:
-                self._calls.put((STOP, None))
-            else:
-                self.loop.loop.call_soon_threadsafe(self._calls.put_nowait, (STOP, None))
+            self._actor.stop()
             self.commands.close()
             self.wakeups.close()
 

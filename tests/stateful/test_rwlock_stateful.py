@@ -21,11 +21,6 @@ that reaches the server, which must settle it. After every step, against the ser
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import inspect
-import queue
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -45,7 +40,7 @@ from redlease.errors import LockUpgradeError
 from redlease.testing import RedisServer
 
 from .conftest import DEFAULT, SLOW
-from .helpers import CALL_TIMEOUT, LoopThread, World, unique_name, wait_until
+from .helpers import CALL_TIMEOUT, Actor, World, unique_name, wait_until
 
 OWNERS = 3
 owners = st.integers(0, OWNERS - 1)
@@ -58,63 +53,6 @@ SHORT = 0.25
 """Seconds of an explicit lease that a rule lets run out."""
 WAIT = 0.15
 """The timeout of a blocking acquire."""
-
-
-class Actor:
-    """Runs an owner's calls one at a time in one thread (sync) or one task (asyncio), so that
-    all of them are made by the same owner of the lock."""
-
-    def __init__(self, loop: LoopThread | None) -> None:
-        self._loop = loop
-        self._sync: queue.Queue[Any] = queue.Queue()
-        if loop is None:
-            self._thread = threading.Thread(target=self._serve_sync, daemon=True)
-            self._thread.start()
-        else:
-            self._async: asyncio.Queue[Any] = loop.submit(self._new_queue()).result(10)
-            self._task = loop.submit(self._serve_async())
-
-    @staticmethod
-    async def _new_queue() -> asyncio.Queue[Any]:
-        return asyncio.Queue()
-
-    def _serve_sync(self) -> None:
-        while (item := self._sync.get()) is not None:
-            call, future = item
-            try:
-                future.set_result(call())
-            except BaseException as exc:  # handed to the caller
-                future.set_exception(exc)
-
-    async def _serve_async(self) -> None:
-        while (item := await self._async.get()) is not None:
-            call, future = item
-            try:
-                result = call()
-                future.set_result(await result if inspect.isawaitable(result) else result)
-            except BaseException as exc:  # handed to the caller
-                future.set_exception(exc)
-
-    def _put(self, item: Any) -> None:
-        if self._loop is None:
-            self._sync.put(item)
-        else:
-            self._loop.loop.call_soon_threadsafe(self._async.put_nowait, item)
-
-    def start(self, call: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._put((call, future))
-        return future
-
-    def run(self, call: Callable[[], Any]) -> Any:
-        return self.start(call).result(CALL_TIMEOUT)
-
-    def stop(self) -> None:
-        self._put(None)
-        if self._loop is None:
-            self._thread.join(10)
-        else:
-            self._task.result(10)
 
 
 class RwMachine(RuleBasedStateMachine):
