@@ -53,6 +53,25 @@ def to_ms(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
 
 
+class GoneHold:
+    """How one acquire call follows LOST replies (the caller's hold is gone or smaller on the
+    server): it goes on from the server's count, at most ``MAX_CORRECTIONS`` times, and calls
+    ``on_gone`` when the hold is gone entirely."""
+
+    def __init__(self, on_gone: Callable[[], None]) -> None:
+        self._left = MAX_CORRECTIONS
+        self._on_gone = on_gone
+
+    def follow(self, count: int, error: Callable[[], LeaseLostError]) -> int:
+        """The count to go on from; ``error()`` is raised once the count keeps changing."""
+        if self._left == 0:
+            raise error()
+        self._left -= 1
+        if count == 0:
+            self._on_gone()
+        return count
+
+
 @dataclass(frozen=True)
 class Acquired:
     """A granted acquisition: the owner's hold count now and the lease left on the key."""
@@ -172,7 +191,7 @@ def acquire(
     """
     deadline = None if timeout is None else clock() + timeout
     leave = leave_call(keys, owner, wait_id)
-    corrections = 0  # LOST replies followed so far (bounded)
+    gone = GoneHold(on_gone)
     seen = 0  # the highest token or fence counter a reply of this call carried
     turn_wait = TURN_WAIT  # back-off while a free fair lock is another waiter's turn
     # Listening before the first try costs nothing when the channel is already subscribed,
@@ -216,17 +235,14 @@ def acquire(
             yield release_call(keys, owner, count, request_id=uuid.uuid4().hex)
             ttl_ms = 0
         elif code == codes.LOST:
-            # our hold is gone (or smaller) on the server: go on from the server's count
-            corrections += 1
-            if corrections > MAX_CORRECTIONS:
-                raise LeaseLostError(
+            held = gone.follow(
+                count,
+                lambda: LeaseLostError(
                     f"lock {keys.name!r}: owner {owner}'s hold count keeps changing",
                     name=keys.name,
                     owner=owner,
-                )
-            held = count
-            if count == 0:
-                on_gone()
+                ),
+            )
             continue
         if not blocking:
             return None

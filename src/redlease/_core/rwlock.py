@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
 from .backoff import Outage
 from .keys import CLASSIC, PubSub, same_slot_key
-from .lock import MAX_CORRECTIONS, OUTAGE_TOLERANCE, Acquired, Status, drift, to_ms
+from .lock import OUTAGE_TOLERANCE, Acquired, GoneHold, Status, drift, to_ms
 from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .scripts import Script
 from .watchdog import OwnRenewalKeys
@@ -293,7 +293,7 @@ def acquire(
     leave = leave_call(keys, owner) if side == WRITE else None
     subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
-    corrections = 0  # LOST replies followed so far (bounded)
+    gone = GoneHold(on_gone)
     while True:
         sent_at = clock()
         try:
@@ -325,13 +325,7 @@ def acquire(
             yield release_call(keys, side, owner, count, request_id=uuid.uuid4().hex)
             ms = 0
         elif code == LOST:
-            # our hold is gone (or smaller) on the server: go on from the server's count
-            corrections += 1
-            if corrections > MAX_CORRECTIONS:
-                raise _lost(keys, side, owner, "keeps changing its count")
-            held = count
-            if count == 0:
-                on_gone()
+            held = gone.follow(count, lambda: _lost(keys, side, owner, "keeps changing its count"))
             continue
         elif code == UPGRADE:
             raise upgrade_error(keys, owner)
