@@ -146,7 +146,8 @@ class Hold:
     told: bool = False
     killed: bool = False
     release_calls: int = 0
-    """How many times the worker called release (more than one: it got ServerUnavailableError)."""
+    """How many times the worker called release, the inner hold's included (more than one a
+    hold: it got ServerUnavailableError)."""
     reentry: str = "-"
     """Outcome of the re-entrant acquire (reentry-drop): ok, timeout, an error's name, or -."""
 
@@ -309,14 +310,15 @@ def worker_main(
                 hold.fenced = "err"
         hold.end = clock()
         holding[cfg.index] = 0
+        inner_calls = 0
         if inner == "ok":
-            outcome, calls = _release(lock, replica_error)
+            outcome, inner_calls = _release(lock, replica_error)
             if outcome != "ok":
-                hold.release, hold.release_calls = f"inner-{outcome}", calls
+                hold.release = f"inner-{outcome}"
+        outcome, calls = _release(lock, replica_error)  # the outer hold all the same
         if hold.release == "-":
-            hold.release, hold.release_calls = _release(lock, replica_error)
-        else:
-            _release(lock, replica_error)  # the outer hold all the same
+            hold.release = outcome
+        hold.release_calls = inner_calls + calls
         hold.released_at = clock()
         hold.told = told.is_set() or hold.release.endswith("lost")
         emit({"k": "hold", **hold.__dict__})
@@ -900,6 +902,8 @@ class Result:
     false_alarms: int = 0
     release_errors: dict[str, int] = field(default_factory=dict)
     longest_gap: float = 0.0
+    longest_stranded: float = 0.0
+    """The longest stretch with a waiter, no hold and no release call still running."""
     recovery: float | None = None
     kill_recoveries: list[float] = field(default_factory=list)
     dead_held_for: list[float] = field(default_factory=list)
@@ -948,26 +952,32 @@ def _ids(value: bytes | str | None) -> set[str]:
     return set(_text(value).split(",")) if value else set()
 
 
-def longest_gap(holds: Sequence[Hold], fails: Sequence[Fail]) -> float:
-    """The longest stretch in which someone was waiting for the lock and nobody held it."""
+def longest_gap(
+    holds: Sequence[Hold], fails: Sequence[Fail], *, until_released: bool = False
+) -> tuple[float, float]:
+    """The longest stretch in which someone was waiting for the lock and nobody held it, and
+    when it began. With ``until_released`` a hold lasts until its release call returned: the
+    stretch then leaves out a holder still releasing (its replies lost), and is what a retry
+    stranded."""
     events: list[tuple[float, int, int]] = []  # (time, kind 0 hold / 1 wait, +1/-1)
     for h in holds:
         assert h.end is not None
-        events += [(h.start, 0, 1), (h.end, 0, -1), (h.asked, 1, 1), (h.start, 1, -1)]
+        end = h.released_at if until_released and h.released_at is not None else h.end
+        events += [(h.start, 0, 1), (end, 0, -1), (h.asked, 1, 1), (h.start, 1, -1)]
     for f in fails:
         events += [(f.asked, 1, 1), (f.at, 1, -1)]
     events.sort()
     holding = waiting = 0
-    best, since = 0.0, None
+    best, where, since = 0.0, 0.0, None
     for t, kind, delta in events:
-        if since is not None:
-            best = max(best, t - since)
+        if since is not None and t - since > best:
+            best, where = t - since, since
         if kind == 0:
             holding += delta
         else:
             waiting += delta
         since = t if holding == 0 and waiting > 0 else None
-    return best
+    return best, where
 
 
 def _covered_twice(holds: Sequence[Hold]) -> float:
@@ -1045,7 +1055,18 @@ def analyze(run: Run) -> Result:
     for h in holds:
         if h.release not in ("ok", "killed"):
             r.release_errors[h.release] = r.release_errors.get(h.release, 0) + 1
-    r.longest_gap = longest_gap(holds, fails)
+    r.longest_gap, where = longest_gap(holds, fails)
+    r.longest_stranded, _ = longest_gap(holds, fails, until_released=True)
+    before = [h for h in holds if h.end is not None and h.end <= where + 1e-9]
+    if before and r.longest_gap > run.s.lease / 2:
+        last = max(before, key=lambda h: h.end or 0.0)
+        released = (last.released_at or last.end or 0.0) - (last.end or 0.0)
+        r.notes.append(
+            f"the longest no-holder stretch followed hold {last.id}, "
+            f"whose release took {last.release_calls} call(s) and {released:.3f} s "
+            f"({last.release}); stretch after its release returned: "
+            f"{r.longest_stranded:.3f} s"
+        )
     # holds that outlasted their lease with no fault aimed at them: the worker was not
     # scheduled for that long (an overloaded machine pauses processes too)
     aimed = {f.worker for f in run.faults}
@@ -1232,9 +1253,9 @@ def goals(results: Sequence[Result], lease: float) -> list[Goal]:
         errors == 0,
     )
     reentry = [r for r in done if r.scenario.reentrant]
-    worst = max((r.longest_gap for r in reentry), default=math.nan)
+    worst = max((r.longest_stranded for r in reentry), default=math.nan)
     add(
-        "lost re-entry replies strand no lock: longest no-holder stretch under L / 2",
+        "lost re-entry replies strand no lock: no holder, after the release returned, < L / 2",
         reentry,
         f"{_cell(worst)} s",
         worst < lease / 2,
@@ -1278,7 +1299,7 @@ def print_notes(results: Sequence[Result]) -> None:
                 "re-entrant acquires: "
                 + ", ".join(f"{k} {v}" for k, v in sorted(reentries.items()))
             )
-        again = [h for h in r.holds if h.release_calls > 1]
+        again = [h for h in r.holds if h.release_calls > (2 if h.reentry == "ok" else 1)]
         if again:
             outcomes: dict[str, int] = {}
             for h in again:

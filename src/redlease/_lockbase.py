@@ -145,15 +145,24 @@ class LockBase:
             fencing_token=result.token,
         )
 
-    def _plan_release(self, owner: str) -> ReleasePlan:
+    def _plan_release(self, owner: str, *, retry: bool = True) -> ReleasePlan:
+        """Plan the release of one hold. A release whose outcome is unknown (it raised
+        ``ServerUnavailableError``) keeps its request id, so that the server recognises it
+        if it already ran. A ``release()`` call after it (``retry``) is that release sent
+        again; a ``with`` block's exit is not (the failed one was an inner block's): it
+        settles that release first, then releases the block's own hold."""
         hold = self._state.begin_release(self.name, owner)
         if hold is None:
             lost = self._state.take_lost(self.name, owner)
             if lost is not None:
                 raise lost
             raise NotOwnedError(self._not_owned(owner), name=self.name, owner=owner)
-        # a release that failed with an unknown outcome is retried with the same request id,
-        # so the server recognises one it already ran
+        if hold.release_id is not None and not retry:
+            return ReleasePlan(
+                owner=owner,
+                hold=hold,
+                op=self._settled_first(owner, lambda _held: self._plan_release(owner).op),
+            )
         if hold.release_id is None:
             hold.release_id = next_request_id()
         return ReleasePlan(owner=owner, hold=hold, op=self._release_op(owner, hold))

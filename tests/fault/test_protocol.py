@@ -192,6 +192,52 @@ async def test_a_release_with_lost_replies_then_acquire(side, lock_server, name,
     raw.close()
 
 
+@pytest.mark.parametrize("form", ["with", "hold"])
+async def test_an_inner_block_whose_release_lost_replies_then_the_outer_exit(
+    side, lock_server, name, form
+):
+    """``with lock: with lock: ...`` where the inner block's release ran but all its replies
+    were lost: the inner exit raises, the outer exit settles that release (same request id)
+    and then releases its own hold; the lock is free, not left to the outer hold's lease."""
+    raw = _raw(lock_server)
+    with TcpProxy(lock_server) as proxy:
+        client = side.client(proxy.url)
+        owner = Actor(side)
+        lock = client.lock(name)
+
+        def block() -> Any:
+            return lock if form == "with" else lock.hold(timeout=5)
+
+        def drop_inner_release() -> None:
+            assert list(_holders(raw, name).values()) == [2]
+            drops.extend(proxy.drop_next_reply(RELEASE_SHA) for _ in range(2))
+
+        drops: list[Any] = []
+        if side.is_async:
+
+            async def nested() -> None:
+                async with block(), block():
+                    drop_inner_release()
+
+        else:
+
+            def nested() -> None:
+                with block(), block():
+                    drop_inner_release()
+
+        try:
+            with pytest.raises(ServerUnavailableError):
+                await owner.do(nested)
+            assert len(drops) == 2 and all(d.is_set() for d in drops)
+            assert raw.exists(name) == 0, "the outer hold was left on the server"
+            assert await owner.do(lambda: lock.fencing_token) is None
+            with pytest.raises(RuntimeError):  # NotOwnedError: nothing left to release
+                await owner.do(lambda: lock.release())
+        finally:
+            await owner.close()
+    raw.close()
+
+
 async def test_a_lease_that_ran_out_does_not_lock_its_owner_out(side, lock_server, name):
     """Defect 4: Redisson's ``lock(leaseTime)`` without ``unlock()``: once the lease ran out
     the same owner simply takes the lock again, a fresh hold with a new token."""

@@ -67,8 +67,12 @@ class AsyncLock(LockBase):
 
     async def release(self) -> None:
         """Give back one hold. Raises ``NotOwnedError`` when the calling task holds none,
-        ``LeaseLostError`` when its lease was lost meanwhile."""
-        plan = self._plan_release(self.client._owner())
+        ``LeaseLostError`` when its lease was lost meanwhile. After a release that raised
+        ``ServerUnavailableError``, this call is that release sent again."""
+        await self._release(retry=True)
+
+    async def _release(self, *, retry: bool) -> None:
+        plan = self._plan_release(self.client._owner(), retry=retry)
         try:
             remaining = await finish_despite_cancel(
                 self.client._run(plan.op, self.name, self._replication),
@@ -95,7 +99,7 @@ class AsyncLock(LockBase):
         try:
             yield got
         finally:
-            await self.release()
+            await self._release(retry=False)
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock (asks the server)."""
@@ -146,7 +150,7 @@ class AsyncLock(LockBase):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        await self.release()
+        await self._release(retry=False)
 
     def __repr__(self) -> str:
         return f"<redlease.AsyncLock {self.name!r} on {self.client.address}>"

@@ -67,8 +67,12 @@ class Lock(LockBase):
 
     def release(self) -> None:
         """Give back one hold. Raises ``NotOwnedError`` when the calling thread holds none,
-        ``LeaseLostError`` when its lease was lost meanwhile."""
-        plan = self._plan_release(self.client._owner())
+        ``LeaseLostError`` when its lease was lost meanwhile. After a release that raised
+        ``ServerUnavailableError``, this call is that release sent again."""
+        self._release(retry=True)
+
+    def _release(self, *, retry: bool) -> None:
+        plan = self._plan_release(self.client._owner(), retry=retry)
         try:
             remaining = self.client._run(plan.op, self.name, self._replication)
         except BaseException as exc:
@@ -90,7 +94,7 @@ class Lock(LockBase):
         try:
             yield got
         finally:
-            self.release()
+            self._release(retry=False)
 
     def locked(self) -> bool:
         """Whether anyone holds the lock (asks the server)."""
@@ -141,7 +145,7 @@ class Lock(LockBase):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.release()
+        self._release(retry=False)
 
     def __repr__(self) -> str:
         return f"<redlease.Lock {self.name!r} on {self.client.address}>"
