@@ -6,9 +6,11 @@ must not count two holds. Sync and asyncio."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+import redis
 import redis.asyncio.retry
 import redis.backoff
 import redis.retry
@@ -106,3 +108,31 @@ async def test_lost_fenced_write_reply(side, lock_server, name):
         except StaleTokenError:  # pragma: no cover - the failure this test is about
             pytest.fail("a fenced write sent again was refused as stale")
         await side(lock.release())
+
+
+async def test_every_pooled_connection_dead(side, lock_server, name):
+    """A restart or a cut kills every idle connection at once: the first failure closes the
+    other idle ones, so the call's second try opens a fresh connection instead of picking
+    another dead one and raising ``ServerUnavailableError`` for a server that is up."""
+    client = side.client(lock_server.url)
+    locks = [client.lock(f"{name}:{i}") for i in range(6)]
+
+    async def cycles(lock: Any) -> None:
+        for _ in range(20):
+            assert await side(lock.acquire())
+            await side(lock.release())
+            await asyncio.sleep(0)
+
+    if side.is_async:  # several calls in flight at once: several pooled connections
+        await asyncio.gather(*(cycles(lock) for lock in locks))
+    else:
+        await asyncio.gather(*(asyncio.to_thread(asyncio.run, cycles(lock)) for lock in locks))
+    raw = redis.Redis.from_url(lock_server.url)
+    try:
+        assert len(raw.client_list(_type="normal")) >= 3  # the test needs several idle ones
+        raw.client_kill_filter(_type="normal", skipme=True)
+        for lock in locks:
+            assert await side(lock.acquire(blocking=False))
+            await side(lock.release())
+    finally:
+        raw.close()

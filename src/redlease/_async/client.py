@@ -278,10 +278,7 @@ class AsyncClient(ClientBase):
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-        spare, self._spare = self._spare, []
-        if self._spare_generation == fork_generation():
-            for conn in spare:
-                await self.redis.connection_pool.release(conn)
+        await self._drop_idle(None)  # the spares only: the pool closes with its client
         if self._owns_redis:
             await self.redis.aclose()
             for sentinel in self._sentinels:  # the sentinels' clients from_url made
@@ -324,9 +321,24 @@ class AsyncClient(ClientBase):
             except CONNECTION_ERRORS as exc:
                 if attempt == 2:
                     raise unavailable(exc, self.address, name) from exc
+                await self._drop_idle(getattr(self.redis, "connection_pool", None))
             except redis.exceptions.ResponseError as exc:
                 raise wrong_type(exc, name) from exc
         raise AssertionError("unreachable")
+
+    async def _drop_idle(self, pool: Any) -> None:
+        """Close the idle connections: after one failed, the others most likely died with it
+        (a restart, a cut), and the call's second try must not pick another dead one."""
+        if self._spare_generation == fork_generation():
+            while True:
+                try:
+                    conn = self._spare.pop()
+                except IndexError:
+                    break
+                await conn.disconnect()
+                await self.redis.connection_pool.release(conn)
+        if pool is not None:  # None for a RedisCluster (a pool per node) and on close
+            await pool.disconnect(inuse_connections=False)
 
     async def _send(self, call: Call, name: str | None, replication: Replication | None) -> Any:
         if replication is None and self._packer is not None:

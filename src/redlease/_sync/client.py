@@ -277,10 +277,7 @@ class Client(ClientBase):
             watchdog = self._watchdog
         if watchdog is not None:
             watchdog.stop()
-        spare, self._spare = self._spare, []
-        if self._spare_generation == fork_generation():
-            for conn in spare:
-                self.redis.connection_pool.release(conn)
+        self._drop_idle(None)  # the spares only: the pool closes with its client
         if self._owns_redis:
             self.redis.close()
             for sentinel in self._sentinels:  # the sentinels' clients from_url made
@@ -339,9 +336,24 @@ class Client(ClientBase):
             except CONNECTION_ERRORS as exc:
                 if attempt == 2:
                     raise unavailable(exc, self.address, name) from exc
+                self._drop_idle(getattr(via or self.redis, "connection_pool", None))
             except redis.exceptions.ResponseError as exc:
                 raise wrong_type(exc, name) from exc
         raise AssertionError("unreachable")
+
+    def _drop_idle(self, pool: Any) -> None:
+        """Close the idle connections: after one failed, the others most likely died with it
+        (a restart, a cut), and the call's second try must not pick another dead one."""
+        if self._spare_generation == fork_generation():
+            while True:
+                try:
+                    conn = self._spare.pop()
+                except IndexError:
+                    break
+                conn.disconnect()
+                self.redis.connection_pool.release(conn)
+        if pool is not None:  # None for a RedisCluster (a pool per node) and on close
+            pool.disconnect(inuse_connections=False)
 
     def _send(
         self, call: Call, name: str | None, replication: Replication | None, via: redis.Redis
