@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from redlease import AsyncClient, Client
+from redlease._sync import semaphore
 
 CHILD_TIMEOUT = 10.0
 
@@ -121,3 +122,21 @@ def test_fork_while_a_thread_holds_the_async_client_state(server):
     parent_id = client.id
     with _held(client._state.mutex):
         assert _fork(lambda: client.id != parent_id) == 0
+
+
+def test_fork_while_a_thread_holds_the_permit_keepers_lock(server, name):
+    """The table of every client's lease permits has one module-level mutex: a child forked
+    while a parent thread held it takes and gives back a permit all the same."""
+    with Client.from_url(server.url) as client:
+        sem = client.lease_semaphore(name)
+        assert sem.try_set_permits(2)
+        permit = sem.acquire()  # the parent's keeper holds a watched permit
+
+        def child() -> bool:
+            mine = sem.acquire(timeout=2)
+            sem.release(mine)
+            return mine is not None and mine != permit
+
+        with _held(semaphore._keepers_mutex):
+            assert _fork(child) == 0
+        sem.release(permit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import weakref
@@ -373,6 +374,15 @@ def report_lost(gone: list[tuple[core.Permit, LeaseLostError]]) -> None:
 
 _keepers: weakref.WeakKeyDictionary[Client, PermitKeeper] = weakref.WeakKeyDictionary()
 _keepers_mutex = threading.Lock()
+
+
+def _fresh_keepers_mutex() -> None:
+    """A forked child gets a fresh mutex: a thread of the parent may have held this one."""
+    global _keepers_mutex
+    _keepers_mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_keepers_mutex)
 
 
 def keeper(client: Client) -> PermitKeeper:
