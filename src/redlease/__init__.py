@@ -27,11 +27,14 @@ from .errors import (
     LockTimeoutError,
     LockUpgradeError,
     NotOwnedError,
+    PermissionDeniedError,
     QuorumError,
     RedleaseError,
     ReplicaError,
+    ServerError,
     ServerUnavailableError,
     StaleTokenError,
+    WrongTypeError,
 )
 from .stats import Lease, LockStatistics
 
@@ -63,6 +66,7 @@ __all__ = [
     "LockUpgradeError",
     "MultiLock",
     "NotOwnedError",
+    "PermissionDeniedError",
     "QuorumError",
     "ReadLock",
     "ReadWriteLock",
@@ -72,9 +76,11 @@ __all__ = [
     "ReplicaError",
     "Semaphore",
     "SemaphoreStatistics",
+    "ServerError",
     "ServerUnavailableError",
     "StaleTokenError",
     "WriteLock",
+    "WrongTypeError",
     "__version__",
 ]
 

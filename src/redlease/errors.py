@@ -13,11 +13,14 @@ __all__ = [
     "LockTimeoutError",
     "LockUpgradeError",
     "NotOwnedError",
+    "PermissionDeniedError",
     "QuorumError",
     "RedleaseError",
     "ReplicaError",
+    "ServerError",
     "ServerUnavailableError",
     "StaleTokenError",
+    "WrongTypeError",
 ]
 
 
@@ -27,6 +30,35 @@ class RedleaseError(Exception):
 
 class InvalidArgumentError(RedleaseError, ValueError):
     """An argument was out of range or of the wrong kind (empty name, lease <= 0, ...)."""
+
+
+class WrongTypeError(InvalidArgumentError):
+    """A key the call would use holds something else (a string, a list, a hash that is not a
+    lock, ...): nothing was written or deleted. ``name`` is the key, ``key_type`` its type."""
+
+    def __init__(self, message: str, *, name: str | None = None, key_type: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+        self.key_type = key_type
+
+
+class PermissionDeniedError(RedleaseError, PermissionError):
+    """The server refused a command to the client's user (an ACL without it). ``command``
+    names the command (``publish``, ``subscribe``, ``evalsha``, ...)."""
+
+    def __init__(self, message: str, *, command: str = "", name: str | None = None) -> None:
+        super().__init__(message)
+        self.command = command
+        self.name = name
+
+
+class ServerError(RedleaseError, RuntimeError):
+    """The server answered with an error redlease did not expect (the original is the
+    ``__cause__``)."""
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 class ClientClosedError(RedleaseError, RuntimeError):
