@@ -38,7 +38,8 @@ from .cli import (
     connect,
     redact,
 )
-from .errors import LeaseLostError, NotOwnedError, RedleaseError
+from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, RedleaseError
+from .options import lease_seconds, wait_seconds
 
 __all__ = ["RunOptions", "run"]
 
@@ -197,6 +198,7 @@ def quiet_background(url: str) -> Iterator[None]:
 
 def run(url: str, options: RunOptions) -> int:
     """Take the lock, run the command, release; return the exit status (see the module)."""
+    _check_durations(options)
     sup = Supervisor()
     with signals_to(sup.on_signal), quiet_background(url):
         try:
@@ -207,6 +209,17 @@ def run(url: str, options: RunOptions) -> int:
                 f"interrupted by {signal_name(exc.signum)} while waiting for lock {options.name!r}"
             )
             return 128 + exc.signum
+
+
+def _check_durations(options: RunOptions) -> None:
+    """``--lease`` and ``--wait`` as the library takes them (a lease from 10 ms to 10 years),
+    refused as a usage error before anything is sent."""
+    try:
+        if options.lease is not None:
+            lease_seconds(options.lease, "--lease")
+        wait_seconds(options.wait, "--wait")
+    except InvalidArgumentError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _socket_timeout(options: RunOptions) -> float:

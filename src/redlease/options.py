@@ -1,39 +1,75 @@
-"""Validation of user-given times and names: one clear error naming what was wrong."""
+"""Validation of user-given times and names: one clear error naming what was wrong.
+
+The bounds and the checks themselves live in ``_core.limits`` (the core checks its own
+arguments with them too); this module gives them the shapes the clients and primitives use.
+"""
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 
+from ._core import limits
+from ._core.limits import MAX_COUNT, MAX_LEASE, MIN_LEASE
 from ._core.requests import Replication
 from .errors import InvalidArgumentError
 
+__all__ = [
+    "MAX_COUNT",
+    "MAX_LEASE",
+    "MIN_LEASE",
+    "Seconds",
+    "chosen_lease",
+    "lease_seconds",
+    "lock_name",
+    "optional_seconds",
+    "replication",
+    "seconds",
+    "wait_args",
+    "wait_seconds",
+    "window",
+]
+
 Seconds = float | int | timedelta
+
+LEASES = frozenset({"lease", "watchdog_timeout", "handoff_window"})
+"""Durations that are leases: besides the upper bound they must be at least ``MIN_LEASE``."""
 
 
 def seconds(value: Seconds, what: str) -> float:
-    """``value`` as positive, finite seconds (``timedelta`` accepted)."""
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentError(f"{what} must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidArgumentError(f"{what} must be a positive number of seconds, got {value!r}")
-    return float(value)
+    """``value`` as positive, finite seconds (``timedelta`` accepted), at most ``MAX_LEASE``;
+    a lease (``what`` in ``LEASES``: ``lease``, ``watchdog_timeout``) at least ``MIN_LEASE``."""
+    return limits.lease(value, what) if what in LEASES else limits.duration(value, what)
+
+
+def lease_seconds(value: Seconds, what: str = "lease") -> float:
+    """A lease or ``watchdog_timeout``: seconds from ``MIN_LEASE`` (10 ms) to ``MAX_LEASE``
+    (10 years)."""
+    return limits.lease(value, what)
+
+
+def wait_seconds(
+    value: Seconds | None, what: str = "timeout", *, zero: bool = True
+) -> float | None:
+    """A wait: ``None`` (as long as it takes) or finite seconds ``>= 0`` (``zero=False``:
+    ``> 0``), however long."""
+    return limits.wait(value, what, zero=zero)
 
 
 def window(value: Seconds | None, what: str) -> float:
-    """A time window where 0 or ``None`` means off."""
-    if value is None or (not isinstance(value, timedelta) and value == 0):
+    """A time window where 0 or ``None`` means off (else a lease: ``handoff_window`` is the
+    first lease of a waiter handed the lock)."""
+    if value is None or (not isinstance(value, timedelta | bool) and value == 0):
         return 0.0
-    return seconds(value, what)
+    return limits.lease(value, what)
 
 
 def replication(replicas: int, timeout: Seconds) -> Replication | None:
     """Replica-confirmed writes: ``None`` for ``replicas=0``."""
     if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
         raise InvalidArgumentError(f"replicas must be an int >= 0, got {replicas!r}")
-    wait = seconds(timeout, "replica_timeout")
+    if replicas > MAX_COUNT:
+        raise InvalidArgumentError(f"replicas must be at most {MAX_COUNT}, got {replicas}")
+    wait = limits.duration(timeout, "replica_timeout")
     return Replication(replicas, max(1, round(wait * 1000))) if replicas else None
 
 
@@ -57,7 +93,8 @@ def lock_name(name: object) -> str:
 
 def wait_args(blocking: bool, timeout: Seconds | None) -> float | None:
     """Check ``acquire(blocking, timeout)`` as ``threading.Lock.acquire`` would, and stricter:
-    a timeout must be positive (use ``blocking=False`` for a single try)."""
+    a timeout must be positive (use ``blocking=False`` for a single try). Any finite timeout
+    works, however long."""
     if not blocking and timeout is not None:
         raise InvalidArgumentError("a timeout cannot be given with blocking=False")
-    return optional_seconds(timeout, "timeout")
+    return limits.wait(timeout, "timeout", zero=False)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
+from .limits import MIN_PAUSE
+
 
 def full_jitter(attempt: int, *, base: float, cap: float, random: Callable[[], float]) -> float:
     """A delay drawn uniformly from ``[0, min(cap, base * 2**attempt))``."""
@@ -32,7 +34,10 @@ class Outage:
         if not listening or out_of_time or now - self._since >= self._tolerance:
             return None
         self._failures += 1
-        pause = full_jitter(self._failures, base=0.02, cap=0.5, random=random.random)
+        # at least MIN_PAUSE: a random draw near 0 must not make the retry immediate
+        pause = max(
+            MIN_PAUSE, full_jitter(self._failures, base=0.02, cap=0.5, random=random.random)
+        )
         return pause if self._deadline is None else min(pause, self._deadline - now)
 
     def ended(self) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from . import limits
 from .keys import CLASSIC, PubSub, hash_slot, same_slot_key
 from .lock import PLACE_MS
 from .requests import Call, Operation
@@ -36,14 +37,8 @@ NEW_COUNT_MESSAGE = "1"
 
 
 def count_arg(value: object) -> int:
-    """A latch count: an int >= 1 (a latch at zero is simply open: no key)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"count must be an int, got {value!r}")
-    if value <= 0:
-        raise InvalidArgumentError(
-            f"count must be a positive int (a latch at 0 is already open), got {value!r}"
-        )
-    return value
+    """A latch count: an int from 1 to ``MAX_COUNT`` (a latch at zero is simply open: no key)."""
+    return limits.count(value, "count", hint=" (a latch at 0 is already open)")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from ..errors import LeaseLostError, QuorumError, ServerUnavailableError
 from . import codes, lock
 from .backoff import full_jitter
 from .keys import LockKeys
-from .lock import OUTAGE_TOLERANCE, RECHECK, Acquired, Hold, Status, drift, release_call
+from .limits import MIN_PAUSE
+from .lock import MIN_WAIT, OUTAGE_TOLERANCE, RECHECK, Acquired, Hold, Status, drift, release_call
 from .requests import Call, Sleep, WaitWake
 from .watchdog import RenewalPolicy
 
@@ -323,11 +324,14 @@ def acquire(
                 yield Listen(keys.channel, owner, counted.answered)
                 continue  # try at once: a release before the subscription went unheard
             ttls = [ttl for ttl in counted.held.values() if ttl >= 0]
-            holder_left = min(ttls) / 1000 if ttls else RECHECK
+            holder_left = max(MIN_WAIT, min(ttls) / 1000) if ttls else RECHECK
             yield WaitWake(min(remaining, holder_left, RECHECK))
         else:
             backoffs += 1
-            pause = full_jitter(backoffs, base=BACKOFF_BASE, cap=BACKOFF_CAP, random=random)
+            # never a retry with no pause (a draw of 0, or a lease spent by every round trip)
+            pause = max(
+                MIN_PAUSE, full_jitter(backoffs, base=BACKOFF_BASE, cap=BACKOFF_CAP, random=random)
+            )
             yield Sleep(min(remaining, pause))
 
 

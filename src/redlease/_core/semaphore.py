@@ -23,13 +23,14 @@ import time
 import uuid
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
+from . import limits
 from .backoff import Outage
 from .keys import CLASSIC, PubSub, hash_slot, hash_tag, same_slot_key
-from .lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
+from .limits import Pace
+from .lock import FREE_LATE_RETRIES, OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
 from .scripts import Script
 
@@ -94,7 +95,9 @@ def primitive_name(name: object, what: str) -> str:
         name.encode()
     except UnicodeEncodeError:
         raise InvalidArgumentError(f"{what} name {name!r} is not valid text (UTF-8)") from None
-    if "{" in name and hash_tag(name) == name:
+    if ("{" in name and hash_tag(name) == name) or ("}" in name and "{" not in name):
+        # a '}' alone would end the hash tag Redisson's key names wrap the name in: those
+        # keys would hash to another slot than the name
         raise InvalidArgumentError(
             f"{what} name {name!r} has braces that do not form a hash tag; use '{{tag}}' or none"
         )
@@ -102,36 +105,20 @@ def primitive_name(name: object, what: str) -> str:
 
 
 def positive_int(value: object, what: str) -> int:
-    """``value`` as an int >= 1; ``InvalidArgumentError`` naming ``what`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentError(f"{what} must be an int, got {value!r}")
-    if value <= 0:
-        raise InvalidArgumentError(f"{what} must be a positive int, got {value!r}")
-    return value
+    """``value`` as an int from 1 to ``MAX_COUNT``; ``InvalidArgumentError`` naming ``what``
+    otherwise."""
+    return limits.count(value, what)
 
 
 def wait_timeout(value: object) -> float | None:
-    """A wait's ``timeout``: ``None`` (as long as it takes) or seconds >= 0 (0: try once)."""
-    if value is None:
-        return None
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentError(f"timeout must be a number of seconds or None, got {value!r}")
-    if not math.isfinite(value) or value < 0:
-        raise InvalidArgumentError(f"timeout must be None or seconds >= 0, got {value!r}")
-    return float(value)
+    """A wait's ``timeout``: ``None`` (as long as it takes) or seconds >= 0 (0: try once),
+    however long but finite."""
+    return limits.wait(value, "timeout", zero=True)
 
 
 def lease_seconds(value: object) -> float:
-    """A lease: positive, finite seconds (``timedelta`` accepted)."""
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidArgumentError(f"lease must be a number of seconds, got {value!r}")
-    if not math.isfinite(value) or value <= 0:
-        raise InvalidArgumentError(f"lease must be a positive number of seconds, got {value!r}")
-    return float(value)
+    """A lease: seconds from ``MIN_LEASE`` to ``MAX_LEASE`` (``timedelta`` accepted)."""
+    return limits.lease(value, "lease")
 
 
 def permit_id(value: object) -> str:
@@ -262,7 +249,9 @@ def wait_loop(
     """Try, and while time is left wait for a wake-up and try again; ``None`` on timeout.
 
     ``attempt(register)`` is one try: it returns the result (``None``: not yet) and how long
-    until a re-check is worthwhile anyway (``math.inf``: only a wake-up helps). Listening
+    until a re-check is worthwhile anyway (``math.inf``: only a wake-up helps; 0: at once).
+    An attempt that cannot succeed however often it is sent paces itself (see
+    ``lease_acquire``). Listening
     starts before the first try when the client already listens on ``channel``, else after
     the first failed try, which is then repeated at once (a wake-up between the two would be
     missed). Every wait is bounded by the hint, our own deadline and ``RECHECK``, so a lost
@@ -315,10 +304,18 @@ def try_set_permits(keys: SemaphoreKeys, permits: int) -> Operation[bool]:
 
 
 def add_permits(keys: SemaphoreKeys, permits: int) -> Operation[int]:
-    """Add ``permits``; returns the permits available now."""
+    """Add ``permits``; returns the permits available now. ``InvalidArgumentError`` (nothing
+    added) when the available or total permits would pass ``MAX_COUNT``."""
     reply = yield Call(
-        SEMAPHORE_ADD, (keys.name, keys.total, keys.channel), (permits, keys.pubsub.command)
+        SEMAPHORE_ADD,
+        (keys.name, keys.total, keys.channel),
+        (permits, keys.pubsub.command, limits.MAX_COUNT),
     )
+    if len(reply) > 2 and int(reply[2]) == TOO_MANY:
+        raise InvalidArgumentError(
+            f"semaphore {keys.name!r}: add_permits({permits}) would make more than "
+            f"{limits.MAX_COUNT} permits ({int(reply[0])} free now); nothing was added"
+        )
     return int(reply[0])
 
 
@@ -414,6 +411,11 @@ def release(keys: SemaphoreKeys, *, permits: int, request_id: str) -> Operation[
         raise InvalidArgumentError(
             f"semaphore {keys.name!r}: release(permits={permits}) gives back permits that were "
             "never taken: it has no permits set (use try_set_permits or add_permits)"
+        )
+    if code == TOO_MANY and total < 0:
+        raise InvalidArgumentError(
+            f"semaphore {keys.name!r}: release(permits={permits}) would make more than "
+            f"{limits.MAX_COUNT} permits ({available} are free already)"
         )
     if code == TOO_MANY:
         raise InvalidArgumentError(
@@ -527,6 +529,9 @@ def lease_acquire(
     (an expired permit is given back by the next try).
     """
     permit = permit or new_permit_id()
+    deadline = None if timeout is None else clock() + timeout
+    pace = Pace()  # the pause before a retry after grants that came too late
+    late = [0]  # grants in a row that came too late
 
     def attempt(register: bool) -> Generator[Any, Any, tuple[Granted | None, float]]:
         sent_at = clock()
@@ -536,7 +541,14 @@ def lease_acquire(
             if clock() - sent_at < ms / 1000 - drift(lease):
                 return Granted(permit_id=permit, ttl=ms / 1000, requested_at=sent_at), 0.0
             yield lease_release_call(keys, permit, new_request_id())  # too late: give it back
+            late[0] += 1
+            if late[0] > FREE_LATE_RETRIES and register:
+                # our own give-back wakes us at once: pause, more each time (see lock.acquire)
+                remaining = math.inf if deadline is None else deadline - clock()
+                yield Sleep(pace.pause(max(0.0, remaining)))
             return None, 0.0
+        late[0] = 0
+        pace.reset()
         return None, math.inf if ms < 0 else ms / 1000
 
     return (
