@@ -21,6 +21,7 @@ from ._sync.redlock import RedlockClient, RedlockLock
 from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from ._sync.semaphore import LeaseSemaphore, Semaphore
 from .errors import (
+    ArgumentTypeError,
     ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
@@ -39,6 +40,7 @@ from .errors import (
 from .stats import Lease, LockStatistics
 
 __all__ = [
+    "ArgumentTypeError",
     "AsyncClient",
     "AsyncCountDownLatch",
     "AsyncFairLock",

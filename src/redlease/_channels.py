@@ -61,11 +61,12 @@ class Waiter:
 
 
 class Entry:
-    __slots__ = ("confirmed", "idle_since", "rewake", "waiters")
+    __slots__ = ("confirmed", "idle_since", "refusal", "rewake", "waiters")
 
     def __init__(self, confirmed: Any) -> None:
         self.waiters: dict[Waiter, None] = {}  # insertion order: longest waiting first
         self.confirmed: Any = confirmed
+        self.refusal: BaseException | None = None  # the server refused the subscription
         self.idle_since: float | None = None
         self.rewake = False  # wake every waiter once re-subscribed after a reconnect
 
@@ -92,7 +93,10 @@ class ChannelTable:
     def add_if_live(self, waiter: Waiter) -> bool:
         """Register ``waiter`` only if all its channels are already subscribed and confirmed."""
         entries = [self.entries.get(channel) for channel in waiter.channels]
-        if not all(entry is not None and entry.confirmed.is_set() for entry in entries):
+        if not all(
+            entry is not None and entry.confirmed.is_set() and entry.refusal is None
+            for entry in entries
+        ):
             return False
         for entry in entries:
             assert entry is not None
@@ -139,11 +143,22 @@ class ChannelTable:
         entry = self.entries.get(channel)
         if entry is None:
             return
+        entry.refusal = None
         entry.confirmed.set()
         if entry.rewake:
             entry.rewake = False
             for waiter in entry.waiters:
                 waiter.event.set()
+
+    def on_refused(self, channel: str, error: BaseException) -> None:
+        """The server refused to subscribe ``channel`` for good (the user lacks the
+        permission): whoever waits for the subscription is told at once, not after the
+        subscription timeout (the subscriber keeps trying, in case the ACL changes)."""
+        entry = self.entries.get(channel)
+        if entry is None:
+            return
+        entry.refusal = error
+        entry.confirmed.set()
 
     def lost(self, channel: str) -> bool:
         """``channel``'s subscription is gone (its connection failed, its slot moved): an idle
@@ -156,6 +171,7 @@ class ChannelTable:
             del self.entries[channel]
             return False
         entry.confirmed.clear()
+        entry.refusal = None
         entry.rewake = True
         return True
 

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 import redis.exceptions
 
+from ._shell import describe, raise_translated
 from ._sync.client import Client
 from .cli import PROG, CommandError, UsageError, connect
 
@@ -131,10 +132,13 @@ def _shapes(r: redis.Redis, names: Sequence[str]) -> list[LockView | str]:
     """Each name's lock (held or free) or why it is not one, read in one MULTI."""
     if not names:
         return []
-    with r.pipeline(transaction=True) as pipe:
-        for name in names:
-            _probe(pipe, name)
-        replies = pipe.execute(raise_on_error=False)
+    try:
+        with r.pipeline(transaction=True) as pipe:
+            for name in names:
+                _probe(pipe, name)
+            replies = pipe.execute(raise_on_error=False)
+    except redis.exceptions.ResponseError as exc:  # a user the server denies TYPE or HSCAN
+        raise_translated(exc, describe(r), names[0] if len(names) == 1 else None)
     return [_classify(name, *replies[3 * i : 3 * i + 3]) for i, name in enumerate(names)]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from ._core import fence
 from ._core.requests import Operation
 from ._core.watchdog import RenewalPolicy
-from ._shell import HANDOFF_WINDOW, ClientState, describe, is_cluster
+from ._shell import HANDOFF_WINDOW, ClientState, describe, is_cluster, user_of
 from .errors import InvalidArgumentError
 from .events import Listener
 from .options import Seconds, replication, seconds, window
@@ -15,6 +15,25 @@ from .options import Seconds, replication, seconds, window
 CLOSE_GRACE = 5.0
 """How long ``close()`` waits for the calls it stopped to leave their lines and give back
 what was granted to them meanwhile."""
+
+CALL_TIMEOUT = 5.0
+"""Socket timeout (seconds) of a client made by ``from_url`` when none is given: a server
+that stops answering fails a call after this long, on every redis-py version (before 8 the
+default was none: a call could hang for ever). A script answers in milliseconds; a wait for
+replicas adds ``replica_timeout``."""
+
+CONNECT_TIMEOUT = 5.0
+"""Socket connect timeout (seconds) of a client made by ``from_url`` when none is given."""
+
+
+def default_timeouts(redis_kwargs: dict[str, Any], replicas: int, replica_timeout: Any) -> None:
+    """Give ``redis_kwargs`` redlease's socket timeouts where the caller set none (an option
+    in the URL still wins, as in redis-py's ``from_url``)."""
+    if redis_kwargs.get("socket_timeout") is None:
+        extra = seconds(replica_timeout, "replica_timeout") if replicas else 0.0
+        redis_kwargs["socket_timeout"] = CALL_TIMEOUT + extra
+    if redis_kwargs.get("socket_connect_timeout") is None:
+        redis_kwargs["socket_connect_timeout"] = CONNECT_TIMEOUT
 
 
 class ClientBase:
@@ -37,6 +56,7 @@ class ClientBase:
         )
         self._policy = RenewalPolicy(self._state.watchdog_timeout)
         self.address = describe(redis_client)
+        self._user = user_of(redis_client)
         self.cluster = is_cluster(redis_client)
         if self.cluster and self._state.replication is not None:
             raise InvalidArgumentError("replica-confirmed writes are not supported on a cluster")

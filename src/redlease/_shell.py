@@ -10,12 +10,13 @@ import functools
 import itertools
 import logging
 import os
+import re
 import threading
 import time
 import uuid
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 import redis.exceptions
 from redis.backoff import NoBackoff
@@ -27,7 +28,16 @@ from ._core.lock import Acquired, Hold, HoldTable
 from ._core.requests import Call, Replication
 from ._core.watchdog import RenewalPolicy
 from ._urls import sentinel_address
-from .errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
+from .errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    PermissionDeniedError,
+    RedleaseError,
+    ReplicaError,
+    ServerError,
+    ServerUnavailableError,
+    WrongTypeError,
+)
 from .events import Listeners, LockEvent
 
 log = logging.getLogger("redlease")
@@ -580,6 +590,16 @@ def settle_pubsub(
     return None
 
 
+def user_of(client: Any) -> str | None:
+    """The ACL user a redis client logs in as, if it names one (for error messages)."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if kwargs is None:
+        kwargs = getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None)
+    user = (kwargs or {}).get("username")
+    return user if isinstance(user, str) and user else None
+
+
 def describe(client: Any) -> str:
     """``host:port`` of a client (the first startup node of a cluster); never a password."""
     pool = getattr(client, "connection_pool", None)
@@ -620,11 +640,172 @@ def check_replicas(reply: Any, acked: int, replication: Replication, name: str |
     )
 
 
-def wrong_type(exc: BaseException, name: str | None) -> BaseException:
-    """A clear error for a lock name that is a key of another type, else ``exc`` itself."""
-    if "WRONGTYPE" in str(exc):
-        return InvalidArgumentError(f"key {name!r} holds a value that is not a lock")
-    return exc
+_NOPERM = re.compile(
+    r"\bNOPERM\b|\bACL failure in script\b|has no permissions to run|"
+    r"can't publish to the channel|No permissions to access"
+)
+"""The server's words for an ACL refusal: ``NOPERM`` replies, and a command denied inside a
+script (Redis wraps it as "ACL failure in script: ..."; 6.2 as "The user executing the script
+can't publish to the channel ...")."""
+_COMMAND_IN_MESSAGE = re.compile(r"'([^' ]+)' command")
+_USER_IN_MESSAGE = re.compile(r"\bUser (\S+) has no permissions")
+_LUA_WRONGTYPE = re.compile(r"WRONGTYPE redlease: key (.*?) holds an? ([A-Za-z][\w-]*)")
+
+HUNG = (redis.exceptions.TimeoutError, TimeoutError)
+"""A send or read that timed out: the server is there but does not answer (paused, busy)."""
+
+NOT_RETRIED = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError, *HUNG)
+"""Connection errors redlease does not send a call again after: a wrong password or user (a
+second try cannot mend it), or a timeout (a second try would wait as long again: a call is
+bounded by one socket timeout, not several)."""
+
+
+def gives_back(call: Call) -> bool:
+    """Whether ``call`` only gives something back (leaves a line, undoes a grant): after a
+    call of the same operation timed out it is sent in the background, so that the caller's
+    error comes within one socket timeout, and the give-back still happens if the server
+    answers again."""
+    return call.script.name.endswith(("_leave", "_undo"))
+
+
+def timed_out(exc: BaseException) -> bool:
+    """Whether ``exc`` (a ``ServerUnavailableError``) came from a call that timed out."""
+    return isinstance(exc.__cause__, HUNG)
+
+
+class Hung(Exception):
+    """Carries a timed-out send or read past redis-py's ``retry`` (which would wait a whole
+    socket timeout again for each retry); ``error`` is the timeout to raise."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+TRANSLATED = (OSError, redis.exceptions.RedisError, redis.exceptions.RedisClusterException)
+"""What talking to redis can raise that ``translate`` turns into a ``RedleaseError``."""
+
+
+def translate(
+    exc: BaseException,
+    address: str,
+    name: str | None,
+    *,
+    key_type: str = "",
+    user: str | None = None,
+) -> RedleaseError:
+    """The ``RedleaseError`` a raw error of redis-py (or the socket) is reported as; raise it
+    ``from exc`` (see ``raise_translated``). Never ``exc`` itself unless it already is one.
+
+    * an error reply ``NOPERM ...`` (redis-py's ``NoPermissionError``, or a script's error
+      reply in that form): ``PermissionDeniedError`` naming the command (and the user);
+    * a wrong password or user (``AuthenticationError``, ``AuthorizationError``):
+      ``PermissionDeniedError`` with ``command="auth"``: it is not an outage that waiting
+      rides out, and it is a ``PermissionError`` the caller can tell apart;
+    * ``WRONGTYPE``: ``WrongTypeError`` naming the key (and its type when known);
+    * a reply that is not RESP (an HTTP server on the port): ``ServerUnavailableError``
+      saying the server did not answer as Redis does;
+    * unreachable, timed out, a cluster mid-failover or whose layout cannot be read:
+      ``ServerUnavailableError``;
+    * any other error reply: ``ServerError``.
+    """
+    if isinstance(exc, RedleaseError):
+        return exc
+    what = f" for lock {name!r}" if name else ""
+    text = str(exc)
+    if isinstance(exc, redis.exceptions.AuthenticationError | redis.exceptions.AuthorizationError):
+        return PermissionDeniedError(
+            f"redis server {address} refused the client's credentials{what} "
+            f"(check the user and password): {text}",
+            command="auth",
+            name=name,
+        )
+    if is_denied(exc):
+        found = _COMMAND_IN_MESSAGE.search(text)
+        command = found[1].lower() if found else ""
+        found_user = _USER_IN_MESSAGE.search(text)
+        user = found_user[1] if found_user else user
+        who = f"user {user}" if user else "the client's user"
+        doing = f"the {command!r} command" if command else "a command"
+        return PermissionDeniedError(
+            f"redis server {address} does not allow {who} to run {doing}{what}: {text}",
+            command=command,
+            name=name,
+        )
+    if "WRONGTYPE" in text and isinstance(exc, redis.exceptions.ResponseError):
+        lua = _LUA_WRONGTYPE.search(text)
+        if lua:  # a script of redlease's said which key and what it holds
+            said = text[lua.start() + len("WRONGTYPE redlease: ") :]
+            return WrongTypeError(f"{said}{what}", name=lua[1], key_type=lua[2])
+        holds = f"a {key_type}" if key_type else "a value of another type"
+        return WrongTypeError(
+            f"key {name!r} holds {holds}, not a lock or what this call needs: nothing was "
+            "written or deleted",
+            name=name,
+            key_type=key_type,
+        )
+    if isinstance(exc, redis.exceptions.InvalidResponse):
+        return ServerUnavailableError(
+            f"the server at {address} did not answer as Redis does{what} (is it a Redis "
+            f"server? {text})",
+            address=address,
+            name=name,
+        )
+    if isinstance(exc, (*CONNECTION_ERRORS, redis.exceptions.RedisClusterException)):
+        return unavailable(exc, address, name)
+    if isinstance(exc, redis.exceptions.DataError):
+        return InvalidArgumentError(f"redis-py refused an argument{what}: {text}")
+    return ServerError(f"redis server {address} answered with an error{what}: {text}", name=name)
+
+
+def raise_translated(
+    exc: BaseException,
+    address: str,
+    name: str | None,
+    *,
+    key_type: str = "",
+    user: str | None = None,
+) -> NoReturn:
+    """Raise ``translate(exc, ...)`` from ``exc``; never an error that is its own cause."""
+    error = translate(exc, address, name, key_type=key_type, user=user)
+    if error is exc:
+        raise error
+    raise error from exc
+
+
+def is_denied(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server's ``NOPERM`` refusal (an ACL without the command, key
+    or channel)."""
+    return isinstance(exc, redis.exceptions.NoPermissionError) or bool(_NOPERM.search(str(exc)))
+
+
+def subscription_refused(
+    exc: BaseException, address: str, name: str | None, command: str, user: str | None
+) -> RedleaseError:
+    """The error for a waiter whose subscription the server refused with ``exc``: a
+    ``PermissionDeniedError`` naming the subscribe command even when the server named only
+    the channel (an ACL without ``&`` for it)."""
+    error = translate(exc, address, name, user=user)
+    if isinstance(error, PermissionDeniedError) and not error.command:
+        who = f"user {user}" if user else "the client's user"
+        what = f" for lock {name!r}" if name else ""
+        error = PermissionDeniedError(
+            f"redis server {address} does not allow {who} to {command} to the channels a "
+            f"waiter{what} listens on: {exc}",
+            command=command,
+            name=name,
+        )
+    return error
+
+
+def needs_key_type(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis's own WRONGTYPE reply (which does not say the key's type)."""
+    text = str(exc)
+    return (
+        isinstance(exc, redis.exceptions.ResponseError)
+        and "WRONGTYPE" in text
+        and _LUA_WRONGTYPE.search(text) is None
+    )
 
 
 def unavailable(exc: BaseException, address: str, name: str | None) -> ServerUnavailableError:
@@ -632,6 +813,8 @@ def unavailable(exc: BaseException, address: str, name: str | None) -> ServerUna
     why = str(exc)
     if isinstance(exc, redis.exceptions.ClusterError | redis.exceptions.SlotNotCoveredError):
         why = f"{why} (its hash slot is being migrated or failed over)"
+    elif isinstance(exc, redis.exceptions.RedisClusterException):
+        why = f"{why} (the cluster's layout could not be read)"
     return ServerUnavailableError(
         f"redis server {address} unavailable{what}: {why}", address=address, name=name
     )

@@ -40,7 +40,7 @@ import redis
 import redis.sentinel
 from redis.connection import parse_url as _untyped_parse_url
 
-from .errors import InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError
 
 if TYPE_CHECKING:
     import redis.asyncio
@@ -119,6 +119,8 @@ def parse_sentinel_url(url: str) -> SentinelUrl:
         form = f"{_PYTHON_FORM} or {_LETTUCE_FORM}"
         raise bad("not a Sentinel URL scheme")
     tls = _LETTUCE_SCHEMES[scheme] if lettuce else _PYTHON_SCHEMES[scheme]
+    if ambiguous_userinfo(url):
+        raise bad("its user or password holds an unencoded '/', '?' or '#': percent-encode them")
     rest, _, fragment = rest.partition("#")
     rest, _, query = rest.partition("?")
     netloc, _, path = rest.partition("/")
@@ -184,25 +186,113 @@ def sentinel_address(service: str, sentinels: Any) -> str:
     return f"sentinel {service} at {hosts}"
 
 
+def _split_userinfo(rest: str) -> tuple[str, str, str]:
+    """``(userinfo, "@", after)`` of what follows ``scheme://``, or ``("", "", rest)``.
+
+    The userinfo ends at the last ``@`` before the host: a password may hold any character,
+    even an unencoded ``/``, ``?``, ``#``, ``@`` or ``:``. An ``@`` after the first of
+    ``/?#`` still ends the userinfo, unless a ``=`` comes between them (then it is the value
+    of a query option, as in ``?client_name=me@host``)."""
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    at = rest.rfind("@")
+    if at < 0:
+        return "", "", rest
+    if at > end and "=" in rest[end:at]:
+        at = rest.rfind("@", 0, end)  # the '@' is in an option's value
+        if at < 0:
+            return "", "", rest
+    return rest[:at], "@", rest[at + 1 :]
+
+
+def _userinfo_shown(userinfo: str, scheme: str) -> str:
+    """What may be printed of a URL's userinfo: the user (never with ``/?#`` in it, which
+    means the split was not sure), and ``***`` for the password."""
+    user, colon, _ = userinfo.partition(":")
+    if colon:
+        return f"{user}:***" if not any(c in user for c in "/?#") else "***"
+    if scheme.lower() in _LETTUCE_SCHEMES or any(c in user for c in "/?#"):
+        return "***"  # Lettuce's bare ``password@``, or not surely a user
+    return user
+
+
 def masked_url(url: str) -> str:
-    """``url`` with its password and every ``...password=`` option shown as ``***``."""
+    """``url`` with its password and every ``...password=`` option shown as ``***``; found by
+    the URL's structure (``scheme://[user[:password]@]host...``), never by searching the
+    password's text, so an unencoded ``/``, ``?``, ``#``, ``@`` or ``:`` in it is masked too."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         return url
-    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
-    netloc, tail = rest[:end], rest[end:]
-    userinfo, at, hosts = netloc.rpartition("@")
-    if at and userinfo:
-        user, colon, _ = userinfo.partition(":")
-        if colon:
-            netloc = f"{user}:***@{hosts}"
-        elif scheme.lower() in _LETTUCE_SCHEMES:
-            netloc = f"***@{hosts}"
-    head, hash_, fragment = tail.partition("#")
-    path, question, query = head.partition("?")
-    if question:
+    userinfo, at, after = _split_userinfo(rest)
+    netloc_head = f"{_userinfo_shown(userinfo, scheme)}@" if at and userinfo else at
+    end = min((i for i in map(after.find, "/?#") if i >= 0), default=len(after))
+    hosts, tail = after[:end], after[end:]
+    question = tail.find("?")
+    if question >= 0:
+        path, query = tail[:question], tail[question + 1 :]
+        # a password option's value runs to the next '&' ('#' included: it may be in it)
         query = "&".join(_masked_option(pair) for pair in query.split("&"))
-    return f"{scheme}{sep}{netloc}{path}{question}{query}{hash_}{fragment}"
+        tail = f"{path}?{query}"
+    return f"{scheme}{sep}{netloc_head}{hosts}{tail}"
+
+
+def ambiguous_userinfo(url: str) -> bool:
+    """Whether the user or password of ``url`` holds an unencoded ``/``, ``?`` or ``#``:
+    redis-py would take part of the password for the host, port or db."""
+    _, sep, rest = url.partition("://")
+    if not sep:
+        return False
+    userinfo, at, _ = _split_userinfo(rest)
+    return bool(at) and any(c in userinfo for c in "/?#")
+
+
+_SAFE_PARSE_ERRORS = (
+    "Redis URL must specify one of the following schemes",
+    "Port out of range",
+    "Invalid value for ",
+    "Invalid SSL Certificate Requirements Flag",
+)
+"""redis-py's URL errors that never quote a part of the URL's netloc: shown as they are."""
+
+
+def url_error(url: object, exc: BaseException | None = None) -> InvalidArgumentError:
+    """An ``InvalidArgumentError`` for a URL redis-py refused (``exc``), or for one that is
+    not a string: it shows the URL masked and redis-py's message only when that message
+    cannot quote a password."""
+    if not isinstance(url, str):
+        return ArgumentTypeError(f"a Redis URL must be a str, got {type(url).__name__}")
+    shown = masked_url(url)
+    if ambiguous_userinfo(url):
+        why = "its user or password holds an unencoded '/', '?' or '#': percent-encode them"
+        why += " (%2F, %3F, %23)"
+    elif exc is not None and str(exc).startswith(_SAFE_PARSE_ERRORS):
+        why = str(exc)
+    elif exc is not None and "Port" in str(exc):
+        why = "the port is not a number"
+    else:
+        why = "redis-py cannot parse it"
+    return InvalidArgumentError(
+        f"bad Redis URL {shown!r}: {why} (use redis://[[user]:password@]host[:port][/db],"
+        " rediss://..., unix:///path or redis+sentinel://...)"
+    )
+
+
+def checked_url(url: object) -> str:
+    """``url`` if it is a string redis-py can parse into what it says, else ``url_error``.
+    Sentinel URLs are checked by ``parse_sentinel_url``."""
+    if not isinstance(url, str):
+        raise url_error(url)
+    if is_sentinel_url(url):
+        return url
+    if ambiguous_userinfo(url):
+        raise url_error(url)
+    try:
+        _parse_url(url)
+    except (ValueError, TypeError) as exc:
+        error = url_error(url, exc)
+    else:
+        return url
+    raise error  # outside the except: redis-py's error (it may quote the password) is not its
+    # __context__ either
 
 
 def url_secrets(url: str) -> list[str]:

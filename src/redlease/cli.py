@@ -4,7 +4,7 @@
 Errors a user can cause end in one line on stderr, never a traceback: exit 2 for usage errors
 (argparse's convention, and no server given), 1 for runtime errors (server down, wrong
 password). A password in a URL is never printed: commands show ``host:port`` and every message
-is scrubbed of the passwords of every URL on the command line and in ``REDLEASE_URL``.
+shows every URL masked (its password as ``***``, found by the URL's structure).
 
 ``run`` lives in ``_cli_run.py``, ``status``/``list``/``release`` in ``_cli_locks.py``; both
 import from here, and are imported only when their command runs.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import redis.exceptions
 from redis.connection import parse_url as _untyped_parse_url
 
-from ._urls import is_sentinel_url, parse_sentinel_url, url_secrets
+from ._urls import checked_url, is_sentinel_url, masked_url, parse_sentinel_url, url_secrets
 from .errors import RedleaseError
 
 if TYPE_CHECKING:
@@ -75,18 +76,37 @@ def _version() -> str:
 
 
 def secrets_of(url: str) -> list[str]:
-    """The passwords (raw and percent-decoded) in ``url``, to scrub from anything printed:
-    its own, and a Sentinel URL's ``sentinel_password`` (any ``...password=`` option)."""
+    """The passwords (raw and percent-decoded) in ``url``: kept for callers; nothing printed
+    is scrubbed by searching for them (see ``redact``)."""
     return url_secrets(url)
 
 
+_URL_WORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]*")
+
+
 def redact(text: str, url: str | None) -> str:
-    """``text`` with the URL's password (and those of this invocation's URLs) as ``***``."""
-    for each in (url, *_known_urls):
-        if each:
-            for secret in secrets_of(each):
-                text = text.replace(secret, "***")
-    return text
+    """``text`` with every URL in it shown masked (``masked_url``: the password and any
+    ``...password=`` option as ``***``, found by the URL's structure).
+
+    The URLs of this invocation (and ``url``) are replaced whole, longest first, so a
+    password with a space or a quote in it goes with its URL; any other URL-like word is
+    masked where it stands. The password's own text is never searched for: a password such
+    as ``1`` leaves the rest of the message as it is."""
+    known = sorted({u for u in (url, *_known_urls) if u}, key=len, reverse=True)
+    for each in known:
+        masked = masked_url(each)
+        text = text.replace(each, masked)
+        quoted = repr(each)[1:-1]  # as argparse and f"{x!r}" show it
+        if quoted != each:
+            text = text.replace(quoted, masked)
+    return _URL_WORD.sub(_masked_word, text)
+
+
+def _masked_word(match: re.Match[str]) -> str:
+    word = match.group(0)
+    if "[[" in word.partition("@")[0]:
+        return word  # a usage form, as in "redis://[[user]:password@]host[:port]"
+    return masked_url(word)
 
 
 def _scrub(text: str) -> str:
@@ -104,6 +124,7 @@ def address_of(url: str) -> str:
     Redis URL: what is safe to print about it."""
     if is_sentinel_url(url):
         return parse_sentinel_url(url).address
+    checked_url(url)  # InvalidArgumentError (a ValueError) that never quotes the password
     parts = _parse_url(url)
     if "path" in parts:
         return f"unix:{parts['path']}"
@@ -121,11 +142,7 @@ def redis_url(value: str) -> str:
     except ValueError as exc:
         if is_sentinel_url(value):  # the message names what is wrong, password masked
             raise argparse.ArgumentTypeError(redact(str(exc), value)) from None
-        raise argparse.ArgumentTypeError(
-            f"not a Redis URL: {redact(str(exc), value)}"
-            " (use redis://[:password@]host[:port][/db], rediss://..., unix:///path"
-            " or redis+sentinel://host[:port][,host[:port]...]/service[/db])"
-        ) from None
+        raise argparse.ArgumentTypeError(redact(str(exc), value)) from None
     return value
 
 

@@ -7,6 +7,7 @@ and ``except ConnectionError`` work as users expect. Lock errors carry the lock 
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentTypeError",
     "ClientClosedError",
     "InvalidArgumentError",
     "LeaseLostError",
@@ -30,6 +31,11 @@ class RedleaseError(Exception):
 
 class InvalidArgumentError(RedleaseError, ValueError):
     """An argument was out of range or of the wrong kind (empty name, lease <= 0, ...)."""
+
+
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type (a URL that is not a str, a client that is not a redis
+    client): an ``InvalidArgumentError`` that is also the ``TypeError`` Python code expects."""
 
 
 class WrongTypeError(InvalidArgumentError):

@@ -290,3 +290,44 @@ def test_force_release_asks_on_a_terminal(
     assert r.exists(name) == (0 if status == 0 else 1)
     if status == 0:
         assert f"released lock {name}" in out
+
+
+@pytest.mark.parametrize(
+    ("denied", "verb", "user_hash", "command"),
+    [
+        ("-@scripting", "status", False, "evalsha"),
+        ("-@scripting", "run", False, "evalsha"),
+        ("-type", "status", False, "type"),
+        ("-hscan", "status", True, "hscan"),
+        ("-hscan", "run", True, "hscan"),
+    ],
+)
+def test_a_limited_user_is_told_which_command_it_lacks(
+    cli_server: RedisServer,
+    r: redis.Redis,
+    denied: str,
+    verb: str,
+    user_hash: bool,
+    command: str,
+) -> None:
+    """``status`` and ``run`` as a user without scripting, TYPE or HSCAN (which the lock
+    script runs on a hash that may be a user's): one line naming the command, exit 1; never
+    "not a lock" nor "unavailable", and nothing written or deleted."""
+    user = f"limited{uuid.uuid4().hex[:8]}"
+    r.execute_command("ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all", denied)
+    name = f"limited-{uuid.uuid4().hex[:8]}"
+    if user_hash:
+        r.hset(name, "field", "value")
+    url = f"redis://{user}:pw@127.0.0.1:{cli_server.port}"
+    try:
+        done = run_cli(verb, "--url", url, *(["--wait", "1"] if verb == "run" else []), name,
+                       *(["--", "true"] if verb == "run" else []))  # fmt: skip
+        assert done.returncode == 1, done
+        assert_one_line(done.stderr)
+        assert "PermissionDeniedError" in done.stderr
+        assert f"to run the '{command}' command" in done.stderr
+        assert user in done.stderr
+        assert r.hgetall(name) == ({b"field": b"value"} if user_hash else {})
+    finally:
+        r.execute_command("ACL", "DELUSER", user)
+        r.delete(name)

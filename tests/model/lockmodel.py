@@ -241,7 +241,7 @@ def script_acquire(
             # lock_acquire.lua: if redis.call('hget', KEYS[1], 'redlease:handoff') ~= ARGV[2]
             # lock_acquire.lua: or redis.call('hlen', KEYS[1]) ~= 1 then
             if s.handoff != o or hlen(s) != 1:
-                # lock_acquire.lua: return queue_and_wait(redis.call('pttl', KEYS[1]))
+                # lock_acquire.lua: return queue_and_wait(ttl)
                 return queue_and_wait(s)
             # lock_acquire.lua: redis.call('del', KEYS[1])
             s = deleted(s)
@@ -286,10 +286,10 @@ def script_release(
         receipts = list(s.receipts)
         receipts[o] = rid
         s = s._replace(receipts=tuple(receipts))
-        # lock_release.lua: if window > 0 and redis.call('exists', KEYS[4]) == 1 then
+        # lock_release.lua: local line = window > 0 and redis.call('exists', KEYS[4]) == 1
         # (lapsed places are gone from the model's line: dropping them on the way is the same)
         if not s.line:
-            # lock_release.lua: redis.call(ARGV[5], KEYS[2], '0')
+            # lock_release.lua: redis.pcall(ARGV[5], KEYS[2], '0')
             return [(s, (1, 0), None)]
         # lock_release.lua: local head = redis.call('zrange', KEYS[4], 0, 0)[1]
         head, wait, try_ = s.line[0]

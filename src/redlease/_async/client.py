@@ -17,32 +17,40 @@ import redis.asyncio.cluster
 import redis.exceptions
 
 from .._channels import Waiter
-from .._clientbase import CLOSE_GRACE, ClientBase
+from .._clientbase import CLOSE_GRACE, ClientBase, default_timeouts
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._naming import name_maker
 from .._shell import (
     CONNECTION_ERRORS,
     HANDOFF_WINDOW,
+    HUNG,
+    NOT_RETRIED,
     PROBE_ERRORS,
     SHARDED_PROBE,
+    TRANSLATED,
+    Hung,
     RenewalJob,
     TaskOwners,
     check_replicas,
     cluster_node_of,
     fork_generation,
+    gives_back,
     log,
+    needs_key_type,
+    raise_translated,
     renewal_down,
     settle_pubsub,
-    unavailable,
-    wrong_type,
+    timed_out,
 )
-from .._urls import async_sentinel_master, is_sentinel_url
+from .._urls import async_sentinel_master, checked_url, is_sentinel_url
 from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import (
+    ArgumentTypeError,
     ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
+    RedleaseError,
     ReplicaError,
     ServerUnavailableError,
 )
@@ -91,7 +99,7 @@ class AsyncClient(ClientBase):
         replica_timeout: Seconds = 1.0,
     ) -> None:
         if not isinstance(redis_client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster):
-            raise TypeError(
+            raise ArgumentTypeError(
                 "AsyncClient needs a redis.asyncio.Redis or RedisCluster, got "
                 f"{type(redis_client).__name__} (use Client for redis.Redis)"
             )
@@ -131,6 +139,8 @@ class AsyncClient(ClientBase):
         ``cluster=True``, ``redis.asyncio.cluster.RedisCluster.from_url``); a Sentinel URL
         (see ``Client.from_url``) gives one over ``redis.asyncio.sentinel``'s
         ``Sentinel(...).master_for(service)``."""
+        checked_url(url)
+        default_timeouts(redis_kwargs, replicas, replica_timeout)
         sentinels: list[Any] = []
         if is_sentinel_url(url):
             if cluster:
@@ -319,12 +329,25 @@ class AsyncClient(ClientBase):
                     await self._load(call.script)
                     return await self._send(call, name, replication)
             except CONNECTION_ERRORS as exc:
-                if attempt == 2:
-                    raise unavailable(exc, self.address, name) from exc
+                if attempt == 2 or isinstance(exc, NOT_RETRIED):
+                    raise_translated(exc, self.address, name, user=self._user)
                 await self._drop_idle(getattr(self.redis, "connection_pool", None))
-            except redis.exceptions.ResponseError as exc:
-                raise wrong_type(exc, name) from exc
+            except TRANSLATED as exc:
+                key_type = await self._key_type(exc, name)
+                raise_translated(exc, self.address, name, key_type=key_type, user=self._user)
         raise AssertionError("unreachable")
+
+    async def _key_type(self, exc: BaseException, name: str | None) -> str:
+        """The type of the key ``name``, asked only after Redis's own WRONGTYPE reply (which
+        does not say it); "" when it cannot be had."""
+        if name is None or not needs_key_type(exc):
+            return ""
+        try:
+            found = await self.redis.type(name)
+        except Exception:
+            return ""
+        text = found.decode() if isinstance(found, bytes) else str(found)
+        return "" if text in ("none", "hash") else text
 
     async def _drop_idle(self, pool: Any) -> None:
         """Close the idle connections: after one failed, the others most likely died with it
@@ -374,8 +397,11 @@ class AsyncClient(ClientBase):
             conn = await pool.get_connection(*packer.checkout)
 
         async def send() -> Any:
-            await conn.send_packed_command([packed])
-            return await conn.read_response()
+            try:
+                await conn.send_packed_command([packed])
+                return await conn.read_response()
+            except HUNG as exc:  # a hung server: redis-py's retry would only wait again
+                raise Hung(exc) from exc
 
         async def failed(_: Exception) -> None:
             await conn.disconnect()
@@ -385,10 +411,12 @@ class AsyncClient(ClientBase):
         except redis.exceptions.ResponseError:
             spare.append(conn)  # an error reply, read whole: the connection is fine
             raise
-        except BaseException:
+        except BaseException as exc:
             # nothing or half a reply read (or cancelled mid-read): never reuse it as it is
             await conn.disconnect(nowait=True)
             await pool.release(conn)
+            if isinstance(exc, Hung):
+                raise exc.error from None
             raise
         if len(spare) < SPARE_CONNECTIONS:
             spare.append(conn)
@@ -430,6 +458,7 @@ class AsyncClient(ClientBase):
         leave: Call | None = None  # run if the operation is abandoned while in line
         reply: Any = None
         resume = op.send
+        hung: ServerUnavailableError | None = None  # a call of this operation timed out
         try:
             while True:
                 request = resume(reply)
@@ -437,10 +466,18 @@ class AsyncClient(ClientBase):
                 if isinstance(request, Call):
                     if request.undo is not None:
                         self._stop_if_closed(name)  # never take what must be given back
+                    if hung is not None and gives_back(request):
+                        self._give_back_later(request, name)
+                        if request is leave:
+                            leave = None
+                        reply, resume = hung, op.throw
+                        continue
                     try:
                         reply = await self._perform(request, name, replication)
                     except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
+                        if isinstance(exc, ServerUnavailableError) and timed_out(exc):
+                            hung = exc
                     else:
                         if request.undo is not None and self._closed:
                             # granted as the client closed: give it back
@@ -477,9 +514,27 @@ class AsyncClient(ClientBase):
             op.close()
             if waiter is not None and self._subscriber is not None:
                 self._subscriber.unsubscribe(waiter)
-            if leave is not None:
+            if leave is not None and hung is not None:
+                self._give_back_later(leave, name)
+            elif leave is not None:
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.wait_for(asyncio.shield(self._call(leave, name)), CANCEL_GRACE)
+
+    _giving_back: set[asyncio.Task[None]] | None = None
+
+    def _give_back_later(self, call: Call, name: str | None) -> None:
+        """Send a give-back in a task of its own: the server did not answer a call of this
+        operation in time, and the caller's error must not wait for it once more."""
+
+        async def send() -> None:
+            with contextlib.suppress(RedleaseError):
+                await self._call(call, name)
+
+        if self._giving_back is None:
+            self._giving_back = set()
+        task = asyncio.get_running_loop().create_task(send())
+        self._giving_back.add(task)  # keep a reference until it is done
+        task.add_done_callback(self._giving_back.discard)
 
     def _stop_if_closed(self, name: str | None) -> None:
         if self._closed:
@@ -503,7 +558,7 @@ class AsyncClient(ClientBase):
             try:
                 await self.redis.initialize()
             except PROBE_ERRORS as exc:
-                raise unavailable(exc, self.address, name) from exc
+                raise_translated(exc, self.address, name, user=self._user)
 
             async def probe(node: Any) -> BaseException | None:
                 try:
@@ -516,7 +571,7 @@ class AsyncClient(ClientBase):
             answers = list(await asyncio.gather(*(probe(node) for node in nodes)))
             error = settle_pubsub(self._state.pubsub, answers, self.address)
             if error is not None:
-                raise unavailable(error, self.address, name) from error
+                raise_translated(error, self.address, name)
 
     def _watch(self) -> None:
         if self._closed:

@@ -22,6 +22,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from .._channels import Waiter
+from .._clientbase import default_timeouts
 from .._core import redlock as core
 from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
@@ -32,8 +33,17 @@ from .._redlockbase import (
     check_masters,
     renewal_failed,
 )
-from .._shell import CONNECTION_ERRORS, ClientState, TaskOwners, subscriber_kwargs, unavailable
+from .._shell import (
+    CONNECTION_ERRORS,
+    ClientState,
+    TaskOwners,
+    subscriber_kwargs,
+    translate,
+    unavailable,
+)
+from .._urls import checked_url
 from ..errors import (
+    ArgumentTypeError,
     ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
@@ -61,6 +71,13 @@ IO_TIMEOUT = 5.0
 MAX_IDLE = 64
 """Idle fan-out connections kept per master."""
 
+FIRST_CONNECT_GRACE = 1.0
+"""How much longer than ``master_timeout`` a fan-out waits for the first connection to a
+master this process has not reached yet (nor failed to): connection set-up (TCP, HELLO,
+AUTH, TLS) is not counted against ``master_timeout``, so the first call of a fresh process
+is not failed by it against healthy masters; once connected, the reply has
+``master_timeout`` as always. A master that failed, or was reached, gets no grace again."""
+
 FINAL_READ = 0.001
 """A reply read after the deadline still gets this long (it may be in the socket already)."""
 
@@ -82,6 +99,8 @@ class _Master:
         kwargs["retry"] = AsyncRetry(NoBackoff(), 0)  # a fan-out never waits on retries
         self._factory: Callable[[], Any] = lambda: pool.connection_class(**kwargs)
         self._idle: list[Any] = []
+        self.first_contact = True
+        """No connection to this master was ever opened, nor failed to open."""
 
     def take_idle(self) -> Any | None:
         return self._idle.pop() if self._idle else None
@@ -98,7 +117,9 @@ class _Master:
             await asyncio.wait_for(conn.connect(), self._connect_timeout)
         except BaseException:
             _discard(conn)
+            self.first_contact = False
             raise
+        self.first_contact = False
         return conn
 
     def drop_idle(self) -> None:
@@ -152,9 +173,12 @@ class _Round:
         self.out: list[Any] = [None] * len(calls)
         self.flights: dict[int, _Flight] = {}
         self.fresh: dict[int, asyncio.Task[None]] = {}
+        self.ends: dict[int, float] = {}  # when each new-connection task is given up
+        self.timeout = 0.0
         self._packed: dict[tuple[Any, ...], Any] = {}
 
     async def run(self, deadline: float) -> None:
+        self.timeout = max(0.0, deadline - time.monotonic())
         for i, call in enumerate(self.calls):
             if call is not None:
                 skip = 0
@@ -172,9 +196,8 @@ class _Round:
         for i in list(self.flights):
             await self.receive(i, deadline)
         if self.fresh:
-            await asyncio.wait(
-                list(self.fresh.values()), timeout=max(0.0, deadline - time.monotonic())
-            )
+            end = max(self.ends.get(i, deadline) for i in self.fresh)
+            await asyncio.wait(list(self.fresh.values()), timeout=max(0.0, end - time.monotonic()))
 
     def finish(self) -> list[Any]:
         """Give up what has not answered: late (its connection kept for the operation's next
@@ -219,15 +242,25 @@ class _Round:
         return True
 
     def start_fresh(self, i: int, deadline: float) -> None:
-        self.fresh[i] = asyncio.get_running_loop().create_task(self.on_new_connection(i, deadline))
+        first = self.masters[i].first_contact
+        if first:  # connection set-up is not counted against master_timeout (see the grace)
+            self.ends[i] = deadline + FIRST_CONNECT_GRACE + self.timeout
+        task = self.on_new_connection(i, deadline, first=first)
+        self.fresh[i] = asyncio.get_running_loop().create_task(task)
 
-    async def on_new_connection(self, i: int, deadline: float) -> None:
+    async def on_new_connection(self, i: int, deadline: float, *, first: bool = False) -> None:
         master = self.masters[i]
         try:
-            conn = await master.open()
+            if first:
+                bound = max(0.0, deadline + FIRST_CONNECT_GRACE - time.monotonic())
+                conn = await asyncio.wait_for(master.open(), bound)
+            else:
+                conn = await master.open()
         except Exception as exc:
             self.out[i] = unavailable(exc, master.address, self.name)
             return
+        if first:  # the reply gets master_timeout from now
+            deadline = max(deadline, time.monotonic() + self.timeout)
         if await self.send(i, conn, reused=False) and i in self.flights:
             await self.receive(i, deadline)
         # (a round given up meanwhile cancels this task: the connection is then dropped)
@@ -244,7 +277,7 @@ class _Round:
                     timeout=max(FINAL_READ, deadline - time.monotonic())
                 )
             except redis.exceptions.NoScriptError as exc:
-                reply = exc
+                reply = translate(exc, master.address, self.name)
                 if not flight.evaled and not flight.skip:
                     # a restarted master has an empty script cache: EVAL loads it again
                     flight.evaled = True
@@ -263,7 +296,7 @@ class _Round:
                     return
                 reply, reusable = unavailable(exc, master.address, self.name), False
             except redis.exceptions.RedisError as exc:
-                reply = exc  # an error reply: the connection itself is fine
+                reply = translate(exc, master.address, self.name)  # the connection is fine
             if flight.skip and reply is not None and reusable:
                 flight.skip -= 1  # an earlier call's late reply: dropped
                 continue
@@ -324,7 +357,7 @@ class AsyncRedlockClient:
         clients = list(clients)
         for given in clients:
             if not isinstance(given, redis.asyncio.Redis):
-                raise TypeError(
+                raise ArgumentTypeError(
                     "AsyncRedlockClient needs redis.asyncio.Redis clients, got "
                     f"{type(given).__name__} (use RedlockClient for redis.Redis)"
                 )
@@ -352,6 +385,9 @@ class AsyncRedlockClient:
         closed with it."""
         if isinstance(urls, str):
             raise InvalidArgumentError("from_urls needs a list of URLs, one per master")
+        for url in urls:
+            checked_url(url)
+        default_timeouts(redis_kwargs, 0, 0)
         clients = [redis.asyncio.Redis.from_url(url, **redis_kwargs) for url in urls]
         client = cls(clients, watchdog_timeout=watchdog_timeout, master_timeout=master_timeout)
         for master in client._masters:

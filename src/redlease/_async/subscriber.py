@@ -32,10 +32,13 @@ from .._shell import (
     CONNECTION_ERRORS,
     connection_source,
     describe,
+    is_denied,
     log,
     new_subscriber_connection,
     subscriber_route,
+    subscription_refused,
     unavailable,
+    user_of,
 )
 from .._sync.subscriber import LINGER, PLACE_ERRORS, SUBSCRIBE_TIMEOUT, wake_everyone
 from ..errors import ClientClosedError
@@ -73,6 +76,7 @@ class Subscriber:
         self._kinds = SHARDED if sharded else CLASSIC
         self._source = connection_source(client)
         self.address = describe(client)
+        self._user = user_of(client)
         self._table = ChannelTable(asyncio.Event)
         self._links = Links(self._table)
         self._conns: dict[str, Any] = {}  # link -> its connection
@@ -110,6 +114,11 @@ class Subscriber:
             if self._closed:
                 self.unsubscribe(waiter)
                 raise ClientClosedError(name=name)
+            if entry.refusal is not None:
+                self.unsubscribe(waiter)
+                command = self._kinds.subscribe.lower()
+                error = subscription_refused(entry.refusal, self.address, name, command, self._user)
+                raise error from entry.refusal
             if not confirmed:
                 self.unsubscribe(waiter)
                 why = self._last_error or TimeoutError("subscription not confirmed")
@@ -271,6 +280,8 @@ class Subscriber:
                     message = await conn.read_response(**push)
                 except redis.exceptions.ResponseError as exc:  # MOVED, CLUSTERDOWN, ...
                     channel = self._links.refused(link)
+                    if channel is not None and is_denied(exc):
+                        self._table.on_refused(channel, exc)
                     log.debug("subscription on %s refused (%s): %s", link, channel, exc)
                     self._failed(exc)
                     continue

@@ -18,15 +18,19 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._channels import Waiter
-from .._clientbase import CLOSE_GRACE, ClientBase
+from .._clientbase import CLOSE_GRACE, ClientBase, default_timeouts
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._naming import name_maker
 from .._shell import (
     CONNECTION_ERRORS,
     HANDOFF_WINDOW,
+    HUNG,
+    NOT_RETRIED,
     PROBE_ERRORS,
     SHARDED_PROBE,
+    TRANSLATED,
+    Hung,
     RenewalJob,
     ThreadOwners,
     bounded_kwargs,
@@ -34,15 +38,19 @@ from .._shell import (
     cluster_node_of,
     fork_generation,
     fork_safe,
+    gives_back,
     log,
+    needs_key_type,
+    raise_translated,
     renewal_down,
     settle_pubsub,
+    timed_out,
     unavailable,
-    wrong_type,
 )
-from .._urls import is_sentinel_url, sentinel_master
+from .._urls import checked_url, is_sentinel_url, sentinel_master
 from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import (
+    ArgumentTypeError,
     ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
@@ -84,7 +92,7 @@ class Client(ClientBase):
         replica_timeout: Seconds = 1.0,
     ) -> None:
         if not isinstance(redis_client, redis.Redis | redis.cluster.RedisCluster):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"Client needs a redis.Redis or RedisCluster, got {type(redis_client).__name__}"
                 " (use AsyncClient for redis.asyncio)"
             )
@@ -131,6 +139,8 @@ class Client(ClientBase):
         A Sentinel URL (``redis+sentinel://host:26379,host2:26379/service[/db]`` or Lettuce's
         ``redis-sentinel://host:26379,host2:26379[/db]#service``; ``rediss+`` / ``rediss-``
         for TLS) gives a client over ``Sentinel(...).master_for(service)``."""
+        checked_url(url)
+        default_timeouts(redis_kwargs, replicas, replica_timeout)
         sentinels: list[Any] = []
         if is_sentinel_url(url):
             if cluster:
@@ -334,12 +344,25 @@ class Client(ClientBase):
                     self._load(call.script, via or self.redis)
                     return self._send(call, name, replication, via or self.redis)
             except CONNECTION_ERRORS as exc:
-                if attempt == 2:
-                    raise unavailable(exc, self.address, name) from exc
+                if attempt == 2 or isinstance(exc, NOT_RETRIED):
+                    raise_translated(exc, self.address, name, user=self._user)
                 self._drop_idle(getattr(via or self.redis, "connection_pool", None))
-            except redis.exceptions.ResponseError as exc:
-                raise wrong_type(exc, name) from exc
+            except TRANSLATED as exc:
+                key_type = self._key_type(exc, name, via)
+                raise_translated(exc, self.address, name, key_type=key_type, user=self._user)
         raise AssertionError("unreachable")
+
+    def _key_type(self, exc: BaseException, name: str | None, via: redis.Redis | None) -> str:
+        """The type of the key ``name``, asked only after Redis's own WRONGTYPE reply (which
+        does not say it); "" when it cannot be had."""
+        if name is None or not needs_key_type(exc):
+            return ""
+        try:
+            found = (via or self.redis).type(name)
+        except Exception:
+            return ""
+        text = found.decode() if isinstance(found, bytes) else str(found)
+        return "" if text in ("none", "hash") else text
 
     def _drop_idle(self, pool: Any) -> None:
         """Close the idle connections: after one failed, the others most likely died with it
@@ -392,17 +415,22 @@ class Client(ClientBase):
             conn = pool.get_connection(*packer.checkout)
 
         def send() -> Any:
-            conn.send_packed_command([packed])
-            return conn.read_response()
+            try:
+                conn.send_packed_command([packed])
+                return conn.read_response()
+            except HUNG as exc:  # a hung server: redis-py's retry would only wait again
+                raise Hung(exc) from exc
 
         try:
             reply = conn.retry.call_with_retry(send, lambda _: conn.disconnect())
         except redis.exceptions.ResponseError:
             spare.append(conn)  # an error reply, read whole: the connection is fine
             raise
-        except BaseException:
+        except BaseException as exc:
             conn.disconnect()  # nothing or half a reply read: never reuse it as it is
             pool.release(conn)
+            if isinstance(exc, Hung):
+                raise exc.error from None
             raise
         if len(spare) < SPARE_CONNECTIONS:
             spare.append(conn)
@@ -433,6 +461,7 @@ class Client(ClientBase):
         leave: Call | None = None  # run if the operation is abandoned while in line
         reply: Any = None
         resume = op.send
+        hung: ServerUnavailableError | None = None  # a call of this operation timed out
         try:
             while True:
                 request = resume(reply)
@@ -440,10 +469,18 @@ class Client(ClientBase):
                 if isinstance(request, Call):
                     if request.undo is not None:
                         self._stop_if_closed(name)  # never take what must be given back
+                    if hung is not None and gives_back(request):
+                        self._give_back_later(request, name)
+                        if request is leave:
+                            leave = None
+                        reply, resume = hung, op.throw
+                        continue
                     try:
                         reply = self._call(request, name, replication)
                     except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
+                        if isinstance(exc, ServerUnavailableError) and timed_out(exc):
+                            hung = exc
                     else:
                         if request.undo is not None and self._closed:
                             # granted as the client closed: give it back
@@ -480,9 +517,21 @@ class Client(ClientBase):
             op.close()
             if waiter is not None and self._subscriber is not None:
                 self._subscriber.unsubscribe(waiter)
-            if leave is not None:
+            if leave is not None and hung is not None:
+                self._give_back_later(leave, name)
+            elif leave is not None:
                 with contextlib.suppress(RedleaseError):
                     self._call(leave, name)
+
+    def _give_back_later(self, call: Call, name: str | None) -> None:
+        """Send a give-back in a thread of its own: the server did not answer a call of this
+        operation in time, and the caller's error must not wait for it once more."""
+
+        def send() -> None:
+            with contextlib.suppress(RedleaseError):
+                self._call(call, name)
+
+        threading.Thread(target=send, name="redlease-give-back", daemon=True).start()
 
     def _stop_if_closed(self, name: str | None) -> None:
         if self._closed:
@@ -510,7 +559,7 @@ class Client(ClientBase):
                     answers.append(None)
             error = settle_pubsub(self._state.pubsub, answers, self.address)
             if error is not None:
-                raise unavailable(error, self.address, name) from error
+                raise_translated(error, self.address, name)
 
     def _watch(self) -> None:
         with self._start_mutex:

@@ -30,6 +30,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._channels import Waiter
+from .._clientbase import default_timeouts
 from .._core import redlock as core
 from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
@@ -40,8 +41,17 @@ from .._redlockbase import (
     check_masters,
     renewal_failed,
 )
-from .._shell import CONNECTION_ERRORS, ClientState, ThreadOwners, subscriber_kwargs, unavailable
+from .._shell import (
+    CONNECTION_ERRORS,
+    ClientState,
+    ThreadOwners,
+    subscriber_kwargs,
+    translate,
+    unavailable,
+)
+from .._urls import checked_url
 from ..errors import (
+    ArgumentTypeError,
     ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
@@ -65,6 +75,13 @@ MAX_CONNECTING = 4
 
 MAX_IDLE = 64
 """Idle fan-out connections kept per master."""
+
+FIRST_CONNECT_GRACE = 1.0
+"""How much longer than ``master_timeout`` a fan-out waits for the first connection to a
+master this process has not reached yet (nor failed to): connection set-up (a thread, TCP,
+HELLO, AUTH, TLS) is not counted against ``master_timeout``, so the first call of a fresh
+process is not failed by it against healthy masters; once connected, the reply has
+``master_timeout`` as always. A master that failed, or was reached, gets no grace again."""
 
 CONNECT_POLL = 0.002
 """How often a fan-out that waits for a new connection looks whether it is there."""
@@ -90,6 +107,7 @@ class _Master:
         self._connecting = 0
         self._failures = 0
         self._error: BaseException | None = None
+        self._reached = False
         self._mutex = threading.Lock()
 
     def take_idle(self) -> Any | None:
@@ -103,6 +121,11 @@ class _Master:
                 return
         with contextlib.suppress(Exception):
             conn.disconnect()
+
+    @property
+    def first_contact(self) -> bool:
+        """Whether no connection to this master was ever opened, nor failed to open."""
+        return not self._reached and self._failures == 0
 
     @property
     def failures(self) -> int:
@@ -141,6 +164,7 @@ class _Master:
             return
         with self._mutex:
             self._connecting -= 1
+            self._reached = True
         self.give(conn)
 
     def drop_idle(self) -> None:
@@ -239,7 +263,7 @@ class RedlockClient:
         clients = list(clients)
         for given in clients:
             if not isinstance(given, redis.Redis):
-                raise TypeError(
+                raise ArgumentTypeError(
                     f"RedlockClient needs redis.Redis clients, got {type(given).__name__}"
                     " (use AsyncRedlockClient for redis.asyncio)"
                 )
@@ -270,6 +294,9 @@ class RedlockClient:
         with it."""
         if isinstance(urls, str):
             raise InvalidArgumentError("from_urls needs a list of URLs, one per master")
+        for url in urls:
+            checked_url(url)
+        default_timeouts(redis_kwargs, 0, 0)
         clients = [redis.Redis.from_url(url, **redis_kwargs) for url in urls]
         try:
             client = cls(clients, watchdog_timeout=watchdog_timeout, master_timeout=master_timeout)
@@ -507,9 +534,13 @@ class _Round:
         self.out: list[Any] = [None] * len(calls)
         self.flights: dict[int, _Flight] = {}
         self.waiting: dict[int, int] = {}  # master -> connection-failure mark when it began
+        self.first: set[int] = set()  # masters waiting for their first connection ever
+        self.own_end: dict[int, float] = {}  # their replies' deadlines, once sent
+        self.timeout = 0.0
         self._packed: dict[tuple[Any, ...], Any] = {}
 
     def run(self, deadline: float) -> list[Any]:
+        self.timeout = max(0.0, deadline - time.monotonic())
         try:
             for i, call in enumerate(self.calls):
                 if call is None:
@@ -528,7 +559,7 @@ class _Round:
             # a master waits for a new connection (or answered late): poll them all
             while self.flights or self.waiting:
                 progressed = self.connected()
-                remaining = deadline - time.monotonic()
+                remaining = self.end(deadline) - time.monotonic()
                 wait = 0.0 if progressed else max(0.0, remaining)
                 if self.waiting:
                     wait = min(wait, CONNECT_POLL)
@@ -546,6 +577,14 @@ class _Round:
             for i in self.waiting:
                 self.out[i] = self.client._late(i, self.name, "could not be connected to")
         return self.out
+
+    def end(self, deadline: float) -> float:
+        """When the round gives up: at ``deadline``, or later for a master's first connection
+        (``FIRST_CONNECT_GRACE``) and then its reply (``master_timeout`` from sending)."""
+        ends = [deadline]
+        ends += [self.own_end[i] for i in self.flights if i in self.own_end]
+        ends += [deadline + FIRST_CONNECT_GRACE for i in self.waiting if i in self.first]
+        return max(ends)
 
     def readable(self, timeout: float) -> list[int]:
         """The masters whose reply can be read, waiting up to ``timeout`` for one (one
@@ -586,6 +625,8 @@ class _Round:
             conn = master.take_idle()
             if conn is not None:
                 del self.waiting[i]
+                if i in self.first:
+                    self.own_end[i] = time.monotonic() + self.timeout
                 self.dispatch(i, conn, reused=False)
                 progressed = True
             elif (error := master.failed_since(mark)) is not None:
@@ -603,6 +644,8 @@ class _Round:
         assert call is not None
         if conn is None:
             self.waiting[i] = master.failures
+            if master.first_contact:
+                self.first.add(i)
             master.request_connection(self.client._helpers())
             return
         try:
@@ -634,7 +677,7 @@ class _Round:
             if flight.evaled:
                 del self.flights[i]
                 master.give(conn)
-                self.out[i] = exc
+                self.out[i] = translate(exc, master.address, self.name)
                 return True
             # a restarted master has an empty script cache: EVAL loads it again
             try:
@@ -659,7 +702,7 @@ class _Round:
         except redis.exceptions.RedisError as exc:
             del self.flights[i]
             master.give(conn)  # an error reply: the connection itself is fine
-            self.out[i] = exc
+            self.out[i] = translate(exc, master.address, self.name)
             return True
         del self.flights[i]
         master.give(conn)

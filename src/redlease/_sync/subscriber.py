@@ -34,10 +34,13 @@ from .._shell import (
     CONNECTION_ERRORS,
     connection_source,
     describe,
+    is_denied,
     log,
     new_subscriber_connection,
     subscriber_route,
+    subscription_refused,
     unavailable,
+    user_of,
 )
 from ..errors import ClientClosedError
 
@@ -78,6 +81,7 @@ class Subscriber:
         self._kinds = SHARDED if sharded else CLASSIC
         self._source = connection_source(client)
         self.address = describe(client)
+        self._user = user_of(client)
         self._mutex = threading.Lock()
         self._table = ChannelTable(threading.Event)
         self._links = Links(self._table)
@@ -113,6 +117,11 @@ class Subscriber:
             if self._closed:
                 self.unsubscribe(waiter)
                 raise ClientClosedError(name=name)
+            if entry.refusal is not None:
+                self.unsubscribe(waiter)
+                command = self._kinds.subscribe.lower()
+                error = subscription_refused(entry.refusal, self.address, name, command, self._user)
+                raise error from entry.refusal
             if not confirmed:
                 self.unsubscribe(waiter)
                 why = self._last_error or TimeoutError("subscription not confirmed")
@@ -300,6 +309,8 @@ class Subscriber:
             except redis.exceptions.ResponseError as exc:  # MOVED, CLUSTERDOWN, ...
                 with self._mutex:
                     channel = self._links.refused(link)
+                    if channel is not None and is_denied(exc):
+                        self._table.on_refused(channel, exc)
                 log.debug("subscription on %s refused (%s): %s", link, channel, exc)
                 self._failed(exc)
                 continue

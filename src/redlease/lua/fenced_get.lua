@@ -7,6 +7,11 @@
 -- Reply    {code, seen, value}
 --   1 READ   value is the resource's value (nil when it has none); seen is now the token
 --   0 STALE  a newer holder already read or wrote it: nothing changed; seen is the higher token
+-- A resource that holds another type than a string: WRONGTYPE error, the token is not recorded.
+local kind = redis.call('type', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE redlease: key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a string')
+end
 local token = tonumber(ARGV[1])
 local seen = tonumber(redis.call('get', KEYS[2]) or '0')
 if token < seen then

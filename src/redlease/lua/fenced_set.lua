@@ -7,6 +7,11 @@
 -- Reply    {code, seen}
 --   1 WRITTEN  the value was set; seen is now the writer's token
 --   0 STALE    a newer holder already wrote: nothing changed; seen is the higher token
+-- A resource that holds another type than a string is never overwritten: WRONGTYPE error.
+local kind = redis.call('type', KEYS[1]).ok
+if kind ~= 'none' and kind ~= 'string' then
+  return redis.error_reply('WRONGTYPE redlease: key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a string')
+end
 local token = tonumber(ARGV[1])
 local seen = tonumber(redis.call('get', KEYS[2]) or '0')
 if token < seen then

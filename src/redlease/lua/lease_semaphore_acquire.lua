@@ -15,6 +15,8 @@
 --   0 SHORT    no permit is free; ms is the time until the soonest lease ends (-1: none held).
 --              A registering caller now counts as a waiter.
 -- At most 100 expired leases are given back per call (bounded work; the rest on the next one).
+-- The wake-up it publishes is a hint, sent by pcall: a user the server does not let publish
+-- still gets this done (waiters re-check on their own within 5 s).
 if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[5] must be publish or spublish')
 end
@@ -28,7 +30,7 @@ local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now_ms, 'limit', 0,
 if #expired > 0 then
   redis.call('zrem', KEYS[2], unpack(expired))
   local value = redis.call('incrby', KEYS[1], #expired)
-  redis.call(ARGV[5], KEYS[3], value)
+  redis.pcall(ARGV[5], KEYS[3], value)
 end
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
 local lease = tonumber(ARGV[2])

@@ -9,6 +9,8 @@
 -- Reply    array of n integers: 1 renewed (or already longer), 0 gone (released, or its lease
 --          had run out: then it is given back now and the new count published)
 -- A renewal never adds a permit, so it cannot revive a released one, and never shortens a lease.
+-- The wake-up it publishes is a hint, sent by pcall: a user the server does not let publish
+-- still gets this done (waiters re-check on their own within 5 s).
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end
@@ -26,7 +28,7 @@ for i = 3, #ARGV do
   else
     if score then
       redis.call('zrem', KEYS[2], ARGV[i])
-      redis.call(ARGV[2], KEYS[3], redis.call('incrby', KEYS[1], 1))
+      redis.pcall(ARGV[2], KEYS[3], redis.call('incrby', KEYS[1], 1))
     end
     out[i - 2] = 0
   end

@@ -67,7 +67,19 @@ if count == 0 then
     -- a released lock may be reserved (field "redlease:handoff") for the first waiter in line
     if redis.call('hget', KEYS[1], 'redlease:handoff') ~= ARGV[2]
         or redis.call('hlen', KEYS[1]) ~= 1 then
-      return queue_and_wait(redis.call('pttl', KEYS[1]))
+      local ttl = redis.call('pttl', KEYS[1])
+      if ttl == -1 then -- a lock always has a lease: a hash without one may be a user's
+        local fields = redis.call('hscan', KEYS[1], 0, 'COUNT', 64)
+        for i = 1, #fields[2], 2 do
+          local f = fields[2][i]
+          if fields[1] ~= '0' or (string.sub(f, 1, 9) ~= 'redlease:'
+              and not string.match(f, '^%x+%-%x+%-%x+%-%x+%-%x+:%d+$')) then
+            return redis.error_reply('WRONGTYPE redlease: key ' .. KEYS[1]
+              .. ' holds a hash, not a lock')
+          end
+        end
+      end
+      return queue_and_wait(ttl)
     end
     redis.call('del', KEYS[1])
   elseif ARGV[5] == '1' and redis.call('exists', KEYS[2]) == 1 then

@@ -12,6 +12,8 @@
 --          outer hold of a re-entering owner, nor a hold of a later call that this request,
 --          delivered late, would otherwise free
 -- Reply    1 when a reservation or a hand-over to the waiter was given back, else 0
+-- The wake-up it publishes is a hint, sent by pcall: a user the server does not let publish
+-- still gets this done (waiters re-check on their own within 5 s).
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end
@@ -22,7 +24,7 @@ local handed = redis.call('hget', KEYS[1], ARGV[1]) == '1'
 if handed or (redis.call('hget', KEYS[1], 'redlease:handoff') == ARGV[1]
     and redis.call('hlen', KEYS[1]) == 1) then
   redis.call('del', KEYS[1])
-  redis.call(ARGV[2], KEYS[2], '0')
+  redis.pcall(ARGV[2], KEYS[2], '0')
   return 1
 end
 return 0

@@ -46,9 +46,19 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
     redis.call('hset', KEYS[1], ARGV[1], expected - 1)
     return {1, expected - 1}
   end
-  redis.call('del', KEYS[1])
+  -- a final release publishes: a user the server does not let publish (on the unlock
+  -- channel, or on the waiters' channels when some wait) is refused before any change
+  -- (Redis >= 7, Valkey; Redis 6.2 has no redis.acl_check_cmd)
   local window = tonumber(ARGV[4])
-  if window > 0 and redis.call('exists', KEYS[4]) == 1 then
+  local line = window > 0 and redis.call('exists', KEYS[4]) == 1
+  if redis.acl_check_cmd and not (redis.acl_check_cmd(ARGV[5], KEYS[2], '0')
+      and (not line or redis.acl_check_cmd(ARGV[5], ARGV[6], '0'))) then
+    return redis.error_reply("NOPERM this user has no permissions to run the '" .. ARGV[5] .. "' command")
+  end
+  -- (on Redis 6.2 the wake-up below is sent by pcall: a denied one leaves the release done and
+  -- the waiters to re-check on their own, within 5 s, never a lock deleted and an error told)
+  redis.call('del', KEYS[1])
+  if line then
     local now = redis.call('time')
     local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
     for _ = 1, 16 do -- bounded: lapsed places are dropped as they are met
@@ -72,7 +82,7 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
           redis.call('hset', KEYS[1], 'redlease:handoff', head)
         end
         redis.call('pexpire', KEYS[1], window)
-        redis.call(ARGV[5], ARGV[6] .. (string.match(head, '^(.*):') or head), message)
+        redis.pcall(ARGV[5], ARGV[6] .. (string.match(head, '^(.*):') or head), message)
         redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
         return {1, 0}
       end
@@ -80,7 +90,7 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
       redis.call('hdel', KEYS[5], head)
     end
   end
-  redis.call(ARGV[5], KEYS[2], '0')
+  redis.pcall(ARGV[5], KEYS[2], '0')
   redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
   return {1, 0}
 end

@@ -9,6 +9,8 @@
 -- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    1 when the waiter was first in line, else 0
+-- The wake-up it publishes is a hint, sent by pcall: a user the server does not let publish
+-- still gets this done (waiters re-check on their own within 5 s).
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end
@@ -41,9 +43,9 @@ local writing = tonumber(redis.call('hget', KEYS[1], 'deadline') or '0') > now
 local head = first()
 if not head then
   if not writing then
-    redis.call(ARGV[2], KEYS[5], '1')
+    redis.pcall(ARGV[2], KEYS[5], '1')
   end
 elseif not writing and redis.call('zcount', KEYS[2], after, '+inf') == 0 then
-  redis.call(ARGV[2], KEYS[5], head)
+  redis.pcall(ARGV[2], KEYS[5], head)
 end
 return 1

@@ -9,10 +9,17 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    {code, available, total}; total is -1 when unknown
 --   1 RELEASED  done; a retry of a request that already ran answers RELEASED and changes nothing
---  -2 TOO_MANY  the count would exceed the total: more given back than taken; nothing changed
+--  -2 TOO_MANY  the count would exceed the total (more given back than taken), or, with the
+--               total unknown, 2^53 - 1 (limits.MAX_COUNT: counts are compared as Lua numbers,
+--               exact up to there); nothing changed
 --  -3 NOT_SET   the semaphore has no permits at all (never set): nothing was taken; unchanged
 if ARGV[3] ~= 'publish' and ARGV[3] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[3] must be publish or spublish')
+end
+-- a user the server does not let publish is refused before any change (Redis >= 7, Valkey;
+-- Redis 6.2 cannot check: there the wake-up, a hint sent by pcall, is skipped if denied)
+if redis.acl_check_cmd and not redis.acl_check_cmd(ARGV[3], KEYS[3], '0') then
+  return redis.error_reply("NOPERM this user has no permissions to run the '" .. ARGV[3] .. "' command")
 end
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
 local total = tonumber(redis.call('get', KEYS[2]) or '-1')
@@ -23,10 +30,10 @@ if total < 0 and redis.call('exists', KEYS[1]) == 0 then
   return {-3, 0, -1}
 end
 local permits = tonumber(ARGV[1])
-if total >= 0 and available + permits > total then
+if (total >= 0 and available + permits > total) or available + permits > 9007199254740991 then
   return {-2, available, total}
 end
 available = redis.call('incrby', KEYS[1], permits)
 redis.call('set', KEYS[4], 1, 'px', ARGV[2])
-redis.call(ARGV[3], KEYS[3], available)
+redis.pcall(ARGV[3], KEYS[3], available)
 return {1, available, total}

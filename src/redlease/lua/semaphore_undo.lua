@@ -10,6 +10,8 @@
 -- Reply    {code, available}
 --   1 UNDONE   the acquire had been granted: its permits are back
 --   0 NOTHING  it never ran (a late copy now takes nothing) or was undone before: unchanged
+-- The wake-up it publishes is a hint, sent by pcall: a user the server does not let publish
+-- still gets this done (waiters re-check on their own within 5 s).
 if ARGV[3] ~= 'publish' and ARGV[3] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[3] must be publish or spublish')
 end
@@ -20,5 +22,5 @@ if receipt ~= '1' or redis.call('exists', KEYS[1]) == 0 then
   return {0, available}
 end
 available = redis.call('incrby', KEYS[1], ARGV[1])
-redis.call(ARGV[3], KEYS[2], available)
+redis.pcall(ARGV[3], KEYS[2], available)
 return {1, available}
