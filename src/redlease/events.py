@@ -44,8 +44,15 @@ class Listeners:
     """A client's listeners; thread-safe to add to while events are being sent."""
 
     def __init__(self) -> None:
+        from ._shell import fork_safe  # (_shell imports this module)
+
         self._mutex = threading.Lock()
         self._listeners: tuple[Listener, ...] = ()
+        fork_safe(self)
+
+    def _fresh_after_fork(self) -> None:
+        """In a forked child: a fresh mutex (a parent thread may have held it at the fork)."""
+        self._mutex = threading.Lock()
 
     def add(self, listener: Listener) -> None:
         with self._mutex:

@@ -52,11 +52,8 @@ async def test_a_waiter_without_subscribe_is_told_at_once_and_leaves_the_line(
     assert raw.zcard(f"redlease:queue:{{{name}}}") == 0  # it left the line
     await side(holder.release())
     assert await side(lock.acquire(blocking=False))  # a lock it need not wait for works
-    if denied == "-subscribe":
-        await side(lock.release())
-        assert raw.exists(name) == 0
-    elif private_server.binary.version_tuple < (7,):  # no check in a script: it is released
-        await side(lock.release())
+    if denied == "-subscribe" or private_server.binary.version_tuple < (7,):
+        await side(lock.release())  # (Redis 6.2 cannot check PUBLISH in a script: released)
         assert raw.exists(name) == 0
     else:  # it may publish on no channel: its final release is refused, and changes nothing
         with pytest.raises(PermissionDeniedError) as info:

@@ -140,3 +140,15 @@ def test_fork_while_a_thread_holds_the_permit_keepers_lock(server, name):
         with _held(semaphore._keepers_mutex):
             assert _fork(child) == 0
         sem.release(permit)
+
+
+def test_fork_while_a_thread_holds_the_listeners_lock(server):
+    """A child forked while a parent thread was adding an event listener adds its own."""
+    with Client.from_url(server.url) as client:
+
+        def child() -> bool:
+            client.add_listener(lambda event: None)
+            return True
+
+        with _held(client._state.listeners._mutex):
+            assert _fork(child) == 0
