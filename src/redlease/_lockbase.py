@@ -67,8 +67,8 @@ class LockBase:
             raise InvalidArgumentError(str(exc)) from None
         if cluster and hash_slot(self._keys.channel) != hash_slot(name):
             raise InvalidArgumentError(
-                f"lock name {name!r}: on a cluster a name cannot carry a hash tag of its own "
-                "('{...}'), because Redisson's unlock channel for it would hash elsewhere"
+                f"lock name {name!r}: on a cluster a name's braces must form a hash tag "
+                "('{tag}...'), or Redisson's unlock channel for it would hash elsewhere"
             )
         self._lease = optional_seconds(lease, "lease")
         self._on_lease_lost = on_lease_lost

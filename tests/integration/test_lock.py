@@ -65,10 +65,15 @@ async def test_works_whatever_the_redis_client_options(side, server, name, redis
         raw.close()
 
 
-async def test_redisson_data_layout(side, server, name):
+@pytest.mark.parametrize("tagged", [False, True], ids=["plain", "own-hash-tag"])
+async def test_redisson_data_layout(side, server, name, tagged):
+    # Redisson's channel is prefixName("redisson_lock__channel", name): braces are added only
+    # when the name has none, so "{order}:42" publishes on "redisson_lock__channel:{order}:42"
+    name = f"{{{name}}}:42" if tagged else name
+    channel = f"redisson_lock__channel:{name}" if tagged else f"redisson_lock__channel:{{{name}}}"
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     pubsub = raw.pubsub()
-    pubsub.subscribe(f"redisson_lock__channel:{{{name}}}")
+    pubsub.subscribe(channel)
     pubsub.get_message(timeout=5)  # subscribe confirmation
     client = side.client(server.url, handoff_window=0)  # exactly Redisson's behaviour
     lock = client.lock(name)
@@ -180,7 +185,10 @@ async def test_a_waiter_that_gives_up_leaves_the_line(side, server, name):
     await side(waiter.release())
 
 
-async def test_excludes_a_redisson_holder_and_wakes_on_its_unlock(side, server, name):
+@pytest.mark.parametrize("tagged", [False, True], ids=["plain", "own-hash-tag"])
+async def test_excludes_a_redisson_holder_and_wakes_on_its_unlock(side, server, name, tagged):
+    name = f"{{{name}}}:42" if tagged else name
+    channel = f"redisson_lock__channel:{name}" if tagged else f"redisson_lock__channel:{{{name}}}"
     raw = redis.Redis.from_url(server.url)
     # what Redisson writes for a Java thread holding the lock
     raw.hset(name, "5d1a3c4e-0000-4000-8000-000000000000:1", 1)
@@ -189,10 +197,15 @@ async def test_excludes_a_redisson_holder_and_wakes_on_its_unlock(side, server, 
     lock = client.lock(name)
     assert not await side(lock.acquire(blocking=False))
 
+    heard: list[int] = []
+
     async def redisson_unlock() -> None:
-        await asyncio.sleep(0.2)
+        for _ in range(400):  # until the waiter listens where Redisson publishes (<= 20 s)
+            if raw.pubsub_numsub(channel)[0][1] > 0:
+                break
+            await asyncio.sleep(0.05)
         raw.delete(name)
-        raw.publish(f"redisson_lock__channel:{{{name}}}", "0")
+        heard.append(raw.publish(channel, "0"))
 
     started = time.monotonic()
     if side.is_async:
@@ -205,6 +218,7 @@ async def test_excludes_a_redisson_holder_and_wakes_on_its_unlock(side, server, 
         assert lock.acquire(timeout=20)
         thread.join()
     assert time.monotonic() - started < 10, "woken by the unlock message, not by the 30 s TTL"
+    assert heard == [1]  # the waiter listened on Redisson's own channel for this name
     await side(lock.release())
     raw.close()
 

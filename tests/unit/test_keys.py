@@ -124,8 +124,10 @@ def test_lock_keys_use_redissons_layout() -> None:
 
 def test_lock_keys_with_a_hash_tag_keep_it() -> None:
     keys = LockKeys.for_name("{tenant7}:orders")
-    # Redisson wraps the whole name in the channel, whatever braces it has.
-    assert keys.channel == "redisson_lock__channel:{{tenant7}:orders}"
+    # Redisson's prefixName adds braces only to a name without any: the channel keeps the
+    # name's own tag, so it shares the lock's cluster slot.
+    assert keys.channel == "redisson_lock__channel:{tenant7}:orders"
+    assert hash_slot(keys.channel) == hash_slot(keys.name)
     assert keys.receipt("c1:7") == "redlease:released:{tenant7}:orders:c1:7"
 
 

@@ -62,6 +62,12 @@ def same_slot_key(name: str, prefix: str, suffix: str = "") -> str:
     )
 
 
+def redisson_prefixed(prefix: str, name: str) -> str:
+    """Redisson's ``prefixName``: ``prefix:{name}``, or ``prefix:name`` for a name with a
+    brace (its own hash tag, which the result then shares)."""
+    return f"{prefix}:{name}" if "{" in name else f"{prefix}:{{{name}}}"
+
+
 PUBLISH_COMMANDS = ("publish", "spublish")
 """The commands a script may publish a wake-up with (each script refuses any other)."""
 
@@ -129,8 +135,8 @@ class LockKeys:
     def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LockKeys:
         return cls(
             name=name,
-            # Redisson: "redisson_lock__channel" + ":{" + name + "}"
-            channel=f"redisson_lock__channel:{{{name}}}",
+            # Redisson: prefixName("redisson_lock__channel", name)
+            channel=redisson_prefixed("redisson_lock__channel", name),
             queue=same_slot_key(name, "redlease:queue:"),
             deadlines=same_slot_key(name, "redlease:queue-deadlines:"),
             fence=same_slot_key(name, "redlease:fence:"),

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
 from . import limits
 from .backoff import Outage
-from .keys import CLASSIC, PubSub, hash_slot, hash_tag, same_slot_key
+from .keys import CLASSIC, PubSub, hash_slot, hash_tag, redisson_prefixed, same_slot_key
 from .limits import Pace
 from .lock import FREE_LATE_RETRIES, OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
@@ -145,11 +145,6 @@ def new_request_id() -> str:
 # --- keys -----------------------------------------------------------------------------------
 
 
-def _redisson_prefixed(prefix: str, name: str) -> str:
-    """Redisson's ``prefixName``: ``prefix:{name}``, or ``prefix:name`` for a name with braces."""
-    return f"{prefix}:{name}" if "{" in name else f"{prefix}:{{{name}}}"
-
-
 def _redisson_suffixed(name: str, suffix: str) -> str:
     """Redisson's ``suffixName``: ``{name}:suffix``, or ``name:suffix`` for a name with braces."""
     key = f"{name}:{suffix}" if "{" in name else f"{{{name}}}:{suffix}"
@@ -173,7 +168,7 @@ class SemaphoreKeys:
     def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> SemaphoreKeys:
         return cls(
             name=name,
-            channel=_redisson_prefixed("redisson_sc", name),
+            channel=redisson_prefixed("redisson_sc", name),
             total=same_slot_key(name, "redlease:sem-total:"),
             waiters=same_slot_key(name, "redlease:sem-waiters:"),
             receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
@@ -200,7 +195,7 @@ class LeaseSemaphoreKeys:
     def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LeaseSemaphoreKeys:
         return cls(
             name=name,
-            channel=_redisson_prefixed("redisson_sc", name),
+            channel=redisson_prefixed("redisson_sc", name),
             leases=_redisson_suffixed(name, "timeout"),
             waiters=same_slot_key(name, "redlease:sem-waiters:"),
             receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
