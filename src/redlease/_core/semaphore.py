@@ -4,7 +4,11 @@ Two kinds, both in Redisson's data layout so that Java and Python clients share 
 
 - the counting semaphore (Redisson ``RSemaphore``): the key is the name, a string holding the
   permits available now. redlease also keeps the total (set plus added) under a key of its own,
-  which lets a release that would give back more than was taken be refused;
+  which lets an acquire of more permits than there are at all be refused at once, and the
+  statistics say how many are held. Redisson changes only the count (its ``addPermits``, its
+  ``release``, which has no upper bound, and ``delete`` + ``trySetPermits``), so the total
+  follows the count up wherever a script sees the count above it, and a release is never
+  refused for giving back more than was taken: no permit is ever lost to a stale total;
 - the lease semaphore (Redisson ``RPermitExpirableSemaphore``): the same counter, plus a zset
   ``{<name>}:timeout`` of permit id -> lease end (ms, server clock). A permit whose lease ran out
   is given back by the next caller, so a crashed holder's permits come back by themselves.
@@ -397,25 +401,20 @@ def acquire(
 
 
 def release(keys: SemaphoreKeys, *, permits: int, request_id: str) -> Operation[int]:
-    """Give back ``permits``; returns the permits available now. A release that would leave
-    more permits than the semaphore's total, or one to a semaphore never set, raises
-    ``InvalidArgumentError``."""
+    """Give back ``permits``; returns the permits available now. As in Redisson, a release
+    may give back more than was taken (the total follows the count up); one to a semaphore
+    never set, or past ``MAX_COUNT``, raises ``InvalidArgumentError``."""
     reply = yield release_call(keys, permits, request_id)
-    code, available, total = int(reply[0]), int(reply[1]), int(reply[2])
+    code, available = int(reply[0]), int(reply[1])
     if code == NOT_SET:
         raise InvalidArgumentError(
             f"semaphore {keys.name!r}: release(permits={permits}) gives back permits that were "
             "never taken: it has no permits set (use try_set_permits or add_permits)"
         )
-    if code == TOO_MANY and total < 0:
+    if code == TOO_MANY:
         raise InvalidArgumentError(
             f"semaphore {keys.name!r}: release(permits={permits}) would make more than "
             f"{limits.MAX_COUNT} permits ({available} are free already)"
-        )
-    if code == TOO_MANY:
-        raise InvalidArgumentError(
-            f"semaphore {keys.name!r}: release(permits={permits}) would give back more permits "
-            f"than were taken ({available} of {total} are free already)"
         )
     return available
 
@@ -434,7 +433,7 @@ def status(keys: SemaphoreKeys) -> Operation[SemaphoreStatus]:
     available, total, waiters, ttl_ms = (int(v) for v in reply)
     return SemaphoreStatus(
         available=None if ttl_ms == -2 else available,
-        total=None if total < 0 else total,
+        total=None if total < 0 else max(total, available),  # (see the module's docstring)
         waiters=waiters,
         ttl=None if ttl_ms < 0 else ttl_ms / 1000,
     )

@@ -13,7 +13,7 @@
 --               GRANTED again and takes nothing
 --   0 SHORT     not enough permits now (or none were ever set); a registering caller now
 --               counts as a waiter
---  -2 TOO_MANY  more permits asked than the semaphore has in total: nothing changed
+--  -2 TOO_MANY  more permits asked than the semaphore has in total: nothing taken
 --  -4 UNDONE    this request was given up before it got here: it takes nothing
 local permits = tonumber(ARGV[1])
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
@@ -23,6 +23,12 @@ if receipt == '1' then
   return {1, available, total}
 elseif receipt then
   return {-4, available, total}
+end
+if total >= 0 and available > total then
+  -- another client raised the count past the total (Redisson's addPermits or release change
+  -- only the count): the total follows it
+  total = available
+  redis.call('set', KEYS[2], total)
 end
 if total >= 0 and permits > total then
   return {-2, available, total}

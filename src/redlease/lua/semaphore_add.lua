@@ -25,6 +25,9 @@ local now_available = tonumber(redis.call('get', KEYS[1]) or '0')
 local now_total = -1
 if existed then
   now_total = tonumber(redis.call('get', KEYS[2]) or '-1')
+  if now_total >= 0 and now_total < now_available then
+    now_total = now_available -- the count went past the total by another client's doing
+  end
 end
 if now_available + permits > limit or (now_total >= 0 and now_total + permits > limit) then
   return {now_available, now_total, -2}
@@ -35,7 +38,8 @@ if not existed then
   redis.call('set', KEYS[2], available)
   total = available
 elseif redis.call('exists', KEYS[2]) == 1 then
-  total = redis.call('incrby', KEYS[2], ARGV[1])
+  total = now_total + permits
+  redis.call('set', KEYS[2], total)
 end
 redis.pcall(ARGV[2], KEYS[3], available)
 return {available, total, 1}

@@ -9,9 +9,11 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    {code, available, total}; total is -1 when unknown
 --   1 RELEASED  done; a retry of a request that already ran answers RELEASED and changes nothing
---  -2 TOO_MANY  the count would exceed the total (more given back than taken), or, with the
---               total unknown, 2^53 - 1 (limits.MAX_COUNT: counts are compared as Lua numbers,
---               exact up to there); nothing changed
+--  -2 TOO_MANY  the count would pass 2^53 - 1 (limits.MAX_COUNT: counts are compared as Lua
+--               numbers, exact up to there); nothing changed
+-- As in Redisson (whose release has no upper bound, and whose addPermits changes only the
+-- count), a release is never refused for giving back more than was taken: the total follows
+-- the count up, so no permit is ever lost to a stale total.
 --  -3 NOT_SET   the semaphore has no permits at all (never set): nothing was taken; unchanged
 if ARGV[3] ~= 'publish' and ARGV[3] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[3] must be publish or spublish')
@@ -30,10 +32,14 @@ if total < 0 and redis.call('exists', KEYS[1]) == 0 then
   return {-3, 0, -1}
 end
 local permits = tonumber(ARGV[1])
-if (total >= 0 and available + permits > total) or available + permits > 9007199254740991 then
+if available + permits > 9007199254740991 then
   return {-2, available, total}
 end
 available = redis.call('incrby', KEYS[1], permits)
+if total >= 0 and available > total then
+  total = available
+  redis.call('set', KEYS[2], total)
+end
 redis.call('set', KEYS[4], 1, 'px', ARGV[2])
 redis.pcall(ARGV[3], KEYS[3], available)
 return {1, available, total}
