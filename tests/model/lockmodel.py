@@ -271,7 +271,7 @@ def script_release(
     """lock_release.lua with a hand-off window; each outcome (server, reply (code, count),
     hand-over message or None). Whether the head of the line last tried within half the
     window is up to timing, so both outcomes are possible for a waiter that may be handed."""
-    # lock_release.lua: local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
+    # lock_release.lua: local count = tonumber(fields[1] or '0')
     count = s.holds[o]
     # lock_release.lua: if expected > 0 and count >= expected and count <= expected + tonumber(
     if expected > 0 and expected <= count <= expected + int(unsure):

@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from redlease._core import codes, scripts
 from redlease._core.keys import UNLOCK_MESSAGE
+from redlease._core.limits import MAX_PAUSE
 from redlease._core.lock import (
+    OUTSIDERS_TURN_MS,
     PLACE_MS,
     RECHECK,
     Acquired,
@@ -24,7 +26,7 @@ from redlease._core.lock import (
     status,
     to_ms,
 )
-from redlease._core.requests import Call, Handed, Subscribe, WaitWake
+from redlease._core.requests import Call, Handed, Sleep, Subscribe, WaitWake
 from redlease.errors import LeaseLostError, NotOwnedError, ServerUnavailableError
 
 from ._fakes import KEYS, OWNER, FakeClock, Finished, finish, step
@@ -82,8 +84,9 @@ def assert_release_call(call: object, *, held: int) -> str:
         KEYS.deadlines,
         KEYS.fence,
     )
-    owner, count, request_id, handoff_ms, publish, handover, unsure = call.args
+    owner, count, request_id, handoff_ms, publish, handover, unsure, outsiders_ms = call.args
     assert unsure == 0
+    assert outsiders_ms == 0  # no hand-over, so no outsiders' turn either
     assert handover == KEYS.handover_prefix
     assert (owner, count, publish) == (OWNER, held, "publish")
     assert handoff_ms == 0  # a give-back reserves nothing
@@ -363,6 +366,12 @@ def test_acquire_never_waits_past_its_deadline(
                 assert subscribes == 1
                 request = step(op, None)
                 assert isinstance(request, Call)  # subscribing is followed by a try at once
+            elif isinstance(request, Sleep):  # the pause after grants that came too late
+                assert 0 < request.seconds <= MAX_PAUSE
+                if deadline is not None:
+                    assert request.seconds <= deadline - clock.now + 1e-9
+                clock.advance(request.seconds)
+                request = step(op, None)
             else:
                 assert isinstance(request, WaitWake)
                 assert subscribes == 1  # never wait before listening
@@ -389,7 +398,8 @@ def test_release_returns_remaining_holds() -> None:
     op = release(KEYS, OWNER, held=3, request_id="req-9", handoff_ms=50)
     call = next(op)
     assert call == release_call(KEYS, OWNER, 3, request_id="req-9", handoff_ms=50)
-    assert call.args == (OWNER, 3, "req-9", 50, "publish", KEYS.handover_prefix, 0)
+    handover = KEYS.handover_prefix
+    assert call.args == (OWNER, 3, "req-9", 50, "publish", handover, 0, OUTSIDERS_TURN_MS)
     assert finish(op, [codes.RELEASED, 2]) == 2
 
 

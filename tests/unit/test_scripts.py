@@ -169,7 +169,7 @@ def test_calls_match_the_script_headers(call: Call, n: int) -> None:
 def test_known_arities() -> None:
     """The brief's table, so that a header edit alone cannot change the interface silently."""
     assert header_arity("lock_acquire", 1) == (4, 7)
-    assert header_arity("lock_release", 1) == (6, 7)
+    assert header_arity("lock_release", 1) == (6, 8)
     assert header_arity("lock_force_release", 1) == (2, 2)
     assert header_arity("lock_status", 1) == (2, 0)
     assert header_arity("lock_renew", 4) == (4, 5)
@@ -258,6 +258,14 @@ def test_every_key_comes_from_KEYS(path: Path) -> None:
             assert not args
             continue
         assert args, f"{command} without a key"
+        if command == "pubsub":  # who listens on the lock's channels (lock_release.lua)
+            assert args in (
+                ["'numsub'", "KEYS[2]"],
+                ["'shardnumsub'", "KEYS[2]"],
+                ["'channels'", "pattern"],
+                ["'shardchannels'", "pattern"],
+            ), args
+            continue
         if command == "publish" and path.stem == "lock_release" and args[0] != "KEYS[2]":
             # the one name built in a script: the channel of the client of the waiter whose
             # turn it is (a channel, not a key; in the lock's slot, by the prefix's hash tag)

@@ -35,6 +35,12 @@ OUTAGE_TOLERANCE = 10.0
 TURN_OF_ANOTHER = -2
 """The TTL a fair lock's acquire answers when the lock is free but another waiter's turn."""
 
+OUTSIDERS_TURN_MS = 10
+"""How long a free lock is left to clients outside the line (Redisson's waiters, woken by
+"0", which take it within a round trip) after a release that would have handed it on for the
+second time in a row while such clients listen: they get their turn, and the line moves on
+when none takes it (``lock_release.lua``; redlease callers meanwhile see "another's turn")."""
+
 TURN_WAIT = 0.02
 """First pause before looking again at a free fair lock that is another waiter's turn."""
 
@@ -143,6 +149,7 @@ def release_call(
             keys.pubsub.command,
             keys.handover_prefix,
             int(unsure),
+            OUTSIDERS_TURN_MS if handoff_ms > 0 else 0,
         ),
     )
 

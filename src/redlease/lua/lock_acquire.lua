@@ -45,6 +45,10 @@ if count ~= expected then
   return {-1, count, redis.call('pttl', KEYS[1]), 0}
 end
 local lease = tonumber(ARGV[1])
+local function now_ms()
+  local now = redis.call('time')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
 local function queue_and_wait(ttl)
   local place_ms = tonumber(ARGV[4])
   if place_ms > 0 then
@@ -62,6 +66,7 @@ local function queue_and_wait(ttl)
   end
   return {0, 0, ttl, tonumber(redis.call('get', KEYS[4]) or '0')}
 end
+local handed = false -- the hold comes by a hand-over (a reservation taken up)
 if count == 0 then
   if redis.call('exists', KEYS[1]) == 1 then
     -- a released lock may be reserved (field "redlease:handoff") for the first waiter in line
@@ -82,6 +87,10 @@ if count == 0 then
       return queue_and_wait(ttl)
     end
     redis.call('del', KEYS[1])
+    handed = true
+  elseif tonumber(redis.call('hget', KEYS[3], 'redlease:outsiders') or '0') > now_ms() then
+    -- the outsiders' turn (see lock_release.lua): a free lock is left to a Redisson waiter
+    return queue_and_wait(-2)
   elseif ARGV[5] == '1' and redis.call('exists', KEYS[2]) == 1 then
     -- fair: the first live waiter in line goes first (lapsed places are dropped on the way)
     local now = redis.call('time')
@@ -104,6 +113,9 @@ if count == 0 then
     tonumber(now[1]) * 1000000 + tonumber(now[2]))
   redis.call('set', KEYS[4], token)
   redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[7])
+  if handed then
+    redis.call('hset', KEYS[1], 'redlease:handed', 1)
+  end
   redis.call('pexpire', KEYS[1], lease)
   if redis.call('zrem', KEYS[2], ARGV[2]) == 1 then
     redis.call('hdel', KEYS[3], ARGV[2])
