@@ -664,27 +664,3 @@ def test_permits_and_locks_share_the_one_watchdog(server, name):
         assert lock.owned()
         slots.release(permit)  # renewed all along: no LeaseLostError
         lock.release()
-
-
-async def test_redisson_changes_to_the_count_are_followed_and_lose_no_permit(side, server, name):
-    """Redisson's ``addPermits``, ``release`` (no upper bound) and ``delete`` +
-    ``trySetPermits`` change only the count key: redlease follows the count, never refuses a
-    valid call, and never loses a permit (issue #13 item 1)."""
-    raw = redis.Redis.from_url(server.url)
-    client = side.client(server.url)
-    sem = semaphore(side, client, name)
-    assert await side(sem.try_set_permits(1))
-    raw.incrby(name, 1)  # Redisson's addPermits(1): the count is 2
-    assert await side(sem.acquire(2))  # all of them, though redlease set only 1
-    await side(sem.release(1))
-    await side(sem.release(1))
-    assert int(raw.get(name)) == 2  # no permit lost
-    await side(sem.release(1))  # Redisson's testReleaseWithoutPermits: more than taken
-    assert int(raw.get(name)) == 3
-    assert (await side(sem.statistics())).permits == 3
-    raw.delete(name)  # Redisson's delete(), then trySetPermits(10)
-    raw.set(name, 10)
-    assert await side(sem.acquire(5))  # more than the 3 redlease knew of
-    await side(sem.release(5))
-    assert int(raw.get(name)) == 10
-    raw.close()

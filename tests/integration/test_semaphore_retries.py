@@ -19,6 +19,7 @@ from .helpers import eventually
 
 ACQUIRE_SHA = core.SEMAPHORE_ACQUIRE.sha.encode()
 UNDO_SHA = core.SEMAPHORE_UNDO.sha.encode()
+DRAIN_SHA = core.SEMAPHORE_DRAIN.sha.encode()
 LEASE_ACQUIRE_SHA = core.LEASE_SEMAPHORE_ACQUIRE.sha.encode()
 LEASE_RELEASE_SHA = core.LEASE_SEMAPHORE_RELEASE.sha.encode()
 
@@ -58,6 +59,21 @@ async def test_acquire_whose_replies_were_lost_gives_its_permits_back(side, prox
     assert await side(sem.acquire(2, timeout=1))
     await side(sem.release(2))
     assert await side(sem.available()) == 2
+
+
+async def test_drain_whose_replies_were_lost_gives_its_permits_back(side, proxy, name):
+    """``drain_permits()`` took every permit but the caller never heard how many: they come
+    back before the error reaches the caller (the count is in the drain's receipt)."""
+    sem = side.client(proxy.url).semaphore(name)
+    assert await side(sem.try_set_permits(3))
+    lose_replies(proxy, DRAIN_SHA)
+    with pytest.raises(ServerUnavailableError):
+        await side(sem.drain_permits())
+    assert await side(sem.available()) == 3
+    assert await side(sem.drain_permits()) == 3
+    assert await side(sem.available()) == 0
+    assert await side(sem.drain_permits()) == 0
+    await side(sem.release(3))
 
 
 async def test_undo_that_cannot_reach_the_server_is_retried_by_the_watchdog(side, proxy, name):

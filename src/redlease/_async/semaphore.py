@@ -70,11 +70,22 @@ class AsyncSemaphore:
             raise
 
     async def release(self, permits: int = 1) -> None:
-        """Give back ``permits``. ``InvalidArgumentError`` when that would leave more permits
-        than the semaphore has in total (released more than taken)."""
+        """Give back ``permits``. As in Redisson, more may be given back than were taken (the
+        semaphore then has more permits); ``InvalidArgumentError`` when it was never set."""
         count = core.positive_int(permits, "permits")
         op = core.release(self._keys, permits=count, request_id=core.new_request_id())
         await finish_despite_cancel(self.client._run(op, self.name), lambda _free: None)
+
+    async def drain_permits(self) -> int:
+        """Take every permit free now and return how many (Redisson's ``drainPermits``); give
+        them back with ``release(n)``."""
+        request_id = core.new_request_id()
+        try:
+            return await self.client._run(core.drain_permits(self._keys, request_id), self.name)
+        except BaseException:  # the outcome is unknown: it may have taken the permits
+            undo = core.undo_call(self._keys, 0, request_id)  # (the count is in the receipt)
+            await keeper(self.client).undo(undo, self.name)
+            raise
 
     async def available(self) -> int:
         """Permits free now (0 when never set)."""

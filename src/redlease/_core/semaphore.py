@@ -50,6 +50,7 @@ SEMAPHORE_TRY_SET = Script.load("semaphore_try_set")
 SEMAPHORE_ADD = Script.load("semaphore_add")
 SEMAPHORE_ACQUIRE = Script.load("semaphore_acquire")
 SEMAPHORE_RELEASE = Script.load("semaphore_release")
+SEMAPHORE_DRAIN = Script.load("semaphore_drain")
 SEMAPHORE_STATUS = Script.load("semaphore_status")
 SEMAPHORE_LEAVE = Script.load("semaphore_leave")
 SEMAPHORE_UNDO = Script.load("semaphore_undo")
@@ -64,6 +65,7 @@ SCRIPTS = (
     SEMAPHORE_ADD,
     SEMAPHORE_ACQUIRE,
     SEMAPHORE_RELEASE,
+    SEMAPHORE_DRAIN,
     SEMAPHORE_STATUS,
     SEMAPHORE_LEAVE,
     SEMAPHORE_UNDO,
@@ -316,6 +318,13 @@ def add_permits(keys: SemaphoreKeys, permits: int) -> Operation[int]:
             f"{limits.MAX_COUNT} permits ({int(reply[0])} free now); nothing was added"
         )
     return int(reply[0])
+
+
+def drain_permits(keys: SemaphoreKeys, request_id: str) -> Operation[int]:
+    """Take every permit free now; returns how many (a retry after a lost reply answers the
+    same count: the request's receipt keeps it)."""
+    reply = yield Call(SEMAPHORE_DRAIN, (keys.name, keys.receipt(request_id)), (RECEIPT_MS,))
+    return int(reply)
 
 
 def release_call(keys: SemaphoreKeys, permits: int, request_id: str) -> Call:

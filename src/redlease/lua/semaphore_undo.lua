@@ -3,7 +3,7 @@
 -- KEYS[1]  semaphore key (permits available now)
 -- KEYS[2]  semaphore channel; the new count is published when permits come back
 -- KEYS[3]  receipt of the acquire request (see semaphore_acquire.lua)
--- ARGV[1]  permits the acquire asked for
+-- ARGV[1]  permits the acquire asked for (a drain's count is in its receipt)
 -- ARGV[2]  how long the receipt (now a tombstone) is kept, ms
 -- ARGV[3]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
@@ -18,9 +18,13 @@ end
 local receipt = redis.call('get', KEYS[3])
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
 redis.call('set', KEYS[3], '0', 'px', ARGV[2])
+local permits = tonumber(ARGV[1])
+if tonumber(receipt or '0') < 0 then -- a drain (semaphore_drain.lua): minus its count
+  permits, receipt = -tonumber(receipt), '1'
+end
 if receipt ~= '1' or redis.call('exists', KEYS[1]) == 0 then
   return {0, available}
 end
-available = redis.call('incrby', KEYS[1], ARGV[1])
+available = redis.call('incrby', KEYS[1], permits)
 redis.pcall(ARGV[3], KEYS[2], available)
 return {1, available}
