@@ -70,6 +70,7 @@ def _calls() -> list[tuple[Call, int]]:
         (core.acquire_call(SEM, OWNER, 2, "r1", register=True), 1),
         (core.release_call(SEM, 2, "r2"), 1),
         (next(core.release(SEM, permits=1, request_id="r3")), 1),
+        (next(core.drain_permits(SEM, "r5")), 1),
         (next(core.status(SEM)), 1),
         (core.leave_call(SEM.waiters, OWNER), 1),
         (next(core.lease_try_set_permits(LSEM, 2)), 1),
