@@ -798,6 +798,13 @@ def subscription_refused(
     return error
 
 
+def key_type_shown(reply: Any) -> str:
+    """What ``TYPE`` answered, as a ``WrongTypeError`` names it: "" for no key or a hash (a
+    hash is what a lock is: the error then says it is not one of ours)."""
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    return "" if text in ("none", "hash") else text
+
+
 def needs_key_type(exc: BaseException) -> bool:
     """Whether ``exc`` is Redis's own WRONGTYPE reply (which does not say the key's type)."""
     text = str(exc)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import redis.exceptions
 from redis.connection import parse_url as _untyped_parse_url
 
-from ._urls import checked_url, is_sentinel_url, masked_url, parse_sentinel_url, url_secrets
+from ._urls import checked_url, is_sentinel_url, masked_url, parse_sentinel_url
 from .errors import RedleaseError
 
 if TYPE_CHECKING:
@@ -73,12 +73,6 @@ def _version() -> str:
         return version("redlease")
     except PackageNotFoundError:
         return "unknown"
-
-
-def secrets_of(url: str) -> list[str]:
-    """The passwords (raw and percent-decoded) in ``url``: kept for callers; nothing printed
-    is scrubbed by searching for them (see ``redact``)."""
-    return url_secrets(url)
 
 
 _URL_WORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"]*")

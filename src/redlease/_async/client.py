@@ -36,6 +36,7 @@ from .._shell import (
     cluster_node_of,
     fork_generation,
     gives_back,
+    key_type_shown,
     log,
     needs_key_type,
     raise_translated,
@@ -346,8 +347,7 @@ class AsyncClient(ClientBase):
             found = await self.redis.type(name)
         except Exception:
             return ""
-        text = found.decode() if isinstance(found, bytes) else str(found)
-        return "" if text in ("none", "hash") else text
+        return key_type_shown(found)
 
     async def _drop_idle(self, pool: Any) -> None:
         """Close the idle connections: after one failed, the others most likely died with it

@@ -8,9 +8,12 @@ from collections.abc import Callable
 from .limits import MIN_PAUSE
 
 
-def full_jitter(attempt: int, *, base: float, cap: float, random: Callable[[], float]) -> float:
-    """A delay drawn uniformly from ``[0, min(cap, base * 2**attempt))``."""
-    return float(random() * min(cap, base * (2 ** min(attempt, 32))))
+def full_jitter(
+    attempt: int, *, base: float, cap: float, random: Callable[[], float], floor: float = 0.0
+) -> float:
+    """A delay drawn uniformly from ``[0, min(cap, base * 2**attempt))``, at least ``floor``
+    (a retry loop passes ``MIN_PAUSE``: a draw near 0 must not make its retry immediate)."""
+    return max(floor, float(random() * min(cap, base * (2 ** min(attempt, 32)))))
 
 
 class Outage:
@@ -34,9 +37,8 @@ class Outage:
         if not listening or out_of_time or now - self._since >= self._tolerance:
             return None
         self._failures += 1
-        # at least MIN_PAUSE: a random draw near 0 must not make the retry immediate
-        pause = max(
-            MIN_PAUSE, full_jitter(self._failures, base=0.02, cap=0.5, random=random.random)
+        pause = full_jitter(
+            self._failures, base=0.02, cap=0.5, random=random.random, floor=MIN_PAUSE
         )
         return pause if self._deadline is None else min(pause, self._deadline - now)
 

@@ -143,3 +143,36 @@ class Pace:
 
     def reset(self) -> None:
         self._next = MIN_PAUSE
+
+
+FREE_LATE_RETRIES = 2
+"""Grants in a row that came too late (and were given back) after which a waiter no longer
+waits for a wake-up (its own give-back wakes it at once) but sleeps a growing pause before it
+tries again: a lease too short for the round trip never makes a waiter spin."""
+
+
+class LateGrants:
+    """A waiter's grants in a row that came too late (each given back), and the pause before
+    its next try (``Pace``); every wait loop of the lock, the rw lock and the lease semaphore
+    keeps one."""
+
+    def __init__(self) -> None:
+        self._pace = Pace()
+        self._count = 0
+
+    def came(self) -> None:
+        """A grant came too late and was given back."""
+        self._count += 1
+
+    @property
+    def must_sleep(self) -> bool:
+        """Past ``FREE_LATE_RETRIES``: sleep the pause rather than wait for a wake-up."""
+        return self._count > FREE_LATE_RETRIES
+
+    def pause(self, remaining: float = math.inf) -> float:
+        return self._pace.pause(remaining)
+
+    def reset(self) -> None:
+        """A try that got somewhere (held by another, or granted in time)."""
+        self._count = 0
+        self._pace.reset()

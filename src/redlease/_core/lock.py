@@ -15,7 +15,7 @@ from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerU
 from . import codes, scripts
 from .backoff import Outage
 from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys
-from .limits import Pace
+from .limits import LateGrants
 from .requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 
 RECEIPT_MS = 30_000
@@ -49,12 +49,6 @@ MIN_WAIT = 0.001
 
 MAX_CORRECTIONS = 3
 """How many times one acquire follows the server's count after a LOST reply."""
-
-FREE_LATE_RETRIES = 2
-"""Grants in a row that came too late (and were given back) after which a waiter no longer
-waits for a wake-up (its own give-back wakes it at once) but sleeps a growing pause
-(``limits.Pace``) before it tries again: a lease too short for the round trip never makes a
-waiter spin."""
 
 
 def drift(lease: float) -> float:
@@ -208,8 +202,7 @@ def acquire(
     gone = GoneHold(on_gone)
     seen = 0  # the highest token or fence counter a reply of this call carried
     turn_wait = TURN_WAIT  # back-off while a free fair lock is another waiter's turn
-    pace = Pace()  # the pause before a retry after grants that came too late
-    late = 0  # grants in a row that came too late
+    late = LateGrants()  # grants in a row that came too late, and the pause after them
     # Listening before the first try costs nothing when the channel is already subscribed,
     # and spares a waiter the subscribe-then-retry round trips.
     private = keys.handover(owner)  # where a release hands it over (or reserves it) to us
@@ -250,7 +243,7 @@ def acquire(
                 )
             yield release_call(keys, owner, count, request_id=uuid.uuid4().hex)
             ttl_ms = 0
-            late += 1
+            late.came()
         elif code == codes.LOST:
             held = gone.follow(
                 count,
@@ -274,10 +267,10 @@ def acquire(
             subscribed = True
             continue
         if code == codes.GRANTED:  # it came too late: pause before the next try
-            if late > FREE_LATE_RETRIES:
-                yield Sleep(pace.pause(remaining))
+            if late.must_sleep:
+                yield Sleep(late.pause(remaining))
                 continue
-            holder_left = pace.pause()
+            holder_left = late.pause()
         elif ttl_ms == TURN_OF_ANOTHER:
             # a free fair lock that the first waiter in line is about to take: look again
             # soon (it has a new lease then), backing off should that waiter be dead
@@ -286,8 +279,7 @@ def acquire(
             holder_left = RECHECK if ttl_ms < 0 else max(MIN_WAIT, ttl_ms / 1000)
             turn_wait = TURN_WAIT
         if code != codes.GRANTED:
-            late = 0
-            pace.reset()
+            late.reset()
         woken = yield WaitWake(min(remaining, holder_left, RECHECK))
         if isinstance(woken, Handed) and woken.wait == wait_id and woken.token > seen and not held:
             ttl = woken.lease_ms / 1000

@@ -329,8 +329,8 @@ def acquire(
         else:
             backoffs += 1
             # never a retry with no pause (a draw of 0, or a lease spent by every round trip)
-            pause = max(
-                MIN_PAUSE, full_jitter(backoffs, base=BACKOFF_BASE, cap=BACKOFF_CAP, random=random)
+            pause = full_jitter(
+                backoffs, base=BACKOFF_BASE, cap=BACKOFF_CAP, random=random, floor=MIN_PAUSE
             )
             yield Sleep(min(remaining, pause))
 

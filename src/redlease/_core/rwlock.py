@@ -32,8 +32,8 @@ from typing import Any
 from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
 from .backoff import Outage
 from .keys import CLASSIC, PubSub, same_slot_key
-from .limits import Pace
-from .lock import FREE_LATE_RETRIES, OUTAGE_TOLERANCE, Acquired, GoneHold, Status, drift, to_ms
+from .limits import LateGrants
+from .lock import OUTAGE_TOLERANCE, Acquired, GoneHold, Status, drift, to_ms
 from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .scripts import Script
 from .watchdog import OwnRenewalKeys
@@ -295,8 +295,7 @@ def acquire(
     subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     gone = GoneHold(on_gone)
-    pace = Pace()  # the pause before a retry after grants that came too late
-    late = 0  # grants in a row that came too late
+    late = LateGrants()  # grants in a row that came too late, and the pause after them
     while True:
         sent_at = clock()
         try:
@@ -327,7 +326,7 @@ def acquire(
                 )
             yield release_call(keys, side, owner, count, request_id=uuid.uuid4().hex)
             ms = 0
-            late += 1
+            late.came()
         elif code == LOST:
             held = gone.follow(count, lambda: _lost(keys, side, owner, "keeps changing its count"))
             continue
@@ -347,13 +346,12 @@ def acquire(
             subscribed = True
             continue
         if code == GRANTED:  # it came too late: pause before the next try (see lock.acquire)
-            if late > FREE_LATE_RETRIES:
-                yield Sleep(pace.pause(remaining))
+            if late.must_sleep:
+                yield Sleep(late.pause(remaining))
                 continue
-            hint = pace.pause()
+            hint = late.pause()
         else:
-            late = 0
-            pace.reset()
+            late.reset()
             hint = RECHECK if ms < 0 else ms / 1000
         yield WaitWake(max(0.0, min(remaining, hint, RECHECK)))
 

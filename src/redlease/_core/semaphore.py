@@ -33,8 +33,8 @@ from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableErro
 from . import limits
 from .backoff import Outage
 from .keys import CLASSIC, PubSub, hash_slot, hash_tag, redisson_prefixed, same_slot_key
-from .limits import Pace
-from .lock import FREE_LATE_RETRIES, OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
+from .limits import LateGrants
+from .lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
 from .scripts import Script
 
@@ -533,8 +533,7 @@ def lease_acquire(
     """
     permit = permit or new_permit_id()
     deadline = None if timeout is None else clock() + timeout
-    pace = Pace()  # the pause before a retry after grants that came too late
-    late = [0]  # grants in a row that came too late
+    late = LateGrants()  # grants in a row that came too late, and the pause after them
 
     def attempt(register: bool) -> Generator[Any, Any, tuple[Granted | None, float]]:
         sent_at = clock()
@@ -544,14 +543,13 @@ def lease_acquire(
             if clock() - sent_at < ms / 1000 - drift(lease):
                 return Granted(permit_id=permit, ttl=ms / 1000, requested_at=sent_at), 0.0
             yield lease_release_call(keys, permit, new_request_id())  # too late: give it back
-            late[0] += 1
-            if late[0] > FREE_LATE_RETRIES and register:
+            late.came()
+            if late.must_sleep and register:
                 # our own give-back wakes us at once: pause, more each time (see lock.acquire)
                 remaining = math.inf if deadline is None else deadline - clock()
-                yield Sleep(pace.pause(max(0.0, remaining)))
+                yield Sleep(late.pause(max(0.0, remaining)))
             return None, 0.0
-        late[0] = 0
-        pace.reset()
+        late.reset()
         return None, math.inf if ms < 0 else ms / 1000
 
     return (

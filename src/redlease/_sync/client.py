@@ -39,6 +39,7 @@ from .._shell import (
     fork_generation,
     fork_safe,
     gives_back,
+    key_type_shown,
     log,
     needs_key_type,
     raise_translated,
@@ -361,8 +362,7 @@ class Client(ClientBase):
             found = (via or self.redis).type(name)
         except Exception:
             return ""
-        text = found.decode() if isinstance(found, bytes) else str(found)
-        return "" if text in ("none", "hash") else text
+        return key_type_shown(found)
 
     def _drop_idle(self, pool: Any) -> None:
         """Close the idle connections: after one failed, the others most likely died with it

@@ -29,6 +29,7 @@ import redis.exceptions
 
 from .._channels import ANY_NODE, CLASSIC, SHARDED, ChannelTable, Links, Waiter, text
 from .._core.backoff import full_jitter
+from .._core.limits import MIN_PAUSE
 from .._core.requests import Handed
 from .._shell import (
     CONNECTION_ERRORS,
@@ -209,7 +210,9 @@ class Subscriber:
         self._failures += 1
         self._last_error = exc
         self._stale = True
-        pause = full_jitter(self._failures, base=0.05, cap=2.0, random=random.random)
+        pause = full_jitter(
+            self._failures, base=0.05, cap=2.0, random=random.random, floor=MIN_PAUSE
+        )
         self._retry_at = time.monotonic() + pause
 
     def _place(self) -> None:

@@ -49,6 +49,10 @@ local function now_ms()
   local now = redis.call('time')
   return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 end
+local function outsiders_turn() -- an outsiders' turn is on: only its marker costs a TIME
+  local until_ms = redis.call('hget', KEYS[3], 'redlease:outsiders')
+  return until_ms ~= false and tonumber(until_ms) > now_ms()
+end
 local function queue_and_wait(ttl)
   local place_ms = tonumber(ARGV[4])
   if place_ms > 0 then
@@ -88,20 +92,19 @@ if count == 0 then
     end
     redis.call('del', KEYS[1])
     handed = true
-  elseif tonumber(redis.call('hget', KEYS[3], 'redlease:outsiders') or '0') > now_ms() then
-    -- the outsiders' turn (see lock_release.lua): a free lock is left to a Redisson waiter
+  elseif outsiders_turn() then
+    -- (see lock_release.lua) a free lock is left to a Redisson waiter
     return queue_and_wait(-2)
   elseif ARGV[5] == '1' and redis.call('exists', KEYS[2]) == 1 then
     -- fair: the first live waiter in line goes first (lapsed places are dropped on the way)
-    local now = redis.call('time')
-    local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+    local now = now_ms()
     for _ = 1, 16 do
       local head = redis.call('zrange', KEYS[2], 0, 0)[1]
       if not head or head == ARGV[2] then
         break
       end
       local place = redis.call('hget', KEYS[3], head) or '0'
-      if tonumber(string.match(place, '^%d+')) > now_ms then
+      if tonumber(string.match(place, '^%d+')) > now then
         return queue_and_wait(-2)
       end
       redis.call('zrem', KEYS[2], head)
