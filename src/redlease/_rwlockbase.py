@@ -7,6 +7,7 @@ import time
 from ._core import rwlock as core
 from ._core.lock import Acquired, Hold, Status
 from ._core.requests import Operation
+from ._core.rwlock_redisson import RedissonRwKeys
 from ._lockbase import AcquirePlan, LockBase
 from .options import Seconds, chosen_lease, wait_args
 
@@ -18,10 +19,12 @@ class RwSideBase(LockBase):
 
     _side: str = core.READ
 
-    def _init_side(self) -> None:
+    def _init_side(self, layout: str) -> None:
         """After ``LockBase.__init__`` validated the name, lease and replicas: this side's
-        keys (the hold table label ``"<name> (read)"``) instead of the plain lock's."""
-        self._rw = core.RwKeys.for_name(self._keys.name, self._state.pubsub)
+        keys (the hold table label ``"<name> (read)"``) instead of the plain lock's, in
+        redlease's layout or Redisson's (``layout`` as checked by ``options.layout``)."""
+        keys = RedissonRwKeys if layout == "redisson" else core.RwKeys
+        self._rw: core.RwLayout = keys.for_name(self._keys.name, self._state.pubsub)
         self._keys = self._rw.side_keys(self._side)
 
     @property

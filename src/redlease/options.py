@@ -19,6 +19,7 @@ __all__ = [
     "MIN_LEASE",
     "Seconds",
     "chosen_lease",
+    "layout",
     "lease_seconds",
     "lock_name",
     "optional_seconds",
@@ -89,6 +90,18 @@ def lock_name(name: object) -> str:
     if not name:
         raise InvalidArgumentError("lock name must not be empty")
     return name
+
+
+LAYOUTS = ("redlease", "redisson")
+"""A fair lock's or read-write lock's data layout: redlease's own (the stronger guarantees),
+or Redisson's (shared with Java services using Redisson on the same names)."""
+
+
+def layout(value: object) -> str:
+    if value not in LAYOUTS:
+        raise InvalidArgumentError(f"layout must be 'redlease' or 'redisson', got {value!r}")
+    assert isinstance(value, str)
+    return value
 
 
 def wait_args(blocking: bool, timeout: Seconds | None) -> float | None:

@@ -17,6 +17,7 @@ from redlease._core import semaphore as sem
 from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
 from redlease._core.requests import Call, Handed
 from redlease._shell import settle_pubsub
+from redlease._core.rwlock_redisson import RedissonRwKeys
 
 from .test_scripts import LUA_DIR, publish_argument
 
@@ -94,6 +95,10 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     yield next(sem.add_permits(s, 1))
     yield sem.release_call(s, 1, "r")
     yield sem.undo_call(s, 1, "r")
+    redisson_rw = RedissonRwKeys.for_name("catalog", mode)
+    for side in (rwlock.READ, rwlock.WRITE):
+        yield redisson_rw.release_call(side, OWNER, 1, request_id="r")
+        yield redisson_rw.force_release_call(side)
     ls = sem.LeaseSemaphoreKeys.for_name("workers", mode)
     permit = sem.new_permit_id()
     yield next(sem.lease_try_set_permits(ls, 2))

@@ -413,3 +413,52 @@ def test_watchdog_renews_rw_holds_with_their_own_script(plain: int, per_side: li
         assert call.args == (to_ms(30.0), keys.side, *(h.owner for h in batch))
         renewed.extend(batch)
     assert sorted(map(id, renewed)) == sorted(map(id, rw_holds))
+
+
+# --- Redisson's layout ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "channel", "hold"),
+    [
+        ("cat", "redisson_rwlock:{cat}", "{cat}:o:1:rwlock_timeout:2"),
+        ("{cat}:7", "redisson_rwlock:{cat}:7", "{cat}:7:o:1:rwlock_timeout:2"),
+    ],
+)
+def test_redisson_layout_names_keys_as_redisson_does(name: str, channel: str, hold: str) -> None:
+    from redlease._core.keys import hash_slot
+    from redlease._core.rwlock_redisson import RedissonRwKeys
+
+    keys = RedissonRwKeys.for_name(name)
+    assert keys.channel == channel
+    assert keys.hold_key("o:1", 2) == hold
+    for key in (keys.channel, hold, keys.fence, keys.tokens, keys.receipt(WRITE, "o:1")):
+        assert hash_slot(key) == hash_slot(name)
+    read = keys.acquire_call(READ, "o:1", 1, 30.0, True)
+    assert read.keys[:2] == (name, hold)  # the new hold's lease key: count + 1
+    assert read.args[3] == "o:1:write"
+    assert keys.acquire_call(WRITE, "o:1", 0, 30.0, True).args[1] == "o:1:write"
+    assert keys.leave_call(WRITE, "o:1") is None  # no line in Redisson's layout
+
+
+def test_redisson_layout_status_reads_the_hash() -> None:
+    from redlease._core.rwlock_redisson import RedissonRwKeys
+
+    keys = RedissonRwKeys.for_name("cat")
+    reply = [
+        1500,
+        b"mode",
+        b"write",
+        b"w:1:write",
+        b"2",
+        b"w:1",
+        b"1",
+        b"tokens",
+        b"w:1:write",
+        b"7",
+    ]
+    status = keys.parse_status("w:1", reply)
+    assert (status.writer, status.write_count, status.write_token) == ("w:1", 2, 7)
+    assert status.readers == {"w:1": 1} and status.read_ttl == status.write_ttl == 1.5
+    free = keys.parse_status("w:1", [-2, b"tokens"])
+    assert free.writer is None and not free.readers and free.write_ttl is None

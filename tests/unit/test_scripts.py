@@ -271,9 +271,26 @@ def test_every_key_comes_from_KEYS(path: Path) -> None:
             # turn it is (a channel, not a key; in the lock's slot, by the prefix's hash tag)
             assert args[0] == "ARGV[6] .. (string.match(head, '^(.*):') or head)", args[0]
             continue
+        if command == "publish" and path.stem.startswith("redisson_fair_"):
+            # Redisson's fair lock wakes the first waiter on its own channel: the unlock
+            # channel (KEYS[4]) followed by ":<owner field>" (a channel, not a key; in the
+            # lock's slot, by the unlock channel's hash tag), and only there
+            assert args[0] == "KEYS[4] .. ':' .. head", args[0]
+            continue
+        if path.stem.startswith("redisson_rw_") and args[0].startswith("hold_key("):
+            # Redisson's read-write layout names each read hold's lease key from the holder's
+            # field and count; the prefix comes from KEYS (the name's tag: the lock's slot)
+            assert _HOLD_KEY.search(text), "hold_key must build on a KEYS prefix"
+            continue
         assert re.fullmatch(r"KEYS\[[^\]]+\]", args[0]), f"{command} on {args[0]!r}"
         for arg in args:
             assert ".." not in arg, f"{command} builds a name: {arg!r}"
+
+
+_HOLD_KEY = re.compile(
+    r"local function hold_key\(field, n\)[^\n]*\n"
+    r"  return KEYS\[\d\] \.\. field \.\. ':rwlock_timeout:' \.\. n\n"
+)
 
 
 def test_redis_call_parser_sees_nested_calls() -> None:

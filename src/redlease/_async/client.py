@@ -217,7 +217,8 @@ class AsyncClient(ClientBase):
     ) -> AsyncReadWriteLock:
         """A read-write lock named ``name``: ``.read_lock()`` and ``.write_lock()``, each with
         the ``AsyncLock`` API; many readers or one writer, writers first (see
-        ``AsyncReadWriteLock``). Not Redisson's RReadWriteLock layout; other arguments as for
+        ``AsyncReadWriteLock``). ``layout="redisson"``: Redisson's RReadWriteLock layout,
+        shared with Java services (no writer preference then); other arguments as for
         ``lock``."""
         return AsyncReadWriteLock(
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas

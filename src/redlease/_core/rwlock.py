@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
 from .backoff import Outage
@@ -87,6 +87,28 @@ RECEIPT_MS = 30_000
 # --- keys -----------------------------------------------------------------------------------
 
 
+class RwLayout(Protocol):
+    """What the operations below need of a read-write lock's keys: its names, and the script
+    calls of its data layout (redlease's ``RwKeys``, or Redisson's, ``RedissonRwKeys``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def channel(self) -> str: ...
+    @property
+    def pubsub(self) -> PubSub: ...
+    def label(self, side: str) -> str: ...
+    def side_keys(self, side: str) -> OwnRenewalKeys: ...
+    def acquire_call(self, side: str, owner: str, held: int, lease: float, queue: bool) -> Call: ...
+    def release_call(
+        self, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
+    ) -> Call: ...
+    def leave_call(self, side: str, owner: str) -> Call | None: ...
+    def force_release_call(self, side: str) -> Call: ...
+    def status_call(self, owner: str) -> Call: ...
+    def parse_status(self, owner: str, reply: Sequence[Any]) -> RwStatus: ...
+
+
 @dataclass(frozen=True)
 class RwKeys:
     """The keys and channel of one read-write lock (all in the name's hash slot)."""
@@ -130,6 +152,35 @@ class RwKeys:
         """How one side's holds are named in the client's hold table, events and logs."""
         return f"{self.name} ({side})"
 
+    def acquire_call(self, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
+        return acquire_call(self, side, owner, held, lease, queue)
+
+    def release_call(
+        self, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
+    ) -> Call:
+        return release_call(self, side, owner, held, request_id=request_id, unsure=unsure)
+
+    def leave_call(self, side: str, owner: str) -> Call | None:
+        """Only writers wait in line."""
+        return leave_call(self, owner) if side == WRITE else None
+
+    def force_release_call(self, side: str) -> Call:
+        return Call(
+            RW_FORCE_RELEASE,
+            (self.writer, self.readers, self.leases, self.tokens, self.channel),
+            (side, self.pubsub.command),
+        )
+
+    def status_call(self, owner: str) -> Call:
+        return Call(
+            RW_STATUS,
+            (self.writer, self.readers, self.leases, self.tokens, self.places),
+            (owner,),
+        )
+
+    def parse_status(self, owner: str, reply: Sequence[Any]) -> RwStatus:
+        return parse_status(reply)
+
     def side_keys(self, side: str) -> SideKeys:
         """The keys of one side's holds in the client's hold table (renewed by ``rw_renew``)."""
         return SideKeys(
@@ -168,7 +219,7 @@ class SideKeys(OwnRenewalKeys):
 # --- acquire --------------------------------------------------------------------------------
 
 
-def upgrade_error(keys: RwKeys, owner: str) -> LockUpgradeError:
+def upgrade_error(keys: RwLayout, owner: str) -> LockUpgradeError:
     """The write side asked for by an owner that the server says holds a read hold."""
     return LockUpgradeError(
         f"read-write lock {keys.name!r}: owner {owner} holds the read lock and asked for the "
@@ -179,15 +230,23 @@ def upgrade_error(keys: RwKeys, owner: str) -> LockUpgradeError:
     )
 
 
-def acquire_call(keys: RwKeys, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
-    """One try; if the caller is cancelled after the server granted it, the undo gives the
-    hold back."""
+def release_undo(keys: RwLayout, side: str, owner: str, held: int) -> Callable[[Any], Call | None]:
+    """What gives back the hold that an acquire try made for a caller who no longer wants
+    it (it was cancelled with the reply on its way)."""
 
     def undo(reply: Any) -> Call | None:
         code, count = int(reply[0]), int(reply[1])
         if code == GRANTED and count == held + 1:
-            return release_call(keys, side, owner, count, request_id=uuid.uuid4().hex)
+            return keys.release_call(side, owner, count, request_id=uuid.uuid4().hex)
         return None
+
+    return undo
+
+
+def acquire_call(keys: RwKeys, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
+    """One try; if the caller is cancelled after the server granted it, the undo gives the
+    hold back."""
+    undo = release_undo(keys, side, owner, held)
 
     if side == READ:
         return Call(
@@ -256,7 +315,7 @@ def leave_call(keys: RwKeys, owner: str) -> Call:
     )
 
 
-def _lost(keys: RwKeys, side: str, owner: str, what: str) -> LeaseLostError:
+def _lost(keys: RwLayout, side: str, owner: str, what: str) -> LeaseLostError:
     return LeaseLostError(
         f"read-write lock {keys.name!r}: the {side} hold of owner {owner} {what}",
         name=keys.label(side),
@@ -265,7 +324,7 @@ def _lost(keys: RwKeys, side: str, owner: str, what: str) -> LeaseLostError:
 
 
 def acquire(
-    keys: RwKeys,
+    keys: RwLayout,
     side: str,
     owner: str,
     *,
@@ -291,7 +350,7 @@ def acquire(
     rides out a server outage of up to ``OUTAGE_TOLERANCE``. Giving up leaves the line.
     """
     deadline = None if timeout is None else clock() + timeout
-    leave = leave_call(keys, owner) if side == WRITE else None
+    leave = keys.leave_call(side, owner)
     subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     gone = GoneHold(on_gone)
@@ -299,12 +358,12 @@ def acquire(
     while True:
         sent_at = clock()
         try:
-            reply = yield acquire_call(keys, side, owner, held, lease, queue=blocking)
+            reply = yield keys.acquire_call(side, owner, held, lease, queue=blocking)
         except ReplicaError as exc:
             # not confirmed by enough replicas: a failover could lose it, so give it back
             reply = exc.reply
             if isinstance(reply, list) and int(reply[0]) == GRANTED and reply[1] == held + 1:
-                yield release_call(keys, side, owner, held + 1, request_id=uuid.uuid4().hex)
+                yield keys.release_call(side, owner, held + 1, request_id=uuid.uuid4().hex)
             raise
         except ServerUnavailableError:
             pause = outage.failed(listening=subscribed)
@@ -313,7 +372,7 @@ def acquire(
                     # a grant whose reply was lost must not hold the side for a whole lease:
                     # give back a first hold of ours, if any (else the release changes nothing)
                     with contextlib.suppress(ServerUnavailableError):
-                        yield release_call(keys, side, owner, 1, request_id=uuid.uuid4().hex)
+                        yield keys.release_call(side, owner, 1, request_id=uuid.uuid4().hex)
                 raise
             yield Sleep(pause)
             continue
@@ -324,7 +383,7 @@ def acquire(
                 return Acquired(
                     count=count, ttl=ms / 1000, requested_at=sent_at, token=int(reply[3])
                 )
-            yield release_call(keys, side, owner, count, request_id=uuid.uuid4().hex)
+            yield keys.release_call(side, owner, count, request_id=uuid.uuid4().hex)
             ms = 0
             late.came()
         elif code == LOST:
@@ -357,25 +416,21 @@ def acquire(
 
 
 def release(
-    keys: RwKeys, side: str, owner: str, *, held: int, request_id: str, unsure: bool = False
+    keys: RwLayout, side: str, owner: str, *, held: int, request_id: str, unsure: bool = False
 ) -> Operation[int]:
     """Release one hold on ``side``; returns how many holds on that side the owner keeps.
     ``unsure``: a re-entry whose outcome is unknown may have counted one hold more, which
     goes too (the caller was told that acquire failed)."""
-    reply = yield release_call(keys, side, owner, held, request_id=request_id, unsure=unsure)
+    reply = yield keys.release_call(side, owner, held, request_id=request_id, unsure=unsure)
     code, remaining = int(reply[0]), int(reply[1])
     if code != RELEASED:
         raise _lost(keys, side, owner, "is gone (its lease ran out or it was force-released)")
     return remaining
 
 
-def force_release(keys: RwKeys, side: str) -> Operation[bool]:
+def force_release(keys: RwLayout, side: str) -> Operation[bool]:
     """Drop every hold on ``side``, whoever has it; ``True`` if one was live."""
-    reply = yield Call(
-        RW_FORCE_RELEASE,
-        (keys.writer, keys.readers, keys.leases, keys.tokens, keys.channel),
-        (side, keys.pubsub.command),
-    )
+    reply = yield keys.force_release_call(side)
     return bool(int(reply))
 
 
@@ -440,8 +495,6 @@ def parse_status(reply: Sequence[Any]) -> RwStatus:
     )
 
 
-def status(keys: RwKeys, owner: str) -> Operation[RwStatus]:
-    reply = yield Call(
-        RW_STATUS, (keys.writer, keys.readers, keys.leases, keys.tokens, keys.places), (owner,)
-    )
-    return parse_status(reply)
+def status(keys: RwLayout, owner: str) -> Operation[RwStatus]:
+    reply = yield keys.status_call(owner)
+    return keys.parse_status(owner, reply)

@@ -215,7 +215,8 @@ class Client(ClientBase):
     ) -> ReadWriteLock:
         """A read-write lock named ``name``: ``.read_lock()`` and ``.write_lock()``, each with
         the ``Lock`` API; many readers or one writer, writers first (see ``ReadWriteLock``).
-        Not Redisson's RReadWriteLock layout; other arguments as for ``lock``."""
+        ``layout="redisson"``: Redisson's RReadWriteLock layout, shared with Java services
+        (no writer preference then); other arguments as for ``lock``."""
         return ReadWriteLock(
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
         )

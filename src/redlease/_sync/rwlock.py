@@ -9,6 +9,7 @@ from .._core import rwlock as core
 from .._rwlockbase import RwSideBase
 from ..errors import LeaseLostError
 from ..options import Seconds
+from ..options import layout as check_layout
 from .lock import Lock
 
 if TYPE_CHECKING:
@@ -26,11 +27,12 @@ class _Side(RwSideBase, Lock):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
+        layout: str = "redlease",
     ) -> None:
         Lock.__init__(
             self, client, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
         )
-        self._init_side()
+        self._init_side(layout)
 
     def __repr__(self) -> str:
         return f"<redlease.{type(self).__name__} {self.rw_name!r} on {self.client.address}>"
@@ -57,7 +59,10 @@ class ReadWriteLock:
     ``rw.read_lock()`` and ``rw.write_lock()`` each have the plain ``Lock``'s API. The writer
     may also take the read lock (downgrade: take read, then release write); taking the write
     lock while holding only the read lock raises ``LockUpgradeError``. Writers waiting in line
-    go before new readers. Not Redisson's RReadWriteLock layout.
+    go before new readers.
+
+    ``layout="redisson"`` keeps Redisson's RReadWriteLock layout instead, so Java services
+    using Redisson share the lock: no writer preference then (see ``_core.rwlock_redisson``).
     """
 
     def __init__(
@@ -68,13 +73,25 @@ class ReadWriteLock:
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
+        layout: str = "redlease",
     ) -> None:
         self.client = client
+        layout = check_layout(layout)
         self._read = ReadLock(
-            client, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+            client,
+            name,
+            lease=lease,
+            on_lease_lost=on_lease_lost,
+            replicas=replicas,
+            layout=layout,
         )
         self._write = WriteLock(
-            client, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+            client,
+            name,
+            lease=lease,
+            on_lease_lost=on_lease_lost,
+            replicas=replicas,
+            layout=layout,
         )
 
     @property

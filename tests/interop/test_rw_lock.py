@@ -1,0 +1,246 @@
+"""The read-write lock in Redisson's layout (``rw_lock(name, layout="redisson")``, issue #13
+item 5): Java threads using Redisson's ``RReadWriteLock`` (``redisson_rw``, a driver that
+speaks its protocol) and redlease exclude, share and wake each other on the same names."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from redlease import InvalidArgumentError, LockUpgradeError
+from redlease._core import rwlock as core
+from redlease._core.rwlock_redisson import RedissonRwKeys
+
+from .redisson_rw import RedissonReadWriteLock
+
+WOKEN_WITHIN = 1.5
+"""A waiter woken by the unlock message gets the lock within this; without the message it
+would look again only at its 2 s re-check (redlease) or the 30 s lease (Redisson)."""
+
+
+@pytest.fixture(params=["plain", "{tag}:rw", "a{b}c"])
+def rw_name(request: pytest.FixtureRequest) -> str:
+    unique = uuid.uuid4().hex[:8]
+    return {"plain": f"rw:{unique}", "{tag}:rw": f"{{{unique}}}:rw", "a{b}c": f"a{{{unique}}}c"}[
+        request.param
+    ]
+
+
+@pytest.fixture
+def java(server, rw_name):
+    lock = RedissonReadWriteLock(server.url, rw_name)
+    yield lock
+    lock.close()
+
+
+def _when_listening(url: str, channel: str, then, listeners: int = 1) -> threading.Thread:
+    """Run ``then()`` in a thread once ``listeners`` clients listen on ``channel`` (a waiter is
+    in its wait), within 20 s at most."""
+
+    def run() -> None:
+        raw = redis.Redis.from_url(url)
+        end = time.monotonic() + 20
+        while time.monotonic() < end and raw.pubsub_numsub(channel)[0][1] < listeners:
+            time.sleep(0.005)
+        raw.close()
+        then()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+async def test_the_layout_is_redissons(side, server, rw_name):
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    client = side.client(server.url)
+    rw = client.rw_lock(rw_name, layout="redisson")
+    assert await side(rw.read_lock().acquire())
+    fields = raw.hgetall(rw_name)
+    assert fields["mode"] == "read"
+    (reader,) = [f for f in fields if f != "mode"]
+    assert raw.exists(f"{RedissonRwKeys.for_name(rw_name).hold_prefix}{reader}:rwlock_timeout:1")
+    await side(rw.read_lock().release())
+    assert not raw.exists(rw_name)
+    assert await side(rw.write_lock().acquire())
+    assert raw.hget(rw_name, "mode") == "write"
+    assert next(f for f in raw.hgetall(rw_name) if f != "mode").endswith(":write")
+    await side(rw.write_lock().release())
+    raw.close()
+
+
+async def test_a_redisson_writer_excludes_redlease_and_its_unlock_wakes_a_reader(
+    side, server, rw_name, java
+):
+    rw = side.client(server.url).rw_lock(rw_name, layout="redisson")
+    assert java.write.try_lock(wait=0)
+    assert not await side(rw.read_lock().acquire(blocking=False))
+    assert not await side(rw.write_lock().acquire(blocking=False))
+    unlocked: list[float] = []
+
+    def unlock() -> None:
+        unlocked.append(time.monotonic())
+        assert java.write.unlock()
+
+    thread = _when_listening(server.url, java.channel, unlock)
+    assert await side(rw.read_lock().acquire(timeout=20))
+    woken = time.monotonic() - unlocked[0]
+    thread.join(5)
+    assert woken < WOKEN_WITHIN, f"the reader took {woken:.2f} s after the unlock"
+    assert not java.write.try_lock(wait=0)  # a redlease reader now excludes the Java writer
+    assert java.read.try_lock(wait=0)  # and shares with a Java reader
+    assert java.read.unlock() is False  # redlease still reads: nothing published
+    await side(rw.read_lock().release())
+    assert java.write.try_lock(wait=0)
+    java.write.unlock()
+
+
+async def test_a_redlease_writer_excludes_redisson_and_its_release_wakes_a_java_waiter(
+    side, server, rw_name, java
+):
+    rw = side.client(server.url).rw_lock(rw_name, layout="redisson")
+    writer = rw.write_lock()
+    assert await side(writer.acquire())
+    assert await side(writer.acquire())  # reentrant
+    assert not java.read.try_lock(wait=0)
+    assert not java.write.try_lock(wait=0)
+    got: list[float] = []
+
+    def java_reads() -> None:
+        if java.read.try_lock(wait=20):
+            got.append(time.monotonic())
+
+    thread = threading.Thread(target=java_reads, daemon=True)
+    thread.start()
+    raw = redis.Redis.from_url(server.url)
+    end = time.monotonic() + 20
+    while time.monotonic() < end and raw.pubsub_numsub(java.channel)[0][1] < 1:
+        time.sleep(0.005)
+    raw.close()
+    await side(writer.release())
+    assert thread.is_alive() or not got  # one release of two: still held
+    released = time.monotonic()
+    await side(writer.release())
+    thread.join(20)
+    assert got, "the Java reader never got the lock"
+    assert got[0] - released < WOKEN_WITHIN
+    java.read.unlock()
+
+
+async def test_readers_of_both_sides_share_and_the_last_one_frees_it(side, server, rw_name, java):
+    client = side.client(server.url)
+    rw = client.rw_lock(rw_name, layout="redisson")
+    assert java.read.try_lock(wait=0)
+    assert await side(rw.read_lock().acquire(blocking=False))
+    assert await side(rw.read_lock().acquire(blocking=False))  # reentrant
+    stats = await side(rw.read_lock().statistics())
+    assert stats.locked and stats.hold_count == 2 and java.field in stats.holders
+    other = side.client(server.url).rw_lock(rw_name, layout="redisson")
+    assert not await side(other.write_lock().acquire(blocking=False))
+    assert java.read.unlock() is False  # the lock lives on for redlease's read holds
+    assert not java.write.try_lock(wait=0)
+    await side(rw.read_lock().release())
+    assert not java.write.try_lock(wait=0)
+    await side(rw.read_lock().release())
+    assert java.write.try_lock(wait=0)
+    assert java.write.unlock()
+
+
+async def test_a_waiting_redlease_writer_is_woken_by_the_last_java_reader(
+    side, server, rw_name, java
+):
+    rw = side.client(server.url).rw_lock(rw_name, layout="redisson")
+    assert java.read.try_lock(wait=0)
+    unlocked: list[float] = []
+
+    def unlock() -> None:
+        unlocked.append(time.monotonic())
+        assert java.read.unlock()
+
+    thread = _when_listening(server.url, java.channel, unlock)
+    assert await side(rw.write_lock().acquire(timeout=20))
+    woken = time.monotonic() - unlocked[0]
+    thread.join(5)
+    assert woken < WOKEN_WITHIN, f"the writer took {woken:.2f} s after the unlock"
+    assert not java.read.try_lock(wait=0)
+    await side(rw.write_lock().release())
+
+
+async def test_downgrade_and_upgrade(side, server, rw_name, java):
+    rw = side.client(server.url).rw_lock(rw_name, layout="redisson")
+    assert await side(rw.write_lock().acquire())
+    assert await side(rw.read_lock().acquire())  # the writer may read (downgrade)
+    assert not java.read.try_lock(wait=0)
+    await side(rw.write_lock().release())
+    assert java.read.try_lock(wait=0)  # now a read lock: Java readers join
+    assert not java.write.try_lock(wait=0)
+    java.read.unlock()
+    with pytest.raises(LockUpgradeError):  # a reader asking to write would wait for itself
+        await side(rw.write_lock().acquire(timeout=5))
+    await side(rw.read_lock().release())
+    assert java.write.try_lock(wait=0)
+    java.write.unlock()
+
+
+async def test_the_watchdog_keeps_a_read_hold_alive_for_redisson(side, server, rw_name, java):
+    """A read hold outlives many watchdog leases; a Java reader's release in between keeps
+    the lock for it (it counts redlease's lease keys), so the Java writer stays out."""
+    rw = side.client(server.url, watchdog_timeout=0.6).rw_lock(rw_name, layout="redisson")
+    assert await side(rw.read_lock().acquire())
+    assert java.read.try_lock(wait=0)
+    end = time.monotonic() + 2.0  # more than three watchdog leases
+    while time.monotonic() < end:
+        assert not java.write.try_lock(wait=0)
+        await asyncio.sleep(0.1)  # lets an asyncio client's watchdog run
+    assert java.read.unlock() is False
+    assert not java.write.try_lock(wait=0)
+    assert await side(rw.read_lock().locked())
+    await side(rw.read_lock().release())
+    assert java.write.try_lock(wait=0)
+    java.write.unlock()
+
+
+async def test_force_release_wakes_every_waiter(side, server, rw_name, java):
+    rw = side.client(server.url).rw_lock(rw_name, layout="redisson")
+    assert java.write.try_lock(wait=0)
+    assert await side(rw.write_lock().force_release())
+    assert await side(rw.read_lock().acquire(blocking=False))
+    assert not await side(rw.write_lock().force_release())  # the read side is held, not write
+    assert await side(rw.read_lock().force_release())
+    assert java.write.try_lock(wait=0)
+    java.write.unlock()
+
+
+def test_a_retried_request_counts_once(server, rw_name):
+    """A reply lost after the server ran the script: the same request again neither counts a
+    second hold nor releases twice."""
+    raw = redis.Redis.from_url(server.url)
+    keys = RedissonRwKeys.for_name(rw_name)
+    owner = f"{uuid.uuid4()}:1"
+
+    def run(call):
+        return raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+
+    raw.script_load(keys.acquire_call(core.READ, owner, 0, 30.0, True).script.source)
+    for side_ in core.SIDES:
+        call = keys.acquire_call(side_, owner, 0, 30.0, True)
+        raw.script_load(call.script.source)
+        first, again = run(call), run(call)
+        assert first[:2] == again[:2] == [1, 1]
+        assert first[3] == again[3] > 0  # the same fencing token
+        release = keys.release_call(side_, owner, 1, request_id="r1")
+        raw.script_load(release.script.source)
+        assert run(release) == run(release) == [1, 0]
+        assert run(keys.release_call(side_, owner, 1, request_id="r2")) == [-1, 0]
+    assert not raw.exists(rw_name)
+    raw.close()
+
+
+async def test_a_bad_layout_is_refused(side, server, name):
+    client = side.client(server.url)
+    with pytest.raises(InvalidArgumentError, match="layout"):
+        client.rw_lock(name, layout="java")
