@@ -214,6 +214,7 @@ class AsyncClient(ClientBase):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
+        layout: str = "redlease",
     ) -> AsyncReadWriteLock:
         """A read-write lock named ``name``: ``.read_lock()`` and ``.write_lock()``, each with
         the ``AsyncLock`` API; many readers or one writer, writers first (see
@@ -221,7 +222,7 @@ class AsyncClient(ClientBase):
         shared with Java services (no writer preference then); other arguments as for
         ``lock``."""
         return AsyncReadWriteLock(
-            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
 
     def locked(

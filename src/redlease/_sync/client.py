@@ -212,13 +212,14 @@ class Client(ClientBase):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
+        layout: str = "redlease",
     ) -> ReadWriteLock:
         """A read-write lock named ``name``: ``.read_lock()`` and ``.write_lock()``, each with
         the ``Lock`` API; many readers or one writer, writers first (see ``ReadWriteLock``).
         ``layout="redisson"``: Redisson's RReadWriteLock layout, shared with Java services
         (no writer preference then); other arguments as for ``lock``."""
         return ReadWriteLock(
-            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
 
     def locked(
