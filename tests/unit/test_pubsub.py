@@ -16,8 +16,8 @@ from redlease._core import lock as lock_core
 from redlease._core import semaphore as sem
 from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
 from redlease._core.requests import Call, Handed
-from redlease._shell import settle_pubsub
 from redlease._core.rwlock_redisson import RedissonRwKeys
+from redlease._shell import settle_pubsub
 
 from .test_scripts import LUA_DIR, publish_argument
 
