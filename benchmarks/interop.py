@@ -3,12 +3,22 @@
     python benchmarks/interop.py             # 6 s per run, 2 redlease + 2 Redisson workers
     python benchmarks/interop.py --seconds 3 --runs 3
 
-Redisson's side is ``redlease.peers.RedissonLock``: Redisson's own lock and unlock scripts and
-its ``tryLock(wait)`` loop, each worker on its own connection (as separate JVMs). redlease's
-workers are processes with a client each. Every worker loops ``acquire -> 1 ms of work ->
-release`` on one name for the run's wall time; a Redisson ``tryLock(3 s)`` that runs out counts
-as a failure. Printed per configuration (median over ``--runs``): holds per worker of each
-side, the Redisson share of all holds, the longest Redisson wait, and Redisson failures.
+Redisson's side is ``redlease.peers.RedissonLock``, a driver of Redisson's lock protocol (its
+keys, arguments, scripts' effects, channel and message) and its ``tryLock(wait)`` loop, each
+worker on its own connection (as separate JVMs). redlease's workers are processes with a
+client each. Every worker loops ``acquire -> 1 ms of work -> release`` on one name for the
+run's wall time; a Redisson ``tryLock(3 s)`` that runs out counts as a failure (one cut short
+by the end of the run does not). Printed per configuration (median over ``--runs``): holds per
+worker of each side, the Redisson share of all holds, the longest Redisson wait, and Redisson
+failures.
+
+Then the hand-over latency both ways (``--latency-rounds``, default 200; ``--latency-only``
+skips the runs above): a waiter blocked on the lock (a redlease ``acquire`` behind a Redisson
+hold, then a Redisson ``tryLock`` behind a redlease hold), the holder lets go, and the time
+from just before the unlock command is sent until the waiter's call returns holding the lock;
+printed as median and p95 next to one round trip (``PING``) measured in the same run. The
+floor of a hand-over is about two round trips: the unlock script (which publishes ``0``), then
+the woken waiter's try.
 """
 
 from __future__ import annotations
@@ -19,9 +29,12 @@ import statistics
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+import redis
 
 from redlease import Client
+from redlease._core.keys import LockKeys
 from redlease.peers import RedissonLock
 from redlease.testing import RedisServer
 
@@ -46,15 +59,16 @@ def _java_worker(url: str, name: str, end: float, result: list[float]) -> None:
     java = RedissonLock(url, name)
     holds, failures, longest = 0, 0, 0.0
     while time.time() < end:
+        wait = min(JAVA_WAIT, max(0.01, end - time.time()))
         started = time.monotonic()
-        if java.try_lock(wait=min(JAVA_WAIT, max(0.01, end - time.time()))):
+        if java.try_lock(wait=wait):
             longest = max(longest, time.monotonic() - started)
             holds += 1
             time.sleep(WORK)
             java.unlock()
         else:
             longest = max(longest, time.monotonic() - started)
-            failures += 1
+            failures += wait >= JAVA_WAIT  # a wait cut short by the run's end is no failure
     java.close()
     result.extend([holds, failures, longest])
 
@@ -83,12 +97,108 @@ def one_run(url: str, handoff: float, seconds: float) -> tuple[list[int], list[l
     return redlease_holds, javas
 
 
+def _until(condition: Callable[[], bool], what: str, bound: float = 10.0) -> None:
+    """Wait (polling, bounded) until the waiter is set up: not part of what is timed."""
+    end = time.monotonic() + bound
+    while not condition():
+        if time.monotonic() > end:
+            raise RuntimeError(f"not within {bound} s: {what}")
+        time.sleep(0.001)
+
+
+def _java_listening(raw: redis.Redis, name: str) -> bool:
+    """The Redisson thread's pub/sub connection (named ``name``) has its channel subscribed."""
+    return any(
+        c.get("name") == name and c.get("sub") == "1" for c in raw.client_list(_type="pubsub")
+    )
+
+
+def handover_latency(url: str, rounds: int) -> dict[str, list[float]]:
+    """Seconds per round: ``rtt`` (PING), ``to_redlease`` (Redisson unlock -> the blocked
+    redlease waiter holds), ``to_redisson`` (redlease release -> the blocked Redisson waiter
+    holds). One holder and one waiter at a time, each waiter on a thread of its own."""
+    name = f"interop-latency:{uuid.uuid4().hex[:8]}"
+    java_conn = f"redisson-{uuid.uuid4().hex[:8]}"
+    raw: redis.Redis = redis.Redis.from_url(url, decode_responses=True)
+    waiter_client, holder_client = Client.from_url(url), Client.from_url(url)
+    java = RedissonLock(f"{url}?client_name={java_conn}", name)
+    queue = LockKeys.for_name(name).queue
+    out: dict[str, list[float]] = {"rtt": [], "to_redlease": [], "to_redisson": []}
+
+    def redlease_waits(held_at: list[float]) -> None:
+        lock = waiter_client.lock(name)
+        if lock.acquire(timeout=10):
+            held_at.append(time.perf_counter())
+            lock.release()
+
+    def redisson_waits(held_at: list[float]) -> None:
+        if java.try_lock(wait=10):
+            held_at.append(time.perf_counter())
+            java.unlock()
+
+    try:
+        raw.ping()  # connected before timing
+        for _ in range(rounds):
+            started = time.perf_counter()
+            raw.ping()
+            out["rtt"].append(time.perf_counter() - started)
+        for _ in range(rounds):
+            # Redisson's unlock -> a redlease waiter blocked in acquire
+            assert java.try_lock(wait=5)
+            held_at: list[float] = []
+            thread = threading.Thread(target=redlease_waits, args=(held_at,))
+            thread.start()
+            _until(lambda: raw.zcard(queue) == 1, "the redlease waiter in line")
+            _until(lambda: raw.pubsub_numsub(java.channel)[0][1] >= 1, "redlease listening")
+            started = time.perf_counter()
+            assert java.unlock()
+            thread.join(15)
+            out["to_redlease"].append(held_at[0] - started)
+
+            # redlease's release -> a Redisson waiter blocked in tryLock
+            lock = holder_client.lock(name)
+            assert lock.acquire(timeout=10)
+            java_held_at: list[float] = []
+            thread = threading.Thread(target=redisson_waits, args=(java_held_at,))
+            thread.start()
+            _until(lambda: _java_listening(raw, java_conn), "the Redisson waiter listening")
+            started = time.perf_counter()
+            lock.release()
+            thread.join(15)
+            out["to_redisson"].append(java_held_at[0] - started)
+    finally:
+        java.close()
+        waiter_client.close()
+        holder_client.close()
+        raw.close()
+    return out
+
+
+def _ms(values: list[float]) -> str:
+    p95 = statistics.quantiles(values, n=20)[18] if len(values) > 1 else values[0]
+    return f"median {statistics.median(values) * 1000:7.3f} ms   p95 {p95 * 1000:7.3f} ms"
+
+
+def print_latency(url: str, rounds: int) -> None:
+    got = handover_latency(url, rounds)
+    print(f"\nhand-over latency, {rounds} rounds each way")
+    print(f"  {'one round trip (PING)':<42} {_ms(got['rtt'])}")
+    print(f"  {'Redisson unlock -> redlease waiter holds':<42} {_ms(got['to_redlease'])}")
+    print(f"  {'redlease release -> Redisson waiter holds':<42} {_ms(got['to_redisson'])}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=6.0)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--latency-rounds", type=int, default=200)
+    parser.add_argument("--latency-only", action="store_true")
     args = parser.parse_args(argv)
     with RedisServer() as server:
+        if args.latency_only:
+            print(f"server {server.binary.label}")
+            print_latency(server.url, args.latency_rounds)
+            return
         print(f"server {server.binary.label}, {args.seconds:.0f} s per run, median of {args.runs}")
         print(
             f"{'configuration':<28} {'redlease holds/worker':>22} {'Redisson holds/worker':>22}"
@@ -107,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 f"{label:<28} {ours:>22.0f} {theirs:>22.0f} {share:>14.1%} {longest:>21.3f}s"
                 f" {fails:>14.0f}"
             )
+        print_latency(server.url, args.latency_rounds)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,7 @@ class PubSub:
 
     Classic (``PUBLISH``/``SUBSCRIBE``) everywhere but on a cluster whose masters all have
     sharded pub/sub (Redis/Valkey >= 7): there ``SPUBLISH``/``SSUBSCRIBE``, on the node that
-    owns the channel's slot (Redisson 3.23+ does the same by default). One per client, shared
+    owns the channel's slot (Redisson 3.22+ does the same by default). One per client, shared
     by the keys of all its primitives: the shell settles it once, before the client's first
     operation (on a cluster, by asking the masters), and the core reads ``command`` when it
     builds a call that publishes, so keys made before that still publish the settled way.
