@@ -7,8 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from . import options
 from ._core import lock as core
-from ._core.keys import LockKeys, hash_slot
+from ._core.fair import REDISSON_FAIR
+from ._core.keys import hash_slot
 from ._core.requests import Operation
 from ._shell import HANDOFF_WINDOW, ClientState, next_request_id
 from .errors import (
@@ -23,6 +25,12 @@ from .options import Seconds, chosen_lease, lock_name, optional_seconds, replica
 from .stats import Lease, LockStatistics
 
 T = TypeVar("T")
+
+
+def fair_layout(value: object) -> core.Layout:
+    """A fair lock's layout by name: ``"redlease"`` (its own line) or ``"redisson"``
+    (Redisson's ``RedissonFairLock`` keys); anything else raises ``InvalidArgumentError``."""
+    return REDISSON_FAIR if options.layout(value) == "redisson" else core.REDLEASE
 
 
 @dataclass(frozen=True)
@@ -57,10 +65,12 @@ class LockBase:
         on_lease_lost: Callable[[LeaseLostError], None] | None,
         replicas: int | None,
         cluster: bool = False,
+        layout: core.Layout = core.REDLEASE,
     ) -> None:
         self._state = state
+        self._layout = layout
         try:
-            self._keys = LockKeys.for_name(lock_name(name), state.pubsub)
+            self._keys = layout.keys(lock_name(name), state.pubsub)
         except InvalidArgumentError:
             raise
         except ValueError as exc:
@@ -99,6 +109,7 @@ class LockBase:
                 fair=self._fair,
                 handover=chosen is None,  # the watchdog lengthens a hand-over's short lease
                 on_gone=lambda: gone.append(True),
+                layout=self._layout,
             )
 
         gone: list[bool] = []
@@ -196,16 +207,17 @@ class LockBase:
             handoff_ms=self._state.handoff_ms
             or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
             unsure=hold.unsure,
+            layout=self._layout,
         )
 
     def _not_owned(self, owner: str) -> str:
         return f"lock {self.name!r} is not held by owner {owner}: nothing to release"
 
     def _status_op(self, owner: str) -> Operation[core.Status]:
-        return core.status(self._keys)
+        return core.status(self._keys, self._layout)
 
     def _force_release_op(self) -> Operation[bool]:
-        return core.force_release(self._keys)
+        return core.force_release(self._keys, self._layout)
 
     @property
     def _wait_channel(self) -> str:

@@ -34,9 +34,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 import redlease
 from redlease import LeaseLostError, LockTimeoutError
 from redlease._async.subscriber import Subscriber as AsyncSubscriber
+from redlease._core import fair as fair_core
 from redlease._core import lock as lock_core
 from redlease._core import scripts
-from redlease._core.keys import LockKeys
+from redlease._core.fair import REDISSON_FAIR
+from redlease._core.keys import CLASSIC
 from redlease._sync.subscriber import Subscriber
 from redlease.testing import RedisServer, TcpProxy
 
@@ -58,7 +60,7 @@ class LockOwner:
     own whose commands go through ``commands`` and whose wake-ups go through ``wakeups``."""
 
     def __init__(
-        self, server: RedisServer, name: str, *, fair: bool, loop: LoopThread | None
+        self, server: RedisServer, name: str, *, fair: bool | str, loop: LoopThread | None
     ) -> None:
         self.loop = loop
         self.commands = TcpProxy(("127.0.0.1", server.port)).start()
@@ -72,8 +74,13 @@ class LockOwner:
         """A hold of its was force-released behind its back at some point."""
         self._actor = Actor(loop)
         self.client: Any = self.run(lambda: self._connect(server))
-        make = self.client.fair_lock if fair else self.client.lock
-        self.lock: Any = make(name, on_lease_lost=self.lost.append)
+        if fair == "redisson":  # the fair lock in Redisson's RedissonFairLock layout
+            self.lock: Any = self.client.fair_lock(
+                name, on_lease_lost=self.lost.append, layout="redisson"
+            )
+        else:
+            make = self.client.fair_lock if fair else self.client.lock
+            self.lock = make(name, on_lease_lost=self.lost.append)
         self.owner: str = self.run(self.client._owner)
 
     def _connect(self, server: RedisServer) -> Any:
@@ -130,14 +137,16 @@ class LockOwner:
 class LockMachine(RuleBasedStateMachine):
     server: RedisServer
     is_async: bool
-    fair: bool
+    fair: bool | str
+    """``"redisson"``: the fair lock in Redisson's layout."""
 
     def __init__(self) -> None:
         super().__init__()
         self.name = unique_name("stateful-lock")
-        self.keys = LockKeys.for_name(self.name)
+        self.layout = REDISSON_FAIR if self.fair == "redisson" else lock_core.REDLEASE
+        self.keys = self.layout.keys(self.name, CLASSIC)
         self.raw = redis.Redis.from_url(self.server.url, decode_responses=True)
-        for script in scripts.ALL:  # a dropped reply is then always the script's own
+        for script in (*scripts.ALL, *fair_core.SCRIPTS):  # a dropped reply is the script's
             self.raw.script_load(script.source)
         self.loop = LoopThread() if self.is_async else None
         self.owners: list[LockOwner] = []
@@ -229,8 +238,10 @@ class LockMachine(RuleBasedStateMachine):
         owner = self._idle(i)
         if owner is None:
             return
+        redisson = self.fair == "redisson"
+        acquire = fair_core.REDISSON_FAIR_ACQUIRE if redisson else scripts.LOCK_ACQUIRE
         for _ in range(lose):
-            owner.commands.drop_next_reply(scripts.LOCK_ACQUIRE.sha.encode())
+            owner.commands.drop_next_reply(acquire.sha.encode())
         self._call(owner, lambda: owner.lock.acquire(blocking=False))
         self._drop_leftovers(owner)
 
@@ -239,8 +250,10 @@ class LockMachine(RuleBasedStateMachine):
         owner = self._idle(i)
         if owner is None or owner.record() is None:
             return
+        redisson = self.fair == "redisson"
+        release = fair_core.REDISSON_FAIR_RELEASE if redisson else scripts.LOCK_RELEASE
         for _ in range(lose):
-            owner.commands.drop_next_reply(scripts.LOCK_RELEASE.sha.encode())
+            owner.commands.drop_next_reply(release.sha.encode())
         self._call(owner, owner.lock.release)
         self._drop_leftovers(owner)
 
@@ -256,7 +269,7 @@ class LockMachine(RuleBasedStateMachine):
     def force_release(self) -> None:
         """An operator force-releases the lock (as ``Lock.force_release`` does), reading in
         the same transaction whose hold that was (a wait may be under way meanwhile)."""
-        call = next(lock_core.force_release(self.keys))
+        call = next(lock_core.force_release(self.keys, self.layout))
         pipe = self.raw.pipeline(transaction=True)
         pipe.hgetall(self.name)
         pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
@@ -308,7 +321,11 @@ class LockMachine(RuleBasedStateMachine):
     def i3_no_stale_place_and_no_stranded_lock(self) -> None:
         for owner in self.owners:
             if owner.busy is None:
-                place = self.raw.zscore(self.keys.queue, owner.owner)
+                if self.fair == "redisson":  # Redisson's line (a list) and places (a zset)
+                    place = self.raw.zscore(self.keys.deadlines, owner.owner)
+                    assert owner.owner not in self.raw.lrange(self.keys.queue, 0, -1)
+                else:
+                    place = self.raw.zscore(self.keys.queue, owner.owner)
                 assert place is None, f"{owner.owner} kept a place in line after its wait"
         if not any(o.believes() or o.busy or o.unknown for o in self.owners):
             assert self.raw.pttl(self.name) != -1, "a lock nobody holds has no lease"
@@ -320,7 +337,7 @@ class LockMachine(RuleBasedStateMachine):
                 assert owner.ever_revoked, f"{owner.owner} was told of a loss: {owner.lost}"
 
 
-def _run(server: RedisServer, is_async: bool, fair: bool, config: Any) -> None:
+def _run(server: RedisServer, is_async: bool, fair: bool | str, config: Any) -> None:
     class Machine(LockMachine):
         pass
 
@@ -330,13 +347,13 @@ def _run(server: RedisServer, is_async: bool, fair: bool, config: Any) -> None:
     test().runTest()
 
 
-@pytest.mark.parametrize("fair", [False, True], ids=["lock", "fair"])
+@pytest.mark.parametrize("fair", [False, True, "redisson"], ids=["lock", "fair", "redisson-fair"])
 def test_lock_protocol_holds_under_faults(stateful_server, is_async, fair):
     _run(stateful_server, is_async, fair, DEFAULT)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fair", [False, True], ids=["lock", "fair"])
+@pytest.mark.parametrize("fair", [False, True, "redisson"], ids=["lock", "fair", "redisson-fair"])
 def test_lock_protocol_holds_under_faults_longer(stateful_server, is_async, fair):
     _run(stateful_server, is_async, fair, SLOW)
 

@@ -14,6 +14,7 @@ from redlease._channels import ANY_NODE, ChannelTable, Links, Waiter
 from redlease._core import latch, rwlock, scripts
 from redlease._core import lock as lock_core
 from redlease._core import semaphore as sem
+from redlease._core.fair import REDISSON_FAIR
 from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
 from redlease._core.requests import Call, Handed
 from redlease._core.rwlock_redisson import RedissonRwKeys
@@ -84,6 +85,10 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     yield lock_core.release_call(keys, OWNER, 1, request_id="r", handoff_ms=50)
     yield lock_core.leave_call(keys, OWNER, "w")
     yield next(lock_core.force_release(keys))
+    fair_keys = REDISSON_FAIR.keys("orders:42", mode)
+    yield REDISSON_FAIR.release_call(fair_keys, OWNER, 1, request_id="r")
+    yield REDISSON_FAIR.leave_call(fair_keys, OWNER, "w", None)
+    yield next(lock_core.force_release(fair_keys, REDISSON_FAIR))
     rw = rwlock.RwKeys.for_name("catalog", mode)
     assert rw.side_keys(rwlock.READ).pubsub is mode
     for side in (rwlock.READ, rwlock.WRITE):

@@ -182,10 +182,13 @@ class AsyncClient(ClientBase):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
+        layout: str = "redlease",
     ) -> AsyncFairLock:
-        """A reentrant lock served strictly in arrival order (see ``AsyncFairLock``)."""
+        """A reentrant lock served strictly in arrival order (see ``AsyncFairLock``).
+        ``layout="redisson"``: Redisson's RedissonFairLock layout, one line shared with Java
+        services on the same name (Redisson's place timeouts then)."""
         return AsyncFairLock(
-            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
+            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
 
     def semaphore(self, name: str) -> AsyncSemaphore:

@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .._core import lock as core
-from .._lockbase import LockBase
+from .._lockbase import LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError
 from ..options import Seconds
 from ..stats import Lease, LockStatistics
@@ -162,7 +162,34 @@ class AsyncFairLock(AsyncLock):
     A blocking acquire takes a place in a line kept on the server; a release hands the lock to
     the first live waiter and wakes only it; a newcomer never takes a free lock ahead of a live
     waiter. A waiter that gives up leaves the line; one that dies loses its place within 20 s
-    (it must re-check every 5 s to keep it). Not Redisson's RedissonFairLock layout.
+    (it must re-check every 5 s to keep it).
+
+    ``layout="redisson"`` keeps the line in Redisson's ``RedissonFairLock`` layout instead,
+    shared with Java services on the same name (their waiters and ours in one line): a
+    release wakes the first waiter, which takes the lock with its next try, and a place
+    lapses by Redisson's rule (5 minutes, or the acquire's timeout, after the one before it).
     """
 
     _fair = True
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
+        layout: str = "redlease",
+    ) -> None:
+        LockBase.__init__(
+            self,
+            client._state,
+            name,
+            lease=lease,
+            on_lease_lost=on_lease_lost,
+            replicas=replicas,
+            cluster=client.cluster,
+            layout=fair_layout(layout),
+        )
+        self.client = client

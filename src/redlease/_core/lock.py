@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from . import codes, scripts
 from .backoff import Outage
-from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys
+from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys, PubSub
 from .limits import LateGrants
 from .requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 
@@ -89,6 +89,18 @@ class Acquired:
     token: int
 
 
+def grant_undo(held: int, give_back: Callable[[int], Call]) -> Callable[[Any], Call | None]:
+    """An acquire call's ``undo``: the hold it made (``give_back(count)``), if it made one."""
+
+    def undo(reply: Any) -> Call | None:
+        code, count = int(reply[0]), int(reply[1])
+        if code == codes.GRANTED and count == held + 1:
+            return give_back(count)
+        return None
+
+    return undo
+
+
 def _acquire_call(
     keys: LockKeys,
     owner: str,
@@ -99,12 +111,9 @@ def _acquire_call(
     fair: bool = False,
     handover: bool = False,
 ) -> Call:
-    def undo(reply: Any) -> Call | None:
-        code, count = int(reply[0]), int(reply[1])
-        if code == codes.GRANTED and count == held + 1:
-            return release_call(keys, owner, count, request_id=uuid.uuid4().hex)
-        return None
-
+    undo = grant_undo(
+        held, lambda count: release_call(keys, owner, count, request_id=uuid.uuid4().hex)
+    )
     return Call(
         scripts.LOCK_ACQUIRE,
         (keys.name, keys.queue, keys.deadlines, keys.fence),
@@ -158,6 +167,69 @@ def leave_call(keys: LockKeys, owner: str, wait_id: str) -> Call:
     )
 
 
+class Layout:
+    """Which keys a reentrant lock uses and how its operations reach them: the calls that
+    ``acquire``, ``release``, ``status`` and ``force_release`` send, and where a waiter
+    listens. This one is redlease's own: Redisson's RLock hash and unlock channel, plus a
+    line of redlease's own (see ``lock_acquire.lua``). ``fair.RedissonFairLayout`` runs the
+    same operations on Redisson's ``RedissonFairLock`` keys instead."""
+
+    def keys(self, name: str, pubsub: PubSub) -> LockKeys:
+        return LockKeys.for_name(name, pubsub)
+
+    def acquire_call(
+        self,
+        keys: LockKeys,
+        owner: str,
+        *,
+        held: int,
+        lease: float,
+        queue: bool,
+        wait_id: str,
+        timeout: float | None,
+        fair: bool,
+        handover: bool,
+    ) -> Call:
+        """One try (its ``undo`` gives back a hold it made); ``queue``: take a place in line
+        if the lock cannot be had; ``timeout``: the whole acquire's, as the caller gave it."""
+        return _acquire_call(keys, owner, held, lease, queue, wait_id, fair=fair, handover=handover)
+
+    def release_call(
+        self,
+        keys: LockKeys,
+        owner: str,
+        held: int,
+        *,
+        request_id: str,
+        handoff_ms: int = 0,
+        unsure: bool = False,
+    ) -> Call:
+        return release_call(
+            keys, owner, held, request_id=request_id, handoff_ms=handoff_ms, unsure=unsure
+        )
+
+    def leave_call(self, keys: LockKeys, owner: str, wait_id: str, timeout: float | None) -> Call:
+        return leave_call(keys, owner, wait_id)
+
+    def listen(self, keys: LockKeys, owner: str) -> tuple[str, str | None]:
+        """The channels a waiter listens on: the lock's, and one of its own (or ``None``)."""
+        return keys.channel, keys.handover(owner)
+
+    def status_call(self, keys: LockKeys) -> Call:
+        return Call(scripts.LOCK_STATUS, (keys.name, keys.queue), ())
+
+    def force_release_call(self, keys: LockKeys) -> Call:
+        return Call(
+            scripts.LOCK_FORCE_RELEASE,
+            (keys.name, keys.channel),
+            (UNLOCK_MESSAGE, keys.pubsub.command),
+        )
+
+
+REDLEASE = Layout()
+"""redlease's own layout (the default)."""
+
+
 def acquire(
     keys: LockKeys,
     owner: str,
@@ -171,6 +243,7 @@ def acquire(
     handover: bool = False,
     clock: Callable[[], float] = time.monotonic,
     on_gone: Callable[[], None] = lambda: None,
+    layout: Layout = REDLEASE,
 ) -> Operation[Acquired | None]:
     """Try, and while allowed wait for a wake-up and try again; ``None`` when not acquired.
 
@@ -195,30 +268,40 @@ def acquire(
     passes) or one this call gave back: a grant is taken only with a token above every
     token and fence counter this call saw in a reply. An owner whose hold is gone on the
     server (its lease ran out, or it was force-released) takes the lock afresh, as Redisson
-    does; ``on_gone`` is called when a reply shows that.
+    does; ``on_gone`` is called when a reply shows that. ``layout`` builds the calls and
+    names the channels (redlease's own, or Redisson's fair lock's: ``fair.py``).
     """
     deadline = None if timeout is None else clock() + timeout
-    leave = leave_call(keys, owner, wait_id)
+    leave = layout.leave_call(keys, owner, wait_id, timeout)
     gone = GoneHold(on_gone)
     seen = 0  # the highest token or fence counter a reply of this call carried
     turn_wait = TURN_WAIT  # back-off while a free fair lock is another waiter's turn
     late = LateGrants()  # grants in a row that came too late, and the pause after them
     # Listening before the first try costs nothing when the channel is already subscribed,
-    # and spares a waiter the subscribe-then-retry round trips.
-    private = keys.handover(owner)  # where a release hands it over (or reserves it) to us
-    subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True, private)))
+    # and spares a waiter the subscribe-then-retry round trips. We listen on the lock's
+    # channel and on our own: where a release hands it over (or reserves it) to us.
+    channel, private = layout.listen(keys, owner)
+    subscribed = bool(blocking and (yield Subscribe(channel, owner, leave, True, private)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     while True:
         sent_at = clock()
         try:
-            reply = yield _acquire_call(
-                keys, owner, held, lease, blocking, wait_id, fair=fair, handover=handover
+            reply = yield layout.acquire_call(
+                keys,
+                owner,
+                held=held,
+                lease=lease,
+                queue=blocking,
+                wait_id=wait_id,
+                timeout=timeout,
+                fair=fair,
+                handover=handover,
             )
         except ReplicaError as exc:
             # not confirmed by enough replicas: a failover could lose it, so give it back
             reply = exc.reply
             if isinstance(reply, list) and int(reply[0]) == codes.GRANTED and reply[1] == held + 1:
-                yield release_call(keys, owner, held + 1, request_id=uuid.uuid4().hex)
+                yield layout.release_call(keys, owner, held + 1, request_id=uuid.uuid4().hex)
             raise
         except ServerUnavailableError:
             pause = outage.failed(listening=subscribed)
@@ -241,7 +324,7 @@ def acquire(
                 return Acquired(
                     count=count, ttl=ttl_ms / 1000, requested_at=sent_at, token=int(reply[3])
                 )
-            yield release_call(keys, owner, count, request_id=uuid.uuid4().hex)
+            yield layout.release_call(keys, owner, count, request_id=uuid.uuid4().hex)
             ttl_ms = 0
             late.came()
         elif code == codes.LOST:
@@ -263,7 +346,7 @@ def acquire(
         if not subscribed:
             # Subscribe, then try again at once: a release between our try and the
             # subscription would otherwise go unheard until the TTL ran out.
-            yield Subscribe(keys.channel, owner, leave, private=private)  # listens, or raises
+            yield Subscribe(channel, owner, leave, private=private)  # listens, or raises
             subscribed = True
             continue
         if code == codes.GRANTED:  # it came too late: pause before the next try
@@ -296,11 +379,12 @@ def release(
     request_id: str,
     handoff_ms: int = 0,
     unsure: bool = False,
+    layout: Layout = REDLEASE,
 ) -> Operation[int]:
     """Release one hold; returns how many holds the owner keeps (0: the lock is free).
     ``unsure``: a re-entry whose outcome is unknown may have counted one hold more, which
     goes too (the caller was told that acquire failed)."""
-    reply = yield release_call(
+    reply = yield layout.release_call(
         keys, owner, held, request_id=request_id, handoff_ms=handoff_ms, unsure=unsure
     )
     code, remaining = int(reply[0]), int(reply[1])
@@ -314,12 +398,8 @@ def release(
     return remaining
 
 
-def force_release(keys: LockKeys) -> Operation[bool]:
-    reply = yield Call(
-        scripts.LOCK_FORCE_RELEASE,
-        (keys.name, keys.channel),
-        (UNLOCK_MESSAGE, keys.pubsub.command),
-    )
+def force_release(keys: LockKeys, layout: Layout = REDLEASE) -> Operation[bool]:
+    reply = yield layout.force_release_call(keys)
     return bool(int(reply))
 
 
@@ -342,8 +422,8 @@ class Status:
         return self.ttl is not None
 
 
-def status(keys: LockKeys) -> Operation[Status]:
-    reply = yield Call(scripts.LOCK_STATUS, (keys.name, keys.queue), ())
+def status(keys: LockKeys, layout: Layout = REDLEASE) -> Operation[Status]:
+    reply = yield layout.status_call(keys)
     ttl_ms, waiters = int(reply[0]), int(reply[1])
     pairs = reply[2:]
     fields = {_text(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}

@@ -182,9 +182,14 @@ class Client(ClientBase):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
+        layout: str = "redlease",
     ) -> FairLock:
-        """A reentrant lock served strictly in arrival order (see ``FairLock``)."""
-        return FairLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+        """A reentrant lock served strictly in arrival order (see ``FairLock``).
+        ``layout="redisson"``: Redisson's RedissonFairLock layout, one line shared with Java
+        services on the same name (Redisson's place timeouts then)."""
+        return FairLock(
+            self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
+        )
 
     def semaphore(self, name: str) -> Semaphore:
         """A counting semaphore named ``name`` (Redisson's RSemaphore layout)."""
