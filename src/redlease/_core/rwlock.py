@@ -33,7 +33,7 @@ from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnava
 from .backoff import Outage
 from .keys import CLASSIC, PubSub, same_slot_key
 from .limits import LateGrants
-from .lock import OUTAGE_TOLERANCE, Acquired, GoneHold, Status, drift, to_ms
+from .lock import OUTAGE_TOLERANCE, Acquired, GoneHold, Status, drift, grant_undo, to_ms
 from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .scripts import Script
 from .watchdog import OwnRenewalKeys
@@ -233,14 +233,9 @@ def upgrade_error(keys: RwLayout, owner: str) -> LockUpgradeError:
 def release_undo(keys: RwLayout, side: str, owner: str, held: int) -> Callable[[Any], Call | None]:
     """What gives back the hold that an acquire try made for a caller who no longer wants
     it (it was cancelled with the reply on its way)."""
-
-    def undo(reply: Any) -> Call | None:
-        code, count = int(reply[0]), int(reply[1])
-        if code == GRANTED and count == held + 1:
-            return keys.release_call(side, owner, count, request_id=uuid.uuid4().hex)
-        return None
-
-    return undo
+    return grant_undo(
+        held, lambda count: keys.release_call(side, owner, count, request_id=uuid.uuid4().hex)
+    )
 
 
 def acquire_call(keys: RwKeys, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
