@@ -29,6 +29,10 @@ from typing import Any, Protocol
 
 from ._core.requests import Handed
 
+LATCH_CHANNEL_PREFIX = "redisson_countdownlatch__channel__"
+"""A count-down latch's channel: there "0" (Redisson's zero-count message) opens the latch, so
+it wakes every waiter, not one."""
+
 
 class Event(Protocol):
     def set(self) -> None: ...
@@ -119,7 +123,7 @@ class ChannelTable:
         entry = self.entries.get(channel)
         if entry is None:
             return
-        if payload == "0":
+        if payload == "0" and not channel.startswith(LATCH_CHANNEL_PREFIX):
             self._wake_one(entry)
         elif ":" in payload:  # the owner field of the waiter whose turn it is
             owner, _, grant = payload.partition(" ")
@@ -128,7 +132,8 @@ class ChannelTable:
                     waiter.handed = handed(grant)
                     waiter.event.set()
                     break
-        else:  # another Redisson message (a read-write lock's "1"): everyone re-checks
+        else:  # another Redisson message (a read-write lock's "1", a latch's "0", which
+            # opens it for everyone): everyone re-checks
             for waiter in entry.waiters:
                 waiter.event.set()
 

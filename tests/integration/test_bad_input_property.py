@@ -197,6 +197,10 @@ def test_semaphore_calls_work_or_raise_redlease_errors(
             if ok and got:
                 check("release", lambda: sem.release(more))
         check("release(permits)", lambda: sem.release(permits))
+        check("set_permits", lambda: sem.set_permits(more))
+        fewer = -permits if isinstance(permits, int) else permits
+        check("add_permits(-permits)", lambda: sem.add_permits(fewer))
+        check("acquire(timeout=0)", lambda: sem.acquire(permits, timeout=0))
     check("available()", sem.available)
 
 
@@ -225,8 +229,16 @@ def test_lease_semaphore_calls_work_or_raise_redlease_errors(
         ok, permit = check("acquire", lambda: sem.acquire(timeout=timeout, lease=lease))
         if ok and permit is not None:
             check("renew", lambda: sem.renew(permit, lease=lease))
+            check("update_lease_time", lambda: sem.update_lease_time(permit, lease))
             check("release", lambda: sem.release(permit))
     check("release(garbage)", lambda: sem.release(permits))
+    check("add_permits", lambda: sem.add_permits(permits))
+    ok, ids = check("acquire_many", lambda: sem.acquire_many(permits, timeout=0, lease=lease))
+    if ok and ids:
+        check("release_many", lambda: sem.release_many(ids))
+    check("release_many(garbage)", lambda: sem.release_many(permits))
+    check("set_permits", lambda: sem.set_permits(permits))
+    check("expire", lambda: sem.expire(timeout))
 
 
 @SETTINGS
@@ -249,6 +261,7 @@ def test_latch_calls_work_or_raise_redlease_errors(
         assert 1 <= gate.count() <= MAX_COUNT
         check("count_down", gate.count_down)
         check("wait(0)", lambda: gate.wait(timeout=0))
+    check("delete", gate.delete)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))

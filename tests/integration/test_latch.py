@@ -112,6 +112,20 @@ async def test_retried_count_down_counts_once(side, server, name):
     assert await side(gate.count()) == 2
 
 
+async def test_delete_opens_the_latch_and_a_retried_delete_answers_the_same(side, server, name):
+    client = side.client(server.url)
+    gate = latch(side, client, name)
+    assert not await side(gate.delete())  # open already: nothing to delete
+    assert await side(gate.try_set_count(2))
+    keys = core.LatchKeys.for_name(name)
+    for _ in range(2):  # the same request sent twice (a reply lost on the way back)
+        assert await side(client._run(core.delete(keys, request_id="request-1"), name))
+    assert await side(gate.count()) == 0 and await side(gate.wait(timeout=0))
+    assert not await side(gate.delete())
+    assert await side(gate.try_set_count(1))  # open, so it can be armed again
+    assert await side(gate.count()) == 1
+
+
 async def test_keeps_redisson_layout_and_messages(side, server, name):
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     pubsub = raw.pubsub()
@@ -134,8 +148,8 @@ async def test_keeps_redisson_layout_and_messages(side, server, name):
 
 
 async def test_redisson_count_down_wakes_a_waiter(side, server, name):
-    """A Redisson countDown publishes only "0": it wakes one waiter per redlease client (any
-    others of that client find the latch open at their next re-check, within 5 s)."""
+    """A Redisson countDown publishes only "0": it opens the latch, so it wakes every
+    redlease waiter (tests/interop/test_latch.py has several)."""
     raw = redis.Redis.from_url(server.url)
     client = side.client(server.url)
     gate = latch(side, client, name)

@@ -126,10 +126,22 @@ async def test_semaphore_bad_arguments_name_the_argument(side, server, name):
     client = side.client(server.url)
     sem = semaphore(side, client, name)
     assert await side(sem.try_set_permits(2))
-    for bad in (0, -1, True, 1.5, "1", None):
-        for call in (sem.acquire, sem.release, sem.try_set_permits, sem.add_permits):
+    calls = (sem.acquire, sem.release, sem.try_set_permits, sem.add_permits, sem.set_permits)
+    for bad in (True, 1.5, "1", None, 2**53, -(2**53)):
+        for call in calls:
             with pytest.raises(InvalidArgumentError, match="permits"):
                 await side(call(bad))
+    # as in Redisson: 0 and negative counts are refused where they make no sense...
+    for call in (sem.acquire, sem.release, sem.set_permits):
+        with pytest.raises(InvalidArgumentError, match="permits"):
+            await side(call(-1))
+    with pytest.raises(InvalidArgumentError, match="permits"):
+        await side(sem.try_set_permits(0))
+    # ...and accepted where Redisson accepts them: tryAcquire(0), release(0), addPermits(0)
+    # change nothing; addPermits(-n) takes permits away (tests/interop/)
+    assert await side(sem.acquire(0, timeout=0))
+    await side(sem.release(0))
+    await side(sem.add_permits(0))
     for bad_timeout in (-1, float("nan"), "5", True):
         with pytest.raises(InvalidArgumentError, match="timeout"):
             await side(sem.acquire(1, timeout=bad_timeout))
@@ -238,6 +250,66 @@ async def test_semaphore_retried_requests_count_once(side, server, name):
     for _ in range(2):
         assert int((await side(client._call(give, name)))[0]) == core.RELEASED
     assert await side(sem.available()) == 3
+
+
+async def test_added_set_and_several_permit_requests_retried_count_once(side, server, name):
+    """A request sent again after its reply was lost (same request id) changes nothing more:
+    add_permits (either sign), set_permits, acquire_many, release_many."""
+    client = side.client(server.url)
+    sem = semaphore(side, client, name)
+    keys = core.SemaphoreKeys.for_name(name)
+    assert await side(sem.try_set_permits(3))
+    for _ in range(2):
+        await side(client._run(core.add_permits(keys, -2, "request-1"), name))
+    assert await side(sem.available()) == 1
+    for _ in range(2):
+        await side(client._run(core.set_permits(keys, 5), name))
+    stats = await side(sem.statistics())
+    assert (stats.available, stats.permits) == (5, 5)
+    slots = lease_semaphore(side, client, name + ":slots")
+    lkeys = core.LeaseSemaphoreKeys.for_name(name + ":slots")
+    assert await side(slots.try_set_permits(4))
+    for _ in range(2):
+        await side(client._run(core.lease_add_permits(lkeys, 2, "request-2"), name))
+    assert await side(slots.available()) == 6
+    ids = [core.new_permit_id() for _ in range(3)]
+    take = core.lease_acquire_call(lkeys, "some-client:1", ids[0], 30.0, False, ids[1:])
+    for _ in range(2):
+        assert int((await side(client._call(take, name)))[0]) == core.GRANTED
+    assert await side(slots.available()) == 3
+    give = core.release_many_call(lkeys, ids, ["r1", "r2", "r3"])
+    for _ in range(2):
+        reply = await side(client._call(give, name))
+        assert int(reply[0]) == core.RELEASED
+    assert list(reply[3:]) == [core.RELEASED_BEFORE] * 3  # the retry: already given back
+    assert await side(slots.available()) == 6
+
+
+async def test_lease_semaphore_several_permits_and_their_leases(side, server, name):
+    """Redisson's ``testTryAcquireMany``, ``testReleaseManyExpiredDoesNotThrow`` and
+    ``testTryReleaseManyExpired`` on the redlease side alone."""
+    slots = lease_semaphore(side, side.client(server.url), name)
+    assert await side(slots.try_set_permits(10))
+    four = await side(slots.acquire_many(4, timeout=0))
+    five = await side(slots.acquire_many(5, timeout=0))
+    assert len(four) == 4 and len(five) == 5 and not set(four) & set(five)
+    assert await side(slots.available()) == 1
+    assert await side(slots.acquire_many(2, timeout=0)) is None  # all or none
+    assert await side(slots.acquire_many(2, timeout=0.2)) is None
+    assert await side(slots.available()) == 1
+    assert await side(slots.release_many(five)) == 5
+    short = await side(slots.acquire_many(3, lease=0.2))
+    await eventually(lambda: _available_is(side, slots, 6))  # the 3 leases ran out
+    with pytest.raises(LeaseLostError):
+        await side(slots.release_many(short))
+    assert await side(slots.release_many(four)) == 4
+    assert await side(slots.available()) == 10
+    stats = await side(slots.statistics())
+    assert (stats.permits, stats.holders) == (10, 0)
+
+
+async def _available_is(side: Any, slots: Any, available: int) -> bool:
+    return bool(await side(slots.available()) == available)
 
 
 async def test_semaphore_keeps_redisson_layout(side, server, name):
@@ -423,6 +495,32 @@ async def test_lease_semaphore_bad_arguments_and_unknown_ids(side, server, name)
     with pytest.raises(InvalidArgumentError, match="permit_id") as info:
         await side(sem.release(permit))  # released twice
     assert permit in str(info.value)
+    assert await side(sem.available()) == 1
+    # the calls Redisson's tests use (issue #13 item 6) check their arguments the same way
+    for bad in (True, 2.0, "1", None, 2**53):
+        for call in (sem.add_permits, sem.set_permits, sem.acquire_many):
+            with pytest.raises(InvalidArgumentError, match="permits"):
+                await side(call(bad))
+    for call in (sem.set_permits, sem.acquire_many):
+        with pytest.raises(InvalidArgumentError, match="permits"):
+            await side(call(-1))
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        await side(sem.acquire_many(core.MAX_AT_ONCE + 1))
+    assert await side(sem.acquire_many(0, timeout=0)) == []  # nothing, at once
+    with pytest.raises(InvalidArgumentError, match="lease"):
+        await side(sem.acquire_many(2, lease=0))
+    for bad_ids in (permit, None, [permit, permit], ["nope"]):
+        with pytest.raises(InvalidArgumentError, match="permit_id"):
+            await side(sem.release_many(bad_ids))
+    assert await side(sem.release_many([])) == 0
+    with pytest.raises(InvalidArgumentError, match="permit_id"):
+        await side(sem.update_lease_time("nope", 5))
+    with pytest.raises(InvalidArgumentError, match="lease"):
+        await side(sem.update_lease_time(permit, 0))
+    assert not await side(sem.update_lease_time(permit, 5))  # released: not held
+    for bad_ttl in (0, -1, float("nan"), "5", None):
+        with pytest.raises(InvalidArgumentError, match="seconds"):
+            await side(sem.expire(bad_ttl))
     assert await side(sem.available()) == 1
 
 
@@ -631,6 +729,31 @@ async def test_cancelled_lease_acquire_never_leaks_a_permit(server, name):
                 await sem.release(permit)
             stats = await sem.statistics()
             assert (stats.available, stats.holders) == (1, 0), f"iteration {i}: leaked"
+
+
+async def test_cancelled_acquire_or_release_of_several_never_leaks_a_permit(server, name):
+    async with redlease.AsyncClient.from_url(server.url) as client:
+        sem = AsyncLeaseSemaphore(client, name)
+        assert await sem.try_set_permits(3)
+        for i in range(40):
+            task = asyncio.create_task(sem.acquire_many(3))
+            for _ in range(i % 4):
+                await asyncio.sleep(0)
+            await asyncio.sleep((i % 7) * 0.0002)
+            task.cancel()
+            try:
+                ids = await task
+            except asyncio.CancelledError:
+                ids = None
+            if ids is not None:
+                release = asyncio.create_task(sem.release_many(ids))
+                for _ in range(1 + i % 3):  # (a task cancelled before it starts never runs)
+                    await asyncio.sleep(0)
+                release.cancel()  # a release cancelled once under way still completes
+                with contextlib.suppress(asyncio.CancelledError):
+                    await release
+            stats = await sem.statistics()
+            assert (stats.available, stats.holders) == (3, 0), f"iteration {i}: leaked"
 
 
 def test_sync_and_async_apis_match():

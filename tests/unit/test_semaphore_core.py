@@ -64,9 +64,12 @@ def test_sha_is_sha1_of_the_source(script: scripts.Script) -> None:
 def _calls() -> list[tuple[Call, int]]:
     """Every kind of Call these cores build, with the number of permits it is about."""
     permit = core.new_permit_id()
+    two = [core.new_permit_id() for _ in range(2)]
     calls = [
         (next(core.try_set_permits(SEM, 3)), 1),
         (next(core.add_permits(SEM, 2)), 1),
+        (next(core.add_permits(SEM, -2, "r6")), 1),
+        (next(core.set_permits(SEM, 4)), 1),
         (core.acquire_call(SEM, OWNER, 2, "r1", register=True), 1),
         (core.release_call(SEM, 2, "r2"), 1),
         (next(core.release(SEM, permits=1, request_id="r3")), 1),
@@ -78,16 +81,24 @@ def _calls() -> list[tuple[Call, int]]:
         (core.lease_release_call(LSEM, permit, "r4"), 1),
         (next(core.lease_status(LSEM)), 1),
         (next(core.renew(LSEM, permit, 10.0)), 1),
+        (next(core.lease_add_permits(LSEM, -3)), 1),
+        (next(core.lease_set_permits(LSEM, 5)), 1),
+        (core.lease_acquire_call(LSEM, OWNER, permit, 30.0, register=True, more=two), 3),
+        (core.release_many_call(LSEM, [permit, *two], ["a", "b", "c"]), 3),
+        (next(core.lease_release_many(LSEM, two, ["a", "b"])), 2),
+        (next(core.update_lease(LSEM, permit, 5.0)), 1),
+        (next(core.lease_expire(LSEM, 60.0)), 1),
+        (next(latch.delete(LATCH)), 1),
         (next(latch.try_set_count(LATCH, 4)), 1),
         (next(latch.count_down(LATCH)), 1),
         (latch.check_call(LATCH, OWNER, register=True), 1),
         (next(latch.status(LATCH)), 1),
     ]
-    for call, _ in list(calls):
+    for call, n in list(calls):
         if call.undo is not None:
             back = call.undo([core.GRANTED, 30000, 1])
             assert back is not None
-            calls.append((back, 1))
+            calls.append((back, n))
             assert call.undo([core.SHORT, -1, 0]) is None
     for n in (1, 2, core.BATCH, core.BATCH + 5):
         records = [_permit(LSEM, core.new_permit_id()) for _ in range(n)]
@@ -313,12 +324,16 @@ def test_status_and_statistics() -> None:
     assert (stats.local_waiters, stats.ttl) == (1, 5.0)
     op = core.lease_status(LSEM)
     step(op, first=True)
-    stats = core.lease_statistics(finish(op, [0, 2, 1, 1500, 3]), "workers", 0)
+    stats = core.lease_statistics(finish(op, [0, 2, 1, 1500, 3, 1]), "workers", 0)
     assert (stats.permits, stats.available, stats.holders, stats.ttl) == (3, 1, 2, 1.5)
     op = core.lease_status(LSEM)
     step(op, first=True)
-    stats = core.lease_statistics(finish(op, [-1, 0, 0, -1, 0]), "workers", 0)
+    stats = core.lease_statistics(finish(op, [0, 0, 0, -1, 0, 0]), "workers", 0)
     assert (stats.permits, stats.available, stats.holders, stats.ttl) == (None, 0, 0, None)
+    op = core.lease_status(LSEM)  # permits taken away below the leased ones: -1 free
+    step(op, first=True)
+    stats = core.lease_statistics(finish(op, [-1, 3, 0, 900, 0, 1]), "workers", 0)
+    assert (stats.permits, stats.available, stats.holders) == (2, -1, 3)
 
 
 # --- the wait loop --------------------------------------------------------------------------
@@ -576,3 +591,152 @@ PermitTableMachine.TestCase.settings = settings(
     max_examples=60, stateful_step_count=30, deadline=None
 )
 TestPermitTable = PermitTableMachine.TestCase
+
+
+# --- what Redisson's tests expect (issue #13 item 6) -----------------------------------------
+
+
+def test_zero_permits_succeed_at_once_and_send_nothing() -> None:
+    """Redisson's ``tryAcquire(0)``: True at once, nothing taken, no round trip."""
+    with pytest.raises(Finished) as done:
+        step(core.acquire(SEM, OWNER, permits=0, timeout=None), first=True)
+    assert done.value.value is True
+    assert core.permits_arg(0) == 0 and core.many_arg(0) == 0
+
+
+@pytest.mark.parametrize("bad", [True, 1.5, "2", None, -(2**53), 2**53])
+def test_added_permits_may_be_negative_within_the_bounds(bad: Any) -> None:
+    from redlease._core.limits import MAX_COUNT
+
+    assert core.delta_arg(-5) == -5 and core.delta_arg(0) == 0
+    assert core.delta_arg(-MAX_COUNT) == -MAX_COUNT
+    with pytest.raises(InvalidArgumentError, match="permits"):
+        core.delta_arg(bad)
+    for check in (core.permits_arg, core.many_arg):
+        with pytest.raises(InvalidArgumentError, match="permits"):
+            check(-1)
+
+
+def test_many_permits_and_ids_are_bounded_and_checked() -> None:
+    assert core.many_arg(core.MAX_AT_ONCE) == core.MAX_AT_ONCE
+    with pytest.raises(InvalidArgumentError, match="at most"):
+        core.many_arg(core.MAX_AT_ONCE + 1)
+    a, b = core.new_permit_id(), core.new_permit_id()
+    assert core.permit_ids(iter([a, b.upper()])) == [a, b]
+    assert core.permit_ids([]) == []
+    for bad in (a, b"x", 7, None):
+        with pytest.raises(InvalidArgumentError, match="permit_ids must be a list"):
+            core.permit_ids(bad)
+    with pytest.raises(InvalidArgumentError, match="twice"):
+        core.permit_ids([a, a.upper()])
+    with pytest.raises(InvalidArgumentError, match="permit_id"):
+        core.permit_ids([a, "nope"])
+
+
+def test_add_and_set_carry_their_arguments_and_report_the_bound() -> None:
+    add = core.add_permits(SEM, -3, "req")
+    call = step(add, first=True)
+    assert call.keys == (SEM.name, SEM.total, SEM.channel, SEM.receipt("req"))
+    assert call.args == (-3, "publish", core.RECEIPT_MS, 2**53 - 1)
+    assert finish(add, [-3, -1, 1]) == -3
+    op = core.set_permits(SEM, 2)
+    call = step(op, first=True)
+    assert call.keys == (SEM.name, SEM.total, SEM.channel) and call.args[0] == 2
+    with pytest.raises(InvalidArgumentError, match="nothing was changed"):
+        step(op, [0, 5, core.TOO_MANY])
+    op = core.lease_add_permits(LSEM, 4, "req")
+    assert step(op, first=True).keys[2] == LSEM.receipt("req")
+    with pytest.raises(InvalidArgumentError, match="nothing was added"):
+        step(op, [1, core.TOO_MANY])
+    op = core.lease_set_permits(LSEM, 4)
+    assert step(op, first=True).keys == (LSEM.name, LSEM.leases, LSEM.channel)
+    assert finish(op, [-1, 1]) == -1
+
+
+def test_several_permits_are_granted_together_and_given_back_together() -> None:
+    clock = FakeClock()
+    ids = [core.new_permit_id() for _ in range(3)]
+    op = core.lease_acquire(
+        LSEM, OWNER, lease=10.0, timeout=60.0, permit=ids[0], more=ids[1:], clock=clock
+    )
+    call = _start(op)
+    assert call.args[0] == bytes.fromhex(ids[0])
+    assert list(call.args[5:]) == [bytes.fromhex(i) for i in ids[1:]]
+    undo = call.undo([core.GRANTED, 10_000, 0])  # a caller cancelled after the grant
+    assert undo.script is core.LEASE_SEMAPHORE_RELEASE_MANY and undo.args[2] == "0"
+    assert list(undo.args[3:]) == [bytes.fromhex(i) for i in ids]
+    clock.advance(10.0)  # the grant came after its whole lease: give every permit back
+    back = step(op, [core.GRANTED, 10_000, 0])
+    assert back.script is core.LEASE_SEMAPHORE_RELEASE_MANY and back.args[2] == "0"
+    assert isinstance(step(op, [core.RELEASED, 3, 3, 1, 1, 1]), Subscribe)
+    step(op, True)
+    got = finish(op, [core.GRANTED, 10_000, 0])
+    assert got.ids == ids and [g.permit_id for g in got.each()] == ids
+    assert {g.ttl for g in got.each()} == {10.0}
+
+
+def test_a_refused_release_of_several_leaves_the_held_ones_held() -> None:
+    table = core.PermitTable()
+    mine, gone = core.new_permit_id(), core.new_permit_id()
+    stranger = core.new_permit_id()
+    for permit in (mine, gone):
+        table.granted(LSEM, core.Granted(permit, 30.0, 0.0), watched=True, listener=None)
+    first = table.begin_releases([mine, stranger], 1.0)
+    assert table.watched() == [table.get(gone)]  # being released: not renewed meanwhile
+    refused = core.ManyReleased(core.SHORT, (core.RELEASED, core.UNKNOWN))
+    error = core.finish_release_many(table, LSEM, [mine, stranger], refused)
+    assert isinstance(error, InvalidArgumentError) and stranger in str(error)
+    assert mine not in str(error) and "none was given back" in str(error)
+    assert table.get(mine) is not None and len(table.watched()) == 2  # renewed again
+    assert table.begin_release(mine, 2.0) != first[0]  # the next release: a new request
+    lost = core.ManyReleased(core.SHORT, (core.RELEASED, core.LOST))
+    table.release_refused(mine)
+    error = core.finish_release_many(table, LSEM, [mine, gone], lost)
+    assert isinstance(error, LeaseLostError) and error.owner == gone
+    assert table.get(gone) is None and table.get(mine) is not None
+    done = core.ManyReleased(core.RELEASED, (core.RELEASED_BEFORE,))
+    assert core.finish_release_many(table, LSEM, [mine], done) is None
+    assert len(table) == 0
+
+
+def test_a_lease_set_by_hand_is_no_longer_renewed() -> None:
+    table = core.PermitTable()
+    permit, other = core.new_permit_id(), core.new_permit_id()
+    for p in (permit, other):
+        table.granted(LSEM, core.Granted(p, 30.0, 0.0), watched=True, listener=None)
+    assert table.lease_set(permit, True, 5.0)
+    assert table.watched() == [table.get(other)]
+    assert table.lease_set(other, False, 6.0)  # not held: forgotten
+    assert table.get(other) is None and not table.lease_set(other, False, 7.0)
+
+
+def test_latch_delete_and_expire_calls() -> None:
+    op = latch.delete(LATCH, request_id="r")
+    call = step(op, first=True)
+    assert call.keys == (LATCH.name, LATCH.channel, LATCH.receipt("r"))
+    assert finish(op, 0) is False
+    op = core.lease_expire(LSEM, 1.5)
+    assert step(op, first=True).args == (1500,)
+    assert finish(op, 1) is True
+    with pytest.raises(InvalidArgumentError, match="seconds"):
+        core.expiry_seconds(0)
+
+
+def test_a_zero_on_a_latch_channel_wakes_every_waiter_and_on_a_lock_channel_one() -> None:
+    """Redisson's latch publishes "0" when it opens: every waiter re-checks. On a lock or
+    semaphore channel a "0" stays a wake-up for one waiter (Redisson's unlock message)."""
+    import threading
+
+    from redlease._channels import ChannelTable, Waiter
+
+    table = ChannelTable(threading.Event)
+    gate = [Waiter(LATCH.channel, f"c:{i}", threading.Event()) for i in range(3)]
+    sem = [Waiter(SEM.channel, f"c:{i}", threading.Event()) for i in range(3)]
+    for waiter in (*gate, *sem):
+        table.add(waiter)
+    table.on_message(LATCH.channel, "0")
+    table.on_message(SEM.channel, "0")
+    assert [w.event.is_set() for w in gate] == [True, True, True]
+    assert [w.event.is_set() for w in sem] == [True, False, False]
+    table.on_message(SEM.channel, "2")  # a count: every waiter re-checks
+    assert all(w.event.is_set() for w in sem)

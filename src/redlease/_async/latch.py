@@ -45,6 +45,13 @@ class AsyncCountDownLatch:
         """The count now (0: open)."""
         return (await self.client._run(core.status(self._keys), self.name))[0]
 
+    async def delete(self) -> bool:
+        """Delete the latch (Redisson's ``delete``): it is open, and every waiter of every
+        client is woken; ``False`` when it was open already. A cancelled call still completes
+        (bounded) before the cancellation propagates."""
+        op = self.client._run(core.delete(self._keys), self.name)
+        return await finish_despite_cancel(op, lambda _deleted: None)
+
     async def wait(self, timeout: Seconds | None = None) -> bool:
         """Wait until the count is zero; ``False`` when ``timeout`` ran out first (``None``:
         as long as it takes; ``0``: check once)."""

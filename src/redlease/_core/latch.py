@@ -2,8 +2,10 @@
 
 The key is the name, a string holding the count; no key means count 0 (open). Counting down to
 zero deletes the key and publishes on ``redisson_countdownlatch__channel__{<name>}``: ``0``
-(Redisson's zero-count message) then ``2``, which wakes every redlease waiter (a ``0`` alone
-wakes one waiter per redlease client). Every wait is bounded and re-checks the count.
+(Redisson's zero-count message, which opens the latch for every waiter, Redisson's and
+redlease's) then ``2`` (for older redlease clients, on which a ``0`` woke one waiter each).
+Any message on a latch channel wakes every redlease waiter to re-check the count; every wait is
+bounded and re-checks the count.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ LATCH_TRY_SET = Script.load("latch_try_set")
 LATCH_COUNT_DOWN = Script.load("latch_count_down")
 LATCH_WAIT = Script.load("latch_wait")
 LATCH_STATUS = Script.load("latch_status")
+LATCH_DELETE = Script.load("latch_delete")
 
-SCRIPTS = (LATCH_TRY_SET, LATCH_COUNT_DOWN, LATCH_WAIT, LATCH_STATUS)
+SCRIPTS = (LATCH_TRY_SET, LATCH_COUNT_DOWN, LATCH_WAIT, LATCH_STATUS, LATCH_DELETE)
 """The latch's own scripts; a waiter that gives up uses ``semaphore.SEMAPHORE_LEAVE``."""
 
 ZERO_COUNT_MESSAGE = "0"
@@ -109,6 +112,19 @@ def count_down(keys: LatchKeys, *, request_id: str | None = None) -> Operation[i
         (RECEIPT_MS, keys.pubsub.command),
     )
     return int(reply)
+
+
+def delete(keys: LatchKeys, *, request_id: str | None = None) -> Operation[bool]:
+    """Delete the latch, which opens it and wakes every waiter (Redisson's ``delete``);
+    ``False`` when it did not exist (open already). A retry of the same request (same id)
+    answers ``True`` again."""
+    request_id = request_id or uuid.uuid4().hex
+    reply = yield Call(
+        LATCH_DELETE,
+        (keys.name, keys.channel, keys.receipt(request_id)),
+        (RECEIPT_MS, keys.pubsub.command),
+    )
+    return bool(int(reply))
 
 
 def check_call(keys: LatchKeys, owner: str, register: bool) -> Call:

@@ -8,16 +8,21 @@ Two kinds, both in Redisson's data layout so that Java and Python clients share 
   statistics say how many are held. Redisson changes only the count (its ``addPermits``, its
   ``release``, which has no upper bound, and ``delete`` + ``trySetPermits``), so the total
   follows the count up wherever a script sees the count above it, and a release is never
-  refused for giving back more than was taken: no permit is ever lost to a stale total;
+  refused for giving back more than was taken: no permit is ever lost to a stale total. As in
+  Redisson, ``add_permits`` may take permits away and ``set_permits`` may set fewer in all
+  than are held: the count goes below zero until releases bring it back up (a total that
+  would go below zero becomes unknown), and only a count that rose above zero is published;
 - the lease semaphore (Redisson ``RPermitExpirableSemaphore``): the same counter, plus a zset
   ``{<name>}:timeout`` of permit id -> lease end (ms, server clock). A permit whose lease ran out
   is given back by the next caller, so a crashed holder's permits come back by themselves.
 
-Every acquire and release carries a request id (or, for a lease permit, its id) so that a
-request retried after a lost reply takes or gives back nothing twice. An acquire that ends in
-an error with its outcome unknown is undone by its request id (``undo_call``): its permits
-come back if it ran, and a late copy of it takes none. An undo that cannot reach the server
-is kept and retried by the client's watchdog (``PermitTable.undo_later``).
+Every acquire, add and release carries a request id (or, for a lease permit, its id; a
+release of several permits, one per permit) so that a request retried after a lost reply
+takes, adds or gives back nothing twice; setting the permits in all is the same however often
+it is sent. An acquire that ends in an error with its outcome unknown is undone by its request
+id (``undo_call``): its permits come back if it ran, and a late copy of it takes none. An undo
+that cannot reach the server is kept and retried by the client's watchdog
+(``PermitTable.undo_later``).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ BATCH = 256
 
 SEMAPHORE_TRY_SET = Script.load("semaphore_try_set")
 SEMAPHORE_ADD = Script.load("semaphore_add")
+SEMAPHORE_SET = Script.load("semaphore_set")
 SEMAPHORE_ACQUIRE = Script.load("semaphore_acquire")
 SEMAPHORE_RELEASE = Script.load("semaphore_release")
 SEMAPHORE_DRAIN = Script.load("semaphore_drain")
@@ -59,10 +65,16 @@ LEASE_SEMAPHORE_ACQUIRE = Script.load("lease_semaphore_acquire")
 LEASE_SEMAPHORE_RELEASE = Script.load("lease_semaphore_release")
 LEASE_SEMAPHORE_RENEW = Script.load("lease_semaphore_renew")
 LEASE_SEMAPHORE_STATUS = Script.load("lease_semaphore_status")
+LEASE_SEMAPHORE_ADD = Script.load("lease_semaphore_add")
+LEASE_SEMAPHORE_SET = Script.load("lease_semaphore_set")
+LEASE_SEMAPHORE_RELEASE_MANY = Script.load("lease_semaphore_release_many")
+LEASE_SEMAPHORE_UPDATE = Script.load("lease_semaphore_update")
+LEASE_SEMAPHORE_EXPIRE = Script.load("lease_semaphore_expire")
 
 SCRIPTS = (
     SEMAPHORE_TRY_SET,
     SEMAPHORE_ADD,
+    SEMAPHORE_SET,
     SEMAPHORE_ACQUIRE,
     SEMAPHORE_RELEASE,
     SEMAPHORE_DRAIN,
@@ -74,6 +86,11 @@ SCRIPTS = (
     LEASE_SEMAPHORE_RELEASE,
     LEASE_SEMAPHORE_RENEW,
     LEASE_SEMAPHORE_STATUS,
+    LEASE_SEMAPHORE_ADD,
+    LEASE_SEMAPHORE_SET,
+    LEASE_SEMAPHORE_RELEASE_MANY,
+    LEASE_SEMAPHORE_UPDATE,
+    LEASE_SEMAPHORE_EXPIRE,
 )
 
 # reply codes (first element of the scripts' replies)
@@ -86,6 +103,12 @@ TOO_MANY = -2
 NOT_SET = -3
 UNDONE = -4
 """An acquire's reply: that request was given up (undone) before it reached the server."""
+RELEASED_BEFORE = 2
+"""A permit of a several-permit release: given back before by this same request (a retry)."""
+
+MAX_AT_ONCE = 10_000
+"""The most permits one lease-semaphore call takes or gives back by id (``acquire_many``,
+``release_many``): each id travels in the one request."""
 
 
 # --- arguments ------------------------------------------------------------------------------
@@ -116,6 +139,50 @@ def positive_int(value: object, what: str) -> int:
     return limits.count(value, what)
 
 
+def permits_arg(value: object, what: str = "permits") -> int:
+    """Permits to take or give back: an int from 0 (nothing, at once, as Redisson's
+    ``tryAcquire(0)`` and ``release(0)``) to ``MAX_COUNT``."""
+    return limits.count(value, what, minimum=0)
+
+
+def delta_arg(value: object, what: str = "permits") -> int:
+    """Permits to add (Redisson's ``addPermits``): an int from ``-MAX_COUNT`` to ``MAX_COUNT``;
+    a negative one takes permits away, 0 changes no count."""
+    return limits.count(value, what, minimum=-limits.MAX_COUNT)
+
+
+def many_arg(value: object, what: str = "permits") -> int:
+    """How many lease permits one call takes: an int from 0 to ``MAX_AT_ONCE``."""
+    count = limits.count(value, what, minimum=0)
+    if count > MAX_AT_ONCE:
+        raise InvalidArgumentError(
+            f"{what} must be at most {MAX_AT_ONCE} (permits taken by one call), got {count}"
+        )
+    return count
+
+
+def permit_ids(values: object) -> list[str]:
+    """Permit ids given back together: a list (or other iterable, not a str) of at most
+    ``MAX_AT_ONCE`` ids as ``acquire`` returns them, no two alike."""
+    if isinstance(values, str | bytes | bytearray) or not isinstance(values, Iterable):
+        raise InvalidArgumentError(
+            f"permit_ids must be a list of permit ids, got {type(values).__name__}"
+        )
+    ids = []
+    for value in values:
+        ids.append(permit_id(value))
+        if len(ids) > MAX_AT_ONCE:
+            raise InvalidArgumentError(
+                f"permit_ids must hold at most {MAX_AT_ONCE} ids (given back by one call)"
+            )
+    seen: set[str] = set()
+    for permit in ids:
+        if permit in seen:
+            raise InvalidArgumentError(f"permit_ids names a permit twice: {permit}")
+        seen.add(permit)
+    return ids
+
+
 def wait_timeout(value: object) -> float | None:
     """A wait's ``timeout``: ``None`` (as long as it takes) or seconds >= 0 (0: try once),
     however long but finite."""
@@ -125,6 +192,12 @@ def wait_timeout(value: object) -> float | None:
 def lease_seconds(value: object) -> float:
     """A lease: seconds from ``MIN_LEASE`` to ``MAX_LEASE`` (``timedelta`` accepted)."""
     return limits.lease(value, "lease")
+
+
+def expiry_seconds(value: object) -> float:
+    """A time to live for a primitive's keys: seconds ``> 0`` (sent in whole ms, at least 1)
+    up to ``MAX_LEASE`` (``timedelta`` accepted)."""
+    return limits.duration(value, "seconds")
 
 
 def permit_id(value: object) -> str:
@@ -304,19 +377,40 @@ def try_set_permits(keys: SemaphoreKeys, permits: int) -> Operation[bool]:
     return bool(int(reply))
 
 
-def add_permits(keys: SemaphoreKeys, permits: int) -> Operation[int]:
-    """Add ``permits``; returns the permits available now. ``InvalidArgumentError`` (nothing
-    added) when the available or total permits would pass ``MAX_COUNT``."""
+def add_permits(keys: SemaphoreKeys, permits: int, request_id: str | None = None) -> Operation[int]:
+    """Add ``permits`` (a negative count takes permits away, as Redisson's ``addPermits``);
+    returns the permits available now. ``InvalidArgumentError`` (nothing added) when the
+    available or total permits would pass ``MAX_COUNT`` (or ``-MAX_COUNT``). A retry of the
+    request (same id) adds nothing twice."""
+    request_id = request_id or new_request_id()
     reply = yield Call(
         SEMAPHORE_ADD,
+        (keys.name, keys.total, keys.channel, keys.receipt(request_id)),
+        (permits, keys.pubsub.command, RECEIPT_MS, limits.MAX_COUNT),
+    )
+    if len(reply) > 2 and int(reply[2]) == TOO_MANY:
+        raise _past_bound(keys.name, f"add_permits({permits})", int(reply[0]), "added")
+    return int(reply[0])
+
+
+def _past_bound(name: str, call: str, available: int, what: str) -> InvalidArgumentError:
+    return InvalidArgumentError(
+        f"semaphore {name!r}: {call} would make more than {limits.MAX_COUNT} permits, or fewer "
+        f"than -{limits.MAX_COUNT} ({available} free now); nothing was {what}"
+    )
+
+
+def set_permits(keys: SemaphoreKeys, permits: int) -> Operation[int]:
+    """Make the semaphore have ``permits`` in all, held ones included; returns the permits
+    available now (below zero while more are held than ``permits``). With the total unknown
+    (set by a Redisson client) the available count becomes ``permits``."""
+    reply = yield Call(
+        SEMAPHORE_SET,
         (keys.name, keys.total, keys.channel),
         (permits, keys.pubsub.command, limits.MAX_COUNT),
     )
-    if len(reply) > 2 and int(reply[2]) == TOO_MANY:
-        raise InvalidArgumentError(
-            f"semaphore {keys.name!r}: add_permits({permits}) would make more than "
-            f"{limits.MAX_COUNT} permits ({int(reply[0])} free now); nothing was added"
-        )
+    if int(reply[2]) == TOO_MANY:
+        raise _past_bound(keys.name, f"set_permits({permits})", int(reply[0]), "changed")
     return int(reply[0])
 
 
@@ -384,7 +478,10 @@ def acquire(
     One request id serves every try of this call, so a try retried after a lost reply finds
     its receipt and takes nothing twice. A caller that sees this raise anything but
     ``InvalidArgumentError`` sends ``undo_call`` with that request id (the shells do).
+    ``permits=0`` succeeds at once and sends nothing (Redisson's ``tryAcquire(0)``).
     """
+    if permits == 0:
+        return True
     request_id = request_id or new_request_id()
 
     def attempt(register: bool) -> Generator[Any, Any, tuple[bool | None, float]]:
@@ -471,6 +568,16 @@ class Granted:
     permit_id: str
     ttl: float
     requested_at: float
+    more: tuple[str, ...] = ()
+    """The other permits granted with it, under the same lease (``acquire_many``)."""
+
+    @property
+    def ids(self) -> list[str]:
+        return [self.permit_id, *self.more]
+
+    def each(self) -> list[Granted]:
+        """One ``Granted`` per permit (the client records each on its own)."""
+        return [Granted(p, self.ttl, self.requested_at) for p in self.ids]
 
 
 def lease_try_set_permits(keys: LeaseSemaphoreKeys, permits: int) -> Operation[bool]:
@@ -490,14 +597,80 @@ def lease_release_call(keys: LeaseSemaphoreKeys, permit: str, request_id: str) -
     )
 
 
-def lease_acquire_call(
-    keys: LeaseSemaphoreKeys, owner: str, permit: str, lease: float, register: bool
+def lease_add_permits(
+    keys: LeaseSemaphoreKeys, permits: int, request_id: str | None = None
+) -> Operation[int]:
+    """Add ``permits`` (a negative count takes permits away, as Redisson's ``addPermits``);
+    returns the permits available now. A retry of the request (same id) adds nothing twice."""
+    request_id = request_id or new_request_id()
+    reply = yield Call(
+        LEASE_SEMAPHORE_ADD,
+        (keys.name, keys.channel, keys.receipt(request_id)),
+        (permits, keys.pubsub.command, RECEIPT_MS, limits.MAX_COUNT),
+    )
+    if int(reply[1]) == TOO_MANY:
+        raise _past_bound(keys.name, f"add_permits({permits})", int(reply[0]), "added")
+    return int(reply[0])
+
+
+def lease_set_permits(keys: LeaseSemaphoreKeys, permits: int) -> Operation[int]:
+    """Make the semaphore have ``permits`` in all, leased ones included (Redisson's
+    ``setPermits``); returns the permits available now (below zero while more are leased)."""
+    reply = yield Call(
+        LEASE_SEMAPHORE_SET,
+        (keys.name, keys.leases, keys.channel),
+        (permits, keys.pubsub.command, limits.MAX_COUNT),
+    )
+    if int(reply[1]) == TOO_MANY:
+        raise _past_bound(keys.name, f"set_permits({permits})", int(reply[0]), "changed")
+    return int(reply[0])
+
+
+def release_many_call(
+    keys: LeaseSemaphoreKeys,
+    permits: Sequence[str],
+    request_ids: Sequence[str],
+    *,
+    all_or_none: bool = True,
 ) -> Call:
-    """One try for ``permit``; a caller cancelled after the grant gives it back (undo)."""
+    """Give back ``permits`` (each with the request id of its release, whose receipt makes a
+    retry change nothing): all or none, or with ``all_or_none=False`` whichever are held."""
+    assert len(permits) == len(request_ids)
+    return Call(
+        LEASE_SEMAPHORE_RELEASE_MANY,
+        (keys.name, keys.leases, keys.channel, *(keys.receipt(r) for r in request_ids)),
+        (
+            RECEIPT_MS,
+            keys.pubsub.command,
+            "1" if all_or_none else "0",
+            *(bytes.fromhex(p) for p in permits),
+        ),
+    )
+
+
+def give_back_call(keys: LeaseSemaphoreKeys, permits: Sequence[str]) -> Call:
+    """Give back the permits of an acquire that is abandoned (or whose grant came too late),
+    whichever of them are held. Safe to send any number of times."""
+    if len(permits) == 1:
+        return lease_release_call(keys, permits[0], new_request_id())
+    requests = [new_request_id() for _ in permits]
+    return release_many_call(keys, permits, requests, all_or_none=False)
+
+
+def lease_acquire_call(
+    keys: LeaseSemaphoreKeys,
+    owner: str,
+    permit: str,
+    lease: float,
+    register: bool,
+    more: Sequence[str] = (),
+) -> Call:
+    """One try for ``permit`` (and ``more``, all under one lease, all or none); a caller
+    cancelled after the grant gives them back (undo)."""
 
     def undo(reply: Any) -> Call | None:
         if int(reply[0]) == GRANTED:
-            return lease_release_call(keys, permit, new_request_id())
+            return give_back_call(keys, (permit, *more))
         return None
 
     return Call(
@@ -509,6 +682,7 @@ def lease_acquire_call(
             owner,
             PLACE_MS if register else 0,
             keys.pubsub.command,
+            *(bytes.fromhex(p) for p in more),
         ),
         undo=undo,
     )
@@ -521,9 +695,11 @@ def lease_acquire(
     lease: float,
     timeout: float | None,
     permit: str | None = None,
+    more: Sequence[str] = (),
     clock: Callable[[], float] = time.monotonic,
 ) -> Operation[Granted | None]:
-    """Take one permit under ``lease``, waiting up to ``timeout``; ``None`` when it ran out.
+    """Take one permit under ``lease`` (with ``more``: those too, all at once under the one
+    lease), waiting up to ``timeout``; ``None`` when it ran out.
 
     The permit id is chosen here, once, so a try retried after a lost reply finds its own
     permit and takes no second one. Success needs lease time left by the local clock, counted
@@ -532,17 +708,19 @@ def lease_acquire(
     (an expired permit is given back by the next try).
     """
     permit = permit or new_permit_id()
+    more = tuple(more)
     deadline = None if timeout is None else clock() + timeout
     late = LateGrants()  # grants in a row that came too late, and the pause after them
 
     def attempt(register: bool) -> Generator[Any, Any, tuple[Granted | None, float]]:
         sent_at = clock()
-        reply = yield lease_acquire_call(keys, owner, permit, lease, register)
+        reply = yield lease_acquire_call(keys, owner, permit, lease, register, more)
         code, ms = int(reply[0]), int(reply[1])
         if code == GRANTED:
             if clock() - sent_at < ms / 1000 - drift(lease):
-                return Granted(permit_id=permit, ttl=ms / 1000, requested_at=sent_at), 0.0
-            yield lease_release_call(keys, permit, new_request_id())  # too late: give it back
+                granted = Granted(permit_id=permit, ttl=ms / 1000, requested_at=sent_at, more=more)
+                return granted, 0.0
+            yield give_back_call(keys, (permit, *more))  # too late: give them back
             late.came()
             if late.must_sleep and register:
                 # our own give-back wakes us at once: pause, more each time (see lock.acquire)
@@ -570,6 +748,78 @@ def lease_release(keys: LeaseSemaphoreKeys, permit: str, *, request_id: str) -> 
     return int(reply[0])
 
 
+@dataclass(frozen=True)
+class ManyReleased:
+    """The server's answer to a several-permit release: ``RELEASED`` (every permit given
+    back) or ``SHORT`` (refused: nothing changed), and each permit's state (``RELEASED``: held;
+    ``RELEASED_BEFORE``: given back before by this request; ``UNKNOWN``: no such permit;
+    ``LOST``: its lease had run out)."""
+
+    code: int
+    states: tuple[int, ...]
+
+
+def lease_release_many(
+    keys: LeaseSemaphoreKeys, permits: Sequence[str], request_ids: Sequence[str]
+) -> Operation[ManyReleased]:
+    """Give back ``permits``, all or none (Redisson's ``release(List)``)."""
+    reply = yield release_many_call(keys, permits, request_ids)
+    return ManyReleased(code=int(reply[0]), states=tuple(int(v) for v in reply[3:]))
+
+
+def finish_release_many(
+    table: PermitTable, keys: LeaseSemaphoreKeys, permits: Sequence[str], done: ManyReleased
+) -> Exception | None:
+    """Apply a several-permit release's known outcome to the client's record; the error it
+    reports, if any: ``InvalidArgumentError`` when an id is not a held permit, else
+    ``LeaseLostError`` when a lease ran out (the other permits stay held, and are still
+    renewed, as none was given back)."""
+    unknown, lost = [], []
+    for permit, state in zip(permits, done.states, strict=True):
+        if done.code != RELEASED and state == RELEASED:
+            table.release_refused(permit)  # still held
+            continue
+        was_lost = table.take_lost(permit)
+        ours = table.released(permit) is not None
+        if state in (RELEASED, RELEASED_BEFORE):
+            continue
+        if state == LOST or ours or was_lost is not None:
+            lost.append(permit)
+        else:
+            unknown.append(permit)
+    if done.code == RELEASED:
+        return None
+    what = f"lease semaphore {keys.name!r}: release_many"
+    if unknown:
+        also = f"; lost (their lease ran out): {', '.join(lost)}" if lost else ""
+        return InvalidArgumentError(
+            f"{what}: permit_ids {', '.join(unknown)} are not held permits (never granted, "
+            f"already released, or their lease ran out){also}; none was given back"
+        )
+    return LeaseLostError(
+        f"{what}: permits {', '.join(lost)} lost (their lease ran out); none was given back",
+        name=keys.name,
+        owner=lost[0],
+    )
+
+
+def update_lease(keys: LeaseSemaphoreKeys, permit: str, lease: float) -> Operation[bool]:
+    """Set ``permit``'s lease to ``lease`` from now, shorter or longer (Redisson's
+    ``updateLeaseTime``); ``False`` when it is not held."""
+    reply = yield Call(
+        LEASE_SEMAPHORE_UPDATE,
+        (keys.name, keys.leases, keys.channel),
+        (bytes.fromhex(permit), to_ms(lease), keys.pubsub.command),
+    )
+    return bool(int(reply))
+
+
+def lease_expire(keys: LeaseSemaphoreKeys, seconds: float) -> Operation[bool]:
+    """Give the semaphore's keys an expiry (Redisson's ``expire``); ``False`` when it has none."""
+    reply = yield Call(LEASE_SEMAPHORE_EXPIRE, (keys.name, keys.leases), (to_ms(seconds),))
+    return bool(int(reply))
+
+
 def renew_call(keys: LeaseSemaphoreKeys, permits: Sequence[str], lease: float) -> Call:
     return Call(
         LEASE_SEMAPHORE_RENEW,
@@ -587,7 +837,8 @@ def renew(keys: LeaseSemaphoreKeys, permit: str, lease: float) -> Operation[bool
 @dataclass(frozen=True)
 class LeaseSemaphoreStatus:
     available: int | None
-    """Free now, counting run-out leases as free; ``None``: never set."""
+    """Free now, counting run-out leases as free (below zero after permits were taken away);
+    ``None``: never set."""
     held: int
     soonest: float | None
     waiters: int
@@ -595,10 +846,10 @@ class LeaseSemaphoreStatus:
 
 def lease_status(keys: LeaseSemaphoreKeys) -> Operation[LeaseSemaphoreStatus]:
     reply = yield Call(LEASE_SEMAPHORE_STATUS, (keys.name, keys.leases, keys.waiters), ())
-    available, held, expired, soonest_ms, waiters = (int(v) for v in reply)
-    never_set = available < 0 and held == 0 and expired == 0
+    available, held, expired, soonest_ms, waiters, exists = (int(v) for v in reply)
+    never_set = not exists and held == 0 and expired == 0
     return LeaseSemaphoreStatus(
-        available=None if never_set else max(0, available) + expired,
+        available=None if never_set else available + expired,
         held=held,
         soonest=None if soonest_ms < 0 else soonest_ms / 1000,
         waiters=waiters,
@@ -726,17 +977,46 @@ class PermitTable:
         """Mark ``permit`` as being released; returns the request id to send: that of an
         earlier release of it whose outcome is unknown (a retry must be recognised as the same
         release), else a new one. Until ``released`` it is neither renewed nor reported lost."""
+        return self.begin_releases([permit], now)[0]
+
+    def begin_releases(self, permits: Sequence[str], now: float) -> list[str]:
+        """``begin_release`` for several permits given back together: their request ids."""
+        starting = set(permits)
         for stale, (_, sent_at) in list(self._releases.items()):
-            if now - sent_at > UNSURE_FOR and stale != permit:
+            if now - sent_at > UNSURE_FOR and stale not in starting:
                 del self._releases[stale]  # too old to be recognised: resolved by its lease
                 record = self._permits.get(stale)
                 if record is not None and record.releasing:
                     del self._permits[stale]
+        request_ids = []
+        for permit in permits:
+            record = self._permits.get(permit)
+            if record is not None:
+                record.releasing = True
+            request_id, _ = self._releases.setdefault(permit, (new_request_id(), now))
+            request_ids.append(request_id)
+        return request_ids
+
+    def release_refused(self, permit: str) -> None:
+        """A release that the server refused (it changed nothing): ``permit`` is held still,
+        renewed again, and its next release is a new request."""
+        self._releases.pop(permit, None)
         record = self._permits.get(permit)
         if record is not None:
-            record.releasing = True
-        request_id, _ = self._releases.setdefault(permit, (new_request_id(), now))
-        return request_id
+            record.releasing = False
+
+    def lease_set(self, permit: str, held: bool, sent_at: float) -> bool:
+        """Its lease was set to a length of the caller's choosing (``update_lease_time``): a
+        held permit is no longer renewed by the client; one not held is forgotten. Returns
+        whether it was this client's."""
+        if not held:
+            self._lost.pop(permit, None)
+            return self.released(permit) is not None
+        record = self._permits.get(permit)
+        if record is not None:
+            record.watched = False
+            record.renewed_at = sent_at
+        return record is not None
 
     def released(self, permit: str) -> Permit | None:
         """Forget a permit given back (or found gone), once its release's outcome is known;

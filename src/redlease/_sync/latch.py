@@ -44,6 +44,11 @@ class CountDownLatch:
         """The count now (0: open)."""
         return self.client._run(core.status(self._keys), self.name)[0]
 
+    def delete(self) -> bool:
+        """Delete the latch (Redisson's ``delete``): it is open, and every waiter of every
+        client is woken; ``False`` when it was open already."""
+        return self.client._run(core.delete(self._keys), self.name)
+
     def wait(self, timeout: Seconds | None = None) -> bool:
         """Wait until the count is zero; ``False`` when ``timeout`` ran out first (``None``:
         as long as it takes; ``0``: check once)."""

@@ -6,14 +6,20 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._core import semaphore as core
 from .._core.requests import Call
-from .._core.semaphore import Granted, PendingUndo, PermitTable, SemaphoreStatistics
+from .._core.semaphore import (
+    Granted,
+    ManyReleased,
+    PendingUndo,
+    PermitTable,
+    SemaphoreStatistics,
+)
 from .._shell import fork_generation, log
 from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError, RedleaseError
 from ..options import Seconds
@@ -46,15 +52,23 @@ class Semaphore:
         return self.client._run(core.try_set_permits(self._keys, count), self.name)
 
     def add_permits(self, permits: int) -> None:
-        """Add ``permits`` to the semaphore (to its total too) and wake its waiters."""
-        count = core.positive_int(permits, "permits")
+        """Add ``permits`` to the semaphore (to its total too) and wake its waiters. As
+        Redisson's ``addPermits``, a negative count takes permits away: the free count may go
+        below zero (acquires then wait until releases bring it back up); 0 changes nothing."""
+        count = core.delta_arg(permits)
         self.client._run(core.add_permits(self._keys, count), self.name)
+
+    def set_permits(self, permits: int) -> None:
+        """Make the semaphore have ``permits`` in all, those held now included: the free count
+        moves by the difference (below zero while more are held than ``permits``)."""
+        count = core.permits_arg(permits)
+        self.client._run(core.set_permits(self._keys, count), self.name)
 
     def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> bool:
         """Take ``permits`` at once; ``False`` when ``timeout`` ran out first (``None``: wait
         as long as it takes; ``0``: try once). Waiters are woken by releases (pub/sub) and
-        re-check at least every few seconds."""
-        count = core.positive_int(permits, "permits")
+        re-check at least every few seconds. ``acquire(0)`` succeeds at once."""
+        count = core.permits_arg(permits)
         wait = core.wait_timeout(timeout)
         request_id = core.new_request_id()
         op = core.acquire(
@@ -70,8 +84,11 @@ class Semaphore:
 
     def release(self, permits: int = 1) -> None:
         """Give back ``permits``. As in Redisson, more may be given back than were taken (the
-        semaphore then has more permits); ``InvalidArgumentError`` when it was never set."""
-        count = core.positive_int(permits, "permits")
+        semaphore then has more permits); ``InvalidArgumentError`` when it was never set.
+        ``release(0)`` does nothing."""
+        count = core.permits_arg(permits)
+        if count == 0:
+            return
         op = core.release(self._keys, permits=count, request_id=core.new_request_id())
         self.client._run(op, self.name)
 
@@ -158,31 +175,59 @@ class LeaseSemaphore:
         count = core.positive_int(permits, "permits")
         return self.client._run(core.lease_try_set_permits(self._keys, count), self.name)
 
+    def add_permits(self, permits: int) -> None:
+        """Add ``permits`` and wake the waiters. As Redisson's ``addPermits``, a negative count
+        takes permits away (the free count may go below zero); 0 changes nothing."""
+        count = core.delta_arg(permits)
+        self.client._run(core.lease_add_permits(self._keys, count), self.name)
+
+    def set_permits(self, permits: int) -> None:
+        """Make the semaphore have ``permits`` in all, leased ones included (Redisson's
+        ``setPermits``): the free count becomes ``permits`` less those leased now."""
+        count = core.permits_arg(permits)
+        self.client._run(core.lease_set_permits(self._keys, count), self.name)
+
     def acquire(self, timeout: Seconds | None = None, lease: Seconds | None = None) -> str | None:
         """Take one permit; returns its id, or ``None`` when ``timeout`` ran out first
         (``None``: wait as long as it takes; ``0``: try once)."""
+        ids = self._acquire(1, timeout, lease)
+        return None if ids is None else ids[0]
+
+    def acquire_many(
+        self, permits: int, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> list[str] | None:
+        """Take ``permits`` at once, all under one lease (Redisson's ``acquire(permits)``);
+        returns their ids, or ``None`` when ``timeout`` ran out first. ``acquire_many(0)``
+        returns ``[]`` at once. Give them back with ``release_many(ids)``."""
+        return self._acquire(core.many_arg(permits), timeout, lease)
+
+    def _acquire(
+        self, count: int, timeout: Seconds | None, lease: Seconds | None
+    ) -> list[str] | None:
         wait = core.wait_timeout(timeout)
         chosen = self._lease if lease is None else core.lease_seconds(lease)
-        permit = core.new_permit_id()
+        if count == 0:
+            return []
+        ids = [core.new_permit_id() for _ in range(count)]
         op = core.lease_acquire(
             self._keys,
             self.client._owner(),
             lease=self.client.watchdog_timeout if chosen is None else chosen,
             timeout=wait,
-            permit=permit,
+            permit=ids[0],
+            more=ids[1:],
         )
         try:
             granted = self.client._run(op, self.name)
         except InvalidArgumentError:
             raise
-        except BaseException:  # the outcome is unknown: it may hold the permit
-            call = core.lease_release_call(self._keys, permit, core.new_request_id())
-            keeper(self.client).undo(call, self.name)
+        except BaseException:  # the outcome is unknown: it may hold the permits
+            keeper(self.client).undo(core.give_back_call(self._keys, ids), self.name)
             raise
         if granted is None:
             return None
         keeper(self.client).granted(self._keys, granted, chosen is None, self._on_lease_lost)
-        return granted.permit_id
+        return granted.ids
 
     def release(self, permit_id: str) -> None:
         """Give back the permit ``permit_id``. ``LeaseLostError`` when its lease ran out
@@ -198,6 +243,40 @@ class LeaseSemaphore:
         error = kept.finish(self._keys, permit, code)
         if error is not None:
             raise error
+
+    def release_many(self, permit_ids: Iterable[str]) -> int:
+        """Give back several permits at once, all or none (Redisson's ``release(List)``);
+        returns how many. When one is not held, none is given back: ``InvalidArgumentError``
+        for an id that is not a held permit, else ``LeaseLostError`` for a lease that ran out.
+        A retry after an error is recognised as the same release."""
+        permits = core.permit_ids(permit_ids)
+        if not permits:
+            return 0
+        kept = keeper(self.client)
+        request_ids = kept.begin_releases(permits)
+        op = core.lease_release_many(self._keys, permits, request_ids)
+        done = self.client._run(op, self.name)
+        error = kept.finish_many(self._keys, permits, done)
+        if error is not None:
+            raise error
+        return len(permits)
+
+    def update_lease_time(self, permit_id: str, lease: Seconds) -> bool:
+        """Set the permit's lease to ``lease`` from now, shorter or longer (Redisson's
+        ``updateLeaseTime``); ``False`` when it is not held. The client stops renewing it:
+        it now simply expires."""
+        permit = core.permit_id(permit_id)
+        seconds = core.lease_seconds(lease)
+        sent_at = time.monotonic()
+        held = self.client._run(core.update_lease(self._keys, permit, seconds), self.name)
+        keeper(self.client).lease_set(permit, held, sent_at)
+        return held
+
+    def expire(self, seconds: Seconds) -> bool:
+        """Delete the semaphore (its count and its leases) ``seconds`` from now, as Redisson's
+        ``expire``; ``False`` when it does not exist. Permits taken meanwhile go with it."""
+        ttl = core.expiry_seconds(seconds)
+        return self.client._run(core.lease_expire(self._keys, ttl), self.name)
 
     def renew(self, permit_id: str, lease: Seconds | None = None) -> None:
         """Extend the permit's lease to at least ``lease`` from now (default: the semaphore's
@@ -289,7 +368,8 @@ class PermitKeeper:
         listener: Callable[[LeaseLostError], None] | None,
     ) -> None:
         with self.mutex:
-            self.table.granted(keys, granted, watched=watched, listener=listener)
+            for one in granted.each():
+                self.table.granted(keys, one, watched=watched, listener=listener)
         client = self._client()
         if watched and client is not None:
             client._state.add_renewal_source(self)
@@ -298,6 +378,21 @@ class PermitKeeper:
     def begin_release(self, permit: str) -> str:
         with self.mutex:
             return self.table.begin_release(permit, time.monotonic())
+
+    def begin_releases(self, permits: list[str]) -> list[str]:
+        with self.mutex:
+            return self.table.begin_releases(permits, time.monotonic())
+
+    def finish_many(
+        self, keys: core.LeaseSemaphoreKeys, permits: list[str], done: ManyReleased
+    ) -> Exception | None:
+        """Apply a several-permit release's outcome; the error it reports, if any."""
+        with self.mutex:
+            return core.finish_release_many(self.table, keys, permits, done)
+
+    def lease_set(self, permit: str, held: bool, sent_at: float) -> None:
+        with self.mutex:
+            self.table.lease_set(permit, held, sent_at)
 
     def undo(self, call: Call, name: str) -> None:
         """Send an undo now; one that cannot reach the server is retried by the watchdog."""

@@ -7,9 +7,9 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- Reply    the count left (0: the latch is open)
 -- At zero it publishes "0" (Redisson's zero-count message, which opens Redisson's waiters and
--- wakes one waiter of each redlease client), then "2" (ignored by Redisson, wakes every redlease
--- waiter). A retry of a request that already ran changes nothing. Counting down an open latch
--- does nothing.
+-- wakes every redlease waiter), then "2" (ignored by Redisson; for older redlease clients, on
+-- which a "0" woke one waiter each). A retry of a request that already ran changes nothing.
+-- Counting down an open latch does nothing.
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end

@@ -30,7 +30,9 @@ if not score then
 end
 redis.call('zrem', KEYS[2], ARGV[1])
 local available = redis.call('incrby', KEYS[1], 1)
-redis.pcall(ARGV[3], KEYS[3], available)
+if available > 0 then -- (a count below one, left by permits taken away, wakes no one)
+  redis.pcall(ARGV[3], KEYS[3], available)
+end
 if tonumber(score) <= now_ms then
   return {-1, available}
 end

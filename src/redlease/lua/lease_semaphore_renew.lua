@@ -28,7 +28,10 @@ for i = 3, #ARGV do
   else
     if score then
       redis.call('zrem', KEYS[2], ARGV[i])
-      redis.pcall(ARGV[2], KEYS[3], redis.call('incrby', KEYS[1], 1))
+      local value = redis.call('incrby', KEYS[1], 1)
+      if value > 0 then
+        redis.pcall(ARGV[2], KEYS[3], value)
+      end
     end
     out[i - 2] = 0
   end

@@ -41,5 +41,7 @@ if total >= 0 and available > total then
   redis.call('set', KEYS[2], total)
 end
 redis.call('set', KEYS[4], 1, 'px', ARGV[2])
-redis.pcall(ARGV[3], KEYS[3], available)
+if available > 0 then -- (a count below one, left by permits taken away, wakes no one)
+  redis.pcall(ARGV[3], KEYS[3], available)
+end
 return {1, available, total}

@@ -26,5 +26,7 @@ if receipt ~= '1' or redis.call('exists', KEYS[1]) == 0 then
   return {0, available}
 end
 available = redis.call('incrby', KEYS[1], permits)
-redis.pcall(ARGV[3], KEYS[2], available)
+if available > 0 then -- (a count below one, left by permits taken away, wakes no one)
+  redis.pcall(ARGV[3], KEYS[2], available)
+end
 return {1, available}

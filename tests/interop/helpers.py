@@ -1,0 +1,111 @@
+"""Running a redlease waiter or a Redisson stand-in beside a test body, and knowing when it is
+blocked in its wait (so that what wakes it is the change the test makes next, by pub/sub)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from redlease._async import subscriber as async_subscriber
+from redlease._sync import subscriber as sync_subscriber
+
+WOKEN_WITHIN = 2.5
+"""A waiter woken by a message gets what it waits for well within this; without the message
+a redlease waiter re-checks only after ``RECHECK`` (5 s), and a Redisson one never does."""
+
+
+async def eventually(condition: Callable[[], Any], what: str, timeout: float = 15.0) -> None:
+    """Wait until ``condition()`` (sync or async) is true, failing after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        await asyncio.sleep(0.005)
+
+
+def _frames_reach(frame: Any, code: Any) -> bool:
+    for _ in range(200):
+        if frame is None:
+            return False
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class Beside:
+    """``call()`` run beside the test body: an asyncio task when it returns a coroutine,
+    else a thread. ``parked()``: it is blocked in the redlease subscriber's wait for a
+    wake-up (after listening and trying again)."""
+
+    def __init__(self, call: Callable[[], Any], *, is_async: bool) -> None:
+        self._task: asyncio.Task[Any] | None = None
+        self._thread: threading.Thread | None = None
+        self._result: list[Any] = []
+        if is_async:
+            self._task = asyncio.create_task(call())
+        else:
+
+            def run() -> None:
+                try:
+                    self._result.append(call())
+                except BaseException as exc:  # reported by result()
+                    self._result.append(exc)
+
+            self._thread = threading.Thread(target=run, daemon=True)
+            self._thread.start()
+
+    def parked(self) -> bool:
+        if self._task is not None:
+            coro: Any = self._task.get_coro()
+            for _ in range(60):  # the await chain: acquire -> _run -> wait -> ...
+                if coro is None:
+                    return False
+                if getattr(coro, "cr_code", None) is async_subscriber.wait.__code__:
+                    return True
+                coro = getattr(coro, "cr_await", None)
+            return False
+        assert self._thread is not None
+        frame = sys._current_frames().get(self._thread.ident or -1)
+        return _frames_reach(frame, sync_subscriber.wait.__code__)
+
+    def done(self) -> bool:
+        if self._task is not None:
+            return self._task.done()
+        assert self._thread is not None
+        return not self._thread.is_alive()
+
+    async def result(self, timeout: float = 30.0) -> Any:
+        if self._task is not None:
+            return await asyncio.wait_for(self._task, timeout)
+        assert self._thread is not None
+        deadline = time.monotonic() + timeout
+        while self._thread.is_alive() and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        assert not self._thread.is_alive(), f"call still running after {timeout} s"
+        value = self._result[0]
+        if isinstance(value, BaseException):
+            raise value
+        return value
+
+
+async def woken(beside: Beside, since: float) -> Any:
+    """The result of a waiter that must have been woken by a message sent at ``since``."""
+    result = await beside.result(timeout=30)
+    elapsed = time.monotonic() - since
+    assert elapsed < WOKEN_WITHIN, f"took {elapsed:.2f} s: woken by a re-check, not a message"
+    return result
+
+
+def braced(name: str, kind: str) -> str:
+    """A name with a hash tag of its own, as a Java service names per-tenant objects."""
+    return f"{{{name}}}:{kind}"
