@@ -9,6 +9,7 @@ from ._core.lock import Acquired, Hold, Status
 from ._core.requests import Operation
 from ._core.rwlock_redisson import RedissonRwKeys
 from ._lockbase import AcquirePlan, LockBase
+from .errors import InvalidArgumentError
 from .options import Seconds, chosen_lease, wait_args
 
 
@@ -24,7 +25,10 @@ class RwSideBase(LockBase):
         keys (the hold table label ``"<name> (read)"``) instead of the plain lock's, in
         redlease's layout or Redisson's (``layout`` as checked by ``options.layout``)."""
         keys = RedissonRwKeys if layout == "redisson" else core.RwKeys
-        self._rw: core.RwLayout = keys.for_name(self._keys.name, self._state.pubsub)
+        try:
+            self._rw: core.RwLayout = keys.for_name(self._keys.name, self._state.pubsub)
+        except ValueError as exc:  # braces that Redisson's key names would move to another slot
+            raise InvalidArgumentError(str(exc)) from None
         self._keys = self._rw.side_keys(self._side)
 
     @property

@@ -17,8 +17,7 @@ from typing import Any
 
 import redis
 
-from redlease._core.keys import redisson_prefixed
-from redlease._core.rwlock_redisson import redisson_suffixed
+from redlease._core.keys import redisson_prefixed, redisson_suffixed
 
 # Each script answers nil when the caller now holds, else the lock's TTL in ms.
 _READ_TRY = """

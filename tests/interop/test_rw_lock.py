@@ -244,3 +244,11 @@ async def test_a_bad_layout_is_refused(side, server, name):
     client = side.client(server.url)
     with pytest.raises(InvalidArgumentError, match="layout"):
         client.rw_lock(name, layout="java")
+
+
+async def test_a_name_whose_braces_form_no_tag_is_refused(side, server):
+    """Redisson names each read hold's lease key ``a{b:...``, which would hash to another
+    slot than the lock ``a{b``: refused before anything is written."""
+    client = side.client(server.url)
+    with pytest.raises(InvalidArgumentError, match="hash tag"):
+        client.rw_lock("a{b", layout="redisson")

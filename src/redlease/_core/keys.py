@@ -68,6 +68,18 @@ def redisson_prefixed(prefix: str, name: str) -> str:
     return f"{prefix}:{name}" if "{" in name else f"{prefix}:{{{name}}}"
 
 
+def redisson_suffixed(name: str, suffix: str) -> str:
+    """Redisson's ``suffixName``: ``{name}:suffix``, or ``name:suffix`` for a name with a
+    brace (its own hash tag, which the result then shares). A name whose braces form no tag
+    (``a{b``) would put the result in another slot: refused (``ValueError``)."""
+    key = f"{name}:{suffix}" if "{" in name else f"{{{name}}}:{suffix}"
+    if hash_slot(key) != hash_slot(name):
+        raise ValueError(
+            f"lock name {name!r} has braces that do not form a hash tag; use '{{tag}}' or none"
+        )
+    return key
+
+
 PUBLISH_COMMANDS = ("publish", "spublish")
 """The commands a script may publish a wake-up with (each script refuses any other)."""
 

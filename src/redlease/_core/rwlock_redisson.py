@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .keys import CLASSIC, PubSub, redisson_prefixed, same_slot_key
+from .keys import CLASSIC, PubSub, redisson_prefixed, redisson_suffixed, same_slot_key
 from .lock import to_ms
 from .requests import Call, Replication
 from .rwlock import READ, WRITE, RwStatus, release_undo
@@ -44,12 +44,6 @@ SCRIPTS = (READ_ACQUIRE, WRITE_ACQUIRE, READ_RELEASE, WRITE_RELEASE, RENEW, STAT
 
 WRITE_SUFFIX = ":write"
 """Redisson marks a writer's field by this suffix on the owner field."""
-
-
-def redisson_suffixed(name: str, suffix: str) -> str:
-    """Redisson's ``suffixName``: ``{name}:suffix``, or ``name:suffix`` for a name with a
-    brace (its own hash tag, which the result then shares)."""
-    return f"{name}:{suffix}" if "{" in name else f"{{{name}}}:{suffix}"
 
 
 def _text(value: Any) -> str:

@@ -37,7 +37,14 @@ from typing import Any, TypeVar
 from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
 from . import limits
 from .backoff import Outage
-from .keys import CLASSIC, PubSub, hash_slot, hash_tag, redisson_prefixed, same_slot_key
+from .keys import (
+    CLASSIC,
+    PubSub,
+    hash_tag,
+    redisson_prefixed,
+    redisson_suffixed,
+    same_slot_key,
+)
 from .limits import LateGrants
 from .lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
@@ -224,13 +231,6 @@ def new_request_id() -> str:
 # --- keys -----------------------------------------------------------------------------------
 
 
-def _redisson_suffixed(name: str, suffix: str) -> str:
-    """Redisson's ``suffixName``: ``{name}:suffix``, or ``name:suffix`` for a name with braces."""
-    key = f"{name}:{suffix}" if "{" in name else f"{{{name}}}:{suffix}"
-    assert hash_slot(key) == hash_slot(name), key
-    return key
-
-
 @dataclass(frozen=True)
 class SemaphoreKeys:
     """The keys and channel of one counting semaphore (Redisson RSemaphore layout)."""
@@ -275,7 +275,7 @@ class LeaseSemaphoreKeys:
         return cls(
             name=name,
             channel=redisson_prefixed("redisson_sc", name),
-            leases=_redisson_suffixed(name, "timeout"),
+            leases=redisson_suffixed(name, "timeout"),
             waiters=same_slot_key(name, "redlease:sem-waiters:"),
             receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
             pubsub=pubsub,
