@@ -18,7 +18,9 @@ hold, then a Redisson ``tryLock`` behind a redlease hold), the holder lets go, a
 from just before the unlock command is sent until the waiter's call returns holding the lock;
 printed as median and p95 next to one round trip (``PING``) measured in the same run. The
 floor of a hand-over is about two round trips: the unlock script (which publishes ``0``), then
-the woken waiter's try.
+the woken waiter's try. The same is measured for the fair lock and the read-write lock (write
+side) in Redisson's layout (``layout="redisson"``), whose Redisson side is the stand-in the
+interop tests use (``tests/interop/redisson_fair.py``, ``redisson_rw.py``).
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
+import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -37,6 +42,10 @@ from redlease import Client
 from redlease._core.keys import LockKeys
 from redlease.peers import RedissonLock
 from redlease.testing import RedisServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from interop.redisson_fair import RedissonFairLock
+from interop.redisson_rw import RedissonReadWriteLock
 
 WORK = 0.001
 JAVA_WAIT = 3.0
@@ -174,6 +183,107 @@ def handover_latency(url: str, rounds: int) -> dict[str, list[float]]:
     return out
 
 
+def _one_handover(
+    hold: Callable[[], object],
+    let_go: Callable[[], object],
+    wait: Callable[[], bool],
+    ready: Callable[[], bool],
+) -> float:
+    """Seconds from just before ``let_go()`` until ``wait()``, blocked on another thread since
+    ``ready()``, returns holding."""
+    assert hold()
+    held_at: list[float] = []
+
+    def waiter() -> None:
+        if wait():
+            held_at.append(time.perf_counter())
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    _until(ready, "the waiter waiting")
+    started = time.perf_counter()
+    let_go()
+    thread.join(15)
+    return held_at[0] - started
+
+
+def _rounds(
+    raw: redis.Redis,
+    rounds: int,
+    java: Any,
+    ours: list[Any],
+    java_conn: str,
+    redlease_ready: Callable[[], bool],
+) -> tuple[list[float], list[float]]:
+    """``rounds`` hand-overs each way between ``java`` (a Redisson stand-in's lock or side)
+    and redlease's locks ``ours`` (one to hold, one to wait)."""
+
+    def ours_wait() -> bool:
+        if not ours[0].acquire(timeout=10):
+            return False
+        ours[0].release()
+        return True
+
+    def java_wait() -> bool:
+        if not java.try_lock(wait=10):
+            return False
+        java.unlock()
+        return True
+
+    to_ours, to_java = [], []
+    for _ in range(rounds):
+        to_ours.append(
+            _one_handover(lambda: java.try_lock(wait=5), java.unlock, ours_wait, redlease_ready)
+        )
+        to_java.append(
+            _one_handover(
+                lambda: ours[1].acquire(timeout=10),
+                ours[1].release,
+                java_wait,
+                lambda: _java_listening(raw, java_conn),
+            )
+        )
+    return to_ours, to_java
+
+
+def layout_latency(url: str, rounds: int) -> dict[str, tuple[list[float], list[float]]]:
+    """Hand-overs both ways (Redisson -> redlease, redlease -> Redisson), seconds per round,
+    for the fair lock and the read-write lock's write side, each in Redisson's layout."""
+    raw: redis.Redis = redis.Redis.from_url(url, decode_responses=True)
+    clients = [Client.from_url(url) for _ in range(2)]
+    out = {}
+    try:
+        name = f"interop-latency:{uuid.uuid4().hex[:8]}"
+        conn = f"redisson-{uuid.uuid4().hex[:8]}"
+        fair = RedissonFairLock(f"{url}?client_name={conn}", name)
+        out["fair lock"] = _rounds(
+            raw,
+            rounds,
+            fair,
+            [c.fair_lock(name, layout="redisson") for c in clients],
+            conn,
+            lambda: raw.llen(fair.queue) == 1,
+        )
+        fair.close()
+        name = f"interop-latency:{uuid.uuid4().hex[:8]}"
+        conn = f"redisson-{uuid.uuid4().hex[:8]}"
+        rw = RedissonReadWriteLock(f"{url}?client_name={conn}", name)
+        out["rw lock (write)"] = _rounds(
+            raw,
+            rounds,
+            rw.write,
+            [c.rw_lock(name, layout="redisson").write_lock() for c in clients],
+            conn,
+            lambda: int(raw.pubsub_numsub(rw.channel)[0][1]) >= 1,
+        )
+        rw.close()
+    finally:
+        for client in clients:
+            client.close()
+        raw.close()
+    return out
+
+
 def _ms(values: list[float]) -> str:
     p95 = statistics.quantiles(values, n=20)[18] if len(values) > 1 else values[0]
     return f"median {statistics.median(values) * 1000:7.3f} ms   p95 {p95 * 1000:7.3f} ms"
@@ -185,6 +295,9 @@ def print_latency(url: str, rounds: int) -> None:
     print(f"  {'one round trip (PING)':<42} {_ms(got['rtt'])}")
     print(f"  {'Redisson unlock -> redlease waiter holds':<42} {_ms(got['to_redlease'])}")
     print(f"  {'redlease release -> Redisson waiter holds':<42} {_ms(got['to_redisson'])}")
+    for kind, (to_ours, to_java) in layout_latency(url, rounds).items():
+        print(f"  {kind + ': Redisson -> redlease':<42} {_ms(to_ours)}")
+        print(f"  {kind + ': redlease -> Redisson':<42} {_ms(to_java)}")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
