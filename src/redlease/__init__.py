@@ -8,7 +8,8 @@ from ._async.client import AsyncClient
 from ._async.latch import AsyncCountDownLatch
 from ._async.lock import AsyncFairLock, AsyncLock
 from ._async.multilock import AsyncMultiLock
-from ._async.redlock import AsyncRedlockClient, AsyncRedlockLock
+from ._async.redlock import AsyncRedlockClient
+from ._async.redlock_lock import AsyncRedlockLock
 from ._async.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from ._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from ._core.latch import LatchStatistics
@@ -17,7 +18,8 @@ from ._sync.client import Client
 from ._sync.latch import CountDownLatch
 from ._sync.lock import FairLock, Lock
 from ._sync.multilock import MultiLock
-from ._sync.redlock import RedlockClient, RedlockLock
+from ._sync.redlock import RedlockClient
+from ._sync.redlock_lock import RedlockLock
 from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from ._sync.semaphore import LeaseSemaphore, Semaphore
 from .errors import (

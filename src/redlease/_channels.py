@@ -348,3 +348,18 @@ class Links:
         self.channels[link].discard(channel)
         if self._table.lost(channel):
             self._unplaced[channel] = None
+
+
+LINGER = 2.0
+"""Seconds a channel stays subscribed after its last waiter left."""
+
+SUBSCRIBE_TIMEOUT = 10.0
+"""Seconds a subscription may take to be confirmed before the waiter gives up on it."""
+
+
+def wake_everyone(table: ChannelTable) -> None:
+    """Set every waiter's wake-up and every channel's confirmation (the client closes)."""
+    for entry in table.entries.values():
+        entry.confirmed.set()
+        for waiter in entry.waiters:
+            waiter.event.set()

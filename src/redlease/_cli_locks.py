@@ -20,7 +20,7 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from ._shell import describe, raise_translated
+from ._connections import describe, raise_translated
 from ._sync.client import Client
 from .cli import PROG, CommandError, UsageError, connect
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._connections import describe, is_cluster, user_of
 from ._core import fence
 from ._core.requests import Operation
 from ._core.watchdog import RenewalPolicy
-from ._shell import HANDOFF_WINDOW, ClientState, describe, is_cluster, user_of
+from ._owners import HANDOFF_WINDOW, ClientState
 from .errors import InvalidArgumentError
 from .events import Listener
 from .options import Seconds, replication, seconds, window

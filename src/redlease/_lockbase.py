@@ -12,7 +12,7 @@ from ._core import lock as core
 from ._core.fair import REDISSON_FAIR
 from ._core.keys import hash_slot
 from ._core.requests import Operation
-from ._shell import HANDOFF_WINDOW, ClientState, next_request_id
+from ._owners import HANDOFF_WINDOW, ClientState, next_request_id
 from .errors import (
     InvalidArgumentError,
     LeaseLostError,

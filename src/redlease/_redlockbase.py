@@ -8,12 +8,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._connections import log
 from ._core import redlock as core
 from ._core.keys import LockKeys
 from ._core.lock import Acquired, Hold
 from ._core.watchdog import RenewalPolicy
-from ._shell import ClientState, log, lost_error
-from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, QuorumError
+from ._owners import ClientState, lost_error
+from .errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    NotOwnedError,
+    QuorumError,
+    ServerUnavailableError,
+)
+from .events import Listener
 from .options import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
 
 Late = dict[int, tuple[Any, int]]
@@ -63,6 +71,44 @@ def renewal_failed(
     for hold in holds:
         if not hold.releasing and policy.expired(hold.renewed_at, now):
             state.lease_lost(hold, lost_error(hold, "not renewed on a majority for a whole lease"))
+
+
+class RedlockClientBase:
+    """What both Redlock clients share that does no I/O: their masters, state and queries."""
+
+    addresses: tuple[str, ...]
+    master_timeout: float
+    _masters: Sequence[Any]  # each shell's masters, each with an ``address``
+    _state: ClientState
+
+    @property
+    def address(self) -> str:
+        """The masters' addresses, comma-separated."""
+        return ",".join(self.addresses)
+
+    @property
+    def quorum(self) -> int:
+        """How many masters make a majority."""
+        return core.quorum(len(self._masters))
+
+    @property
+    def watchdog_timeout(self) -> float:
+        return self._state.watchdog_timeout
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
+        self._state.listeners.add(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._state.listeners.remove(listener)
+
+    def _late(self, i: int, name: str | None, what: str) -> ServerUnavailableError:
+        ms = round(self.master_timeout * 1000)
+        address = self._masters[i].address
+        about = f" for lock {name!r}" if name else ""
+        return ServerUnavailableError(
+            f"redis server {address} {what} within {ms} ms{about}", address=address, name=name
+        )
 
 
 @dataclass(frozen=True)

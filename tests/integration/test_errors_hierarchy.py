@@ -23,7 +23,7 @@ from redlease import (
     ServerUnavailableError,
     WrongTypeError,
 )
-from redlease._shell import translate
+from redlease._connections import translate
 from redlease.testing import RedisServer
 
 

@@ -2,7 +2,7 @@
 
 It mirrors ``src/redlease/lua/lock_{acquire,release,leave,renew}.lua`` (the server side: each
 script is one atomic step) and ``src/redlease/_core/lock.py`` with the hold table of
-``_shell.py``/``_lockbase.py`` (the client side: each owner runs a short script of acquire and
+``_owners.py``/``_lockbase.py`` (the client side: each owner runs a short script of acquire and
 release calls). Every model step that is a script statement quotes the Lua line in a comment
 (``# lock_x.lua: <line>``); ``test_lock_model.py`` checks that each quoted line still exists, so
 a change to a script that the model does not follow fails a test.

@@ -13,7 +13,7 @@ import redis.sentinel
 
 import redlease
 from redlease import InvalidArgumentError
-from redlease._shell import describe
+from redlease._connections import describe
 from redlease._urls import (
     SENTINEL_PORT,
     is_sentinel_url,

@@ -1,15 +1,13 @@
-"""The asyncio client: runs core operations with redis.asyncio, one watchdog task, one
-subscriber task. Not a wrapper around the sync client."""
+"""The client: runs core operations with redis.asyncio, one watchdog task, one subscriber task."""
 
 from __future__ import annotations
 
-import asyncio
+import asyncio  # async-only
 import contextlib
 import functools
 import inspect
-import time
+import threading
 from collections.abc import Awaitable, Callable
-from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
 import redis.asyncio
@@ -18,32 +16,31 @@ import redis.exceptions
 
 from .._channels import Waiter
 from .._clientbase import CLOSE_GRACE, ClientBase, default_timeouts
-from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
-from .._core.scripts import Script
-from .._naming import name_maker
-from .._shell import (
+from .._connections import (
     CONNECTION_ERRORS,
-    HANDOFF_WINDOW,
     HUNG,
     NOT_RETRIED,
     PROBE_ERRORS,
     SHARDED_PROBE,
     TRANSLATED,
     Hung,
-    RenewalJob,
-    TaskOwners,
     check_replicas,
-    cluster_node_of,
-    fork_generation,
     gives_back,
     key_type_shown,
-    log,
     needs_key_type,
     raise_translated,
-    renewal_down,
     settle_pubsub,
     timed_out,
 )
+from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
+from .._core.scripts import Script
+from .._naming import name_maker
+from .._owners import HANDOFF_WINDOW, TaskOwners, fork_generation
+
+# begin async-only
+# else sync
+# from .._owners import fork_safe
+# end async-only
 from .._urls import async_sentinel_master, checked_url, is_sentinel_url
 from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import (
@@ -56,7 +53,14 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..options import Seconds
+from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
+from .latch import AsyncCountDownLatch
+from .lock import AsyncFairLock, AsyncLock
+from .rwlock import AsyncReadWriteLock
+from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore
+from .shared import AsyncClosing
 from .subscriber import Subscriber, wait, wait_event
+from .watchdog import AsyncWatchdog
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -64,30 +68,19 @@ P = ParamSpec("P")
 
 _owners = TaskOwners()
 
-CANCEL_GRACE = 5.0
-"""How long a cancelled call may still take to finish (and be undone) before we give up."""
 
+class AsyncClient(ClientBase, AsyncClosing):
+    """A redlease client over one ``redis.asyncio.Redis``: makes locks, renews their leases, wakes
+    their waiters. Use it from one event loop; share one per process (or per server).
 
-async def finish_despite_cancel(awaitable: Awaitable[T], then: Callable[[T], Any]) -> T:
-    """Await ``awaitable``; if the caller is cancelled meanwhile, let it finish (bounded), run
-    ``then`` on its result, and re-raise the cancellation."""
-    task = asyncio.ensure_future(awaitable)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            result = await asyncio.wait_for(task, CANCEL_GRACE)
-            outcome = then(result)
-            if asyncio.iscoroutine(outcome):
-                await asyncio.wait_for(outcome, CANCEL_GRACE)
-        raise
-
-
-class AsyncClient(ClientBase):
-    """A redlease client over one ``redis.asyncio.Redis``: the asyncio twin of ``Client``.
-
-    Use it from one event loop. ``watchdog_timeout``, ``handoff_window``, ``replicas`` and
-    ``replica_timeout`` are as for ``Client``.
+    ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; the watchdog
+    renews it every third of that for as long as the hold lasts. A release gives the lock to the
+    first waiter in line, so the releasing task cannot barge straight back in:
+    ``handoff_window`` is the first lease of a waiter handed the lock outright, or how long it
+    stays reserved for one that must take it itself (``0`` turns the line off: Redisson's
+    free-for-all).
+    ``replicas`` makes every acquire, renewal and release wait (``WAIT``, at most
+    ``replica_timeout``) until that many replicas acknowledged it (see ``ReplicaError``).
     """
 
     def __init__(
@@ -100,10 +93,17 @@ class AsyncClient(ClientBase):
         replica_timeout: Seconds = 1.0,
     ) -> None:
         if not isinstance(redis_client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster):
+            # begin async-only
             raise ArgumentTypeError(
                 "AsyncClient needs a redis.asyncio.Redis or RedisCluster, got "
                 f"{type(redis_client).__name__} (use Client for redis.Redis)"
             )
+            # else sync
+            # raise ArgumentTypeError(
+            #     f"Client needs a redis.Redis or RedisCluster, got {type(redis_client).__name__}"
+            #     " (use AsyncClient for redis.asyncio)"
+            # )
+            # end async-only
         super().__init__(
             redis_client,
             watchdog_timeout=watchdog_timeout,
@@ -112,12 +112,24 @@ class AsyncClient(ClientBase):
             replica_timeout=replica_timeout,
         )
         self._subscriber: Subscriber | None = None
-        self._watchdog: asyncio.Task[None] | None = None
+        self._watchdog: AsyncWatchdog | None = None
+        self._start_mutex = threading.Lock()
+        # begin async-only
         self._active = 0  # operations under way, which close() stops and waits for
         self._idle = asyncio.Event()  # set while none is under way
         self._idle.set()
         self._closing = asyncio.Event()  # set by close(): ends a back-off pause at once
-        # the hot path, as in Client: scripts packed by redlease on connections it keeps
+        # else sync
+        # self._ops = threading.Condition()
+        # """Guards ``_closed`` and ``_active``: the operations under way, which ``close()``
+        # stops and waits for."""
+        # self._active = 0
+        # self._closing = threading.Event()
+        # """Set by ``close()``: ends a back-off pause at once."""
+        # fork_safe(self)
+        # end async-only
+        # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
+        # a cluster (redirections) or a single-connection client goes through redis-py
         self._packer: Packer | None = None
         self._spare: list[Any] = []
         self._spare_generation = fork_generation()
@@ -137,9 +149,12 @@ class AsyncClient(ClientBase):
         **redis_kwargs: Any,
     ) -> AsyncClient:
         """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)`` (with
-        ``cluster=True``, ``redis.asyncio.cluster.RedisCluster.from_url``); a Sentinel URL
-        (see ``Client.from_url``) gives one over ``redis.asyncio.sentinel``'s
-        ``Sentinel(...).master_for(service)``."""
+        ``cluster=True``, ``redis.asyncio.cluster.RedisCluster.from_url``: any node's URL),
+        closed with the client.
+
+        A Sentinel URL (``redis+sentinel://host:26379,host2:26379/service[/db]`` or Lettuce's
+        ``redis-sentinel://host:26379,host2:26379[/db]#service``; ``rediss+`` / ``rediss-``
+        for TLS) gives a client over ``Sentinel(...).master_for(service)``."""
         checked_url(url)
         default_timeouts(redis_kwargs, replicas, replica_timeout)
         sentinels: list[Any] = []
@@ -228,6 +243,7 @@ class AsyncClient(ClientBase):
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
 
+    # begin async-only
     def locked(
         self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
@@ -254,6 +270,34 @@ class AsyncClient(ClientBase):
             return wrapper
 
         return decorate
+
+    # else sync
+    # def locked(
+    #     self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
+    # ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    #     """Decorate a function so that each call runs holding the lock named by ``template``
+    #     formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
+    #
+    #     ``timeout`` bounds the wait (``LockTimeoutError`` when it runs out); ``lease`` as for
+    #     ``acquire``. A template field that names no parameter is an error at decoration.
+    #     """
+    #
+    #     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
+    #         if inspect.iscoroutinefunction(fn):
+    #             raise InvalidArgumentError(
+    #                 f"{fn.__qualname__} is a coroutine function: use AsyncClient.locked"
+    #             )
+    #         make_name = name_maker(fn, template)
+    #
+    #         @functools.wraps(fn)
+    #         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+    #             with self.lock(make_name(args, kwargs)).hold(timeout=timeout, lease=lease):
+    #                 return fn(*args, **kwargs)
+    #
+    #         return wrapper
+    #
+    #     return decorate
+    # end async-only
 
     async def fenced_get(self, key: str, token: int) -> bytes | str | None:
         """Read the string ``key`` as the holder of ``token``, and make ``key`` refuse every
@@ -282,45 +326,68 @@ class AsyncClient(ClientBase):
         meanwhile; ``close()`` waits for that (at most ``CLOSE_GRACE`` seconds). Holds still
         held are not released: they expire with their lease.
         """
+        # begin async-only
         if self._closed:
             return
         self._closed = True
+        # else sync
+        # with self._ops:
+        #     if self._closed:
+        #         return
+        #     self._closed = True
+        # end async-only
         self._closing.set()
-        if self._subscriber is not None:
-            await self._subscriber.close()  # wakes every waiter
+        with self._start_mutex:  # nothing starts once closed (see _subscriber_started, _watch)
+            subscriber = self._subscriber
+        if subscriber is not None:
+            await subscriber.close()  # wakes every waiter
+        # begin async-only
         await wait_event(self._idle, CLOSE_GRACE)
-        task, self._watchdog = self._watchdog, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        # else sync
+        # with self._ops:
+        #     self._ops.wait_for(lambda: self._active == 0, CLOSE_GRACE)
+        # end async-only
+        with self._start_mutex:
+            watchdog = self._watchdog
+        if watchdog is not None:
+            await watchdog.stop()
         await self._drop_idle(None)  # the spares only: the pool closes with its client
         if self._owns_redis:
             await self.redis.aclose()
             for sentinel in self._sentinels:  # the sentinels' clients from_url made
                 await sentinel.aclose()
 
-    async def __aenter__(self) -> AsyncClient:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    # --- the driver -----------------------------------------------------------------------
-
     def _owner(self) -> str:
         if self._state.check_fork():
-            self._subscriber = None
-            self._watchdog = None
+            self._after_fork()
+        # begin async-only
         return self._state.owner(_owners.current(asyncio.current_task()))
+        # else sync
+        # return self._state.owner(_owners.current())
+        # end async-only
+
+    def _after_fork(self) -> None:
+        # the parent's watchdog and subscriber are not the child's: start fresh ones on demand
+        self._subscriber = None
+        self._watchdog = None
+
+    # begin async-only
+    # else sync
+    # def _fresh_after_fork(self) -> None:
+    #     """Fresh locks (a thread of the parent may have held one at the fork), and none of
+    #     the parent's threads, whose locks could be held too."""
+    #     self._start_mutex = threading.Lock()
+    #     self._ops = threading.Condition()
+    #     self._active = 0
+    #     self._after_fork()
+    # end async-only
 
     async def _call(
-        self, call: Call, name: str | None, replication: Replication | None = None
+        self,
+        call: Call,
+        name: str | None,
+        replication: Replication | None = None,
+        via: redis.asyncio.Redis | None = None,
     ) -> Any:
         """Run one script. Every script is idempotent for a repeated request, so a call that
         failed on a dead pooled connection (a restarted server) is sent once more at once.
@@ -329,27 +396,29 @@ class AsyncClient(ClientBase):
         for attempt in (1, 2):
             try:
                 try:
-                    return await self._send(call, name, replication)
+                    return await self._send(call, name, replication, via or self.redis)
                 except redis.exceptions.NoScriptError:
                     # a restarted server has an empty script cache
-                    await self._load(call.script)
-                    return await self._send(call, name, replication)
+                    await self._load(call.script, via or self.redis)
+                    return await self._send(call, name, replication, via or self.redis)
             except CONNECTION_ERRORS as exc:
                 if attempt == 2 or isinstance(exc, NOT_RETRIED):
                     raise_translated(exc, self.address, name, user=self._user)
-                await self._drop_idle(getattr(self.redis, "connection_pool", None))
+                await self._drop_idle(getattr(via or self.redis, "connection_pool", None))
             except TRANSLATED as exc:
-                key_type = await self._key_type(exc, name)
+                key_type = await self._key_type(exc, name, via)
                 raise_translated(exc, self.address, name, key_type=key_type, user=self._user)
         raise AssertionError("unreachable")
 
-    async def _key_type(self, exc: BaseException, name: str | None) -> str:
+    async def _key_type(
+        self, exc: BaseException, name: str | None, via: redis.asyncio.Redis | None
+    ) -> str:
         """The type of the key ``name``, asked only after Redis's own WRONGTYPE reply (which
         does not say it); "" when it cannot be had."""
         if name is None or not needs_key_type(exc):
             return ""
         try:
-            found = await self.redis.type(name)
+            found = await (via or self.redis).type(name)
         except Exception:
             return ""
         return key_type_shown(found)
@@ -368,24 +437,30 @@ class AsyncClient(ClientBase):
         if pool is not None:  # None for a RedisCluster (a pool per node) and on close
             await pool.disconnect(inuse_connections=False)
 
-    async def _send(self, call: Call, name: str | None, replication: Replication | None) -> Any:
-        if replication is None and self._packer is not None:
+    async def _send(
+        self,
+        call: Call,
+        name: str | None,
+        replication: Replication | None,
+        via: redis.asyncio.Redis,
+    ) -> Any:
+        if replication is None and self._packer is not None and via is self.redis:
             return await self._send_packed(self._packer.pack(call))
         sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
         if replication is None:
-            return await self.redis.evalsha(sha, numkeys, *args)
-        pipe = self.redis.pipeline(transaction=False)
+            return await via.evalsha(sha, numkeys, *args)
+        pipe = via.pipeline(transaction=False)
         pipe.evalsha(sha, numkeys, *args)
         pipe.wait(replication.replicas, replication.timeout_ms)
         reply, acked = await pipe.execute()
         return check_replicas(reply, int(acked), replication, name)
 
-    async def _load(self, script: Script) -> None:
+    async def _load(self, script: Script, via: redis.asyncio.Redis) -> None:
         """SCRIPT LOAD, on the connections the script's EVALSHA went through."""
-        if self._packer is not None:
+        if self._packer is not None and via is self.redis:
             await self._send_packed(self._packer.command("SCRIPT", "LOAD", script.source))
         else:
-            await self.redis.script_load(script.source)
+            await via.script_load(script.source)
 
     async def _send_packed(self, packed: bytes) -> Any:
         """A command packed by redlease, on a connection it keeps between calls; a dead
@@ -394,7 +469,8 @@ class AsyncClient(ClientBase):
         assert packer is not None  # only called when the hot path is on
         spare = self._spare
         if self._spare_generation != fork_generation():
-            spare = self._spare = []  # a forked child never touches its parent's sockets
+            # a forked child never touches its parent's sockets
+            spare = self._spare = []
             self._spare_generation = fork_generation()
         try:
             conn = spare.pop()
@@ -417,8 +493,12 @@ class AsyncClient(ClientBase):
             spare.append(conn)  # an error reply, read whole: the connection is fine
             raise
         except BaseException as exc:
+            # begin async-only
             # nothing or half a reply read (or cancelled mid-read): never reuse it as it is
             await conn.disconnect(nowait=True)
+            # else sync
+            # conn.disconnect()  # nothing or half a reply read: never reuse it as it is
+            # end async-only
             await pool.release(conn)
             if isinstance(exc, Hung):
                 raise exc.error from None
@@ -429,6 +509,7 @@ class AsyncClient(ClientBase):
             await pool.release(conn)
         return reply
 
+    # begin async-only
     async def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
         if call.undo is None:
             return await self._call(call, name, replication)
@@ -441,20 +522,37 @@ class AsyncClient(ClientBase):
 
         return await finish_despite_cancel(self._call(call, name, replication), take_back)
 
+    # end async-only
+
     async def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
         """Perform ``op``'s requests one by one until it returns; with ``replication`` every
         script waits for replica acknowledgements. ``close()`` stops it at its next wait."""
+        # begin async-only
         if self._closed:
             op.close()
             raise ClientClosedError(name=name)
         self._active += 1
         self._idle.clear()
+        # else sync
+        # with self._ops:
+        #     if self._closed:
+        #         op.close()
+        #         raise ClientClosedError(name=name)
+        #     self._active += 1
+        # end async-only
         try:
             return await self._drive(op, name, replication)
         finally:
+            # begin async-only
             self._active -= 1
             if not self._active:
                 self._idle.set()
+            # else sync
+            # with self._ops:
+            #     self._active -= 1
+            #     if not self._active:
+            #         self._ops.notify_all()
+            # end async-only
 
     async def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
         if not self._state.pubsub.settled:
@@ -478,7 +576,11 @@ class AsyncClient(ClientBase):
                         reply, resume = hung, op.throw
                         continue
                     try:
+                        # begin async-only
                         reply = await self._perform(request, name, replication)
+                        # else sync
+                        # reply = self._call(request, name, replication)
+                        # end async-only
                     except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
                         if isinstance(exc, ServerUnavailableError) and timed_out(exc):
@@ -488,8 +590,13 @@ class AsyncClient(ClientBase):
                             # granted as the client closed: give it back
                             back = request.undo(reply)
                             if back is not None:
+                                # begin async-only
                                 with contextlib.suppress(Exception):
                                     await self._call(back, name)
+                                # else sync
+                                # with contextlib.suppress(RedleaseError):
+                                #     self._call(back, name)
+                                # end async-only
                             raise ClientClosedError(name=name)
                 elif isinstance(request, Subscribe):
                     leave = request.leave
@@ -522,10 +629,15 @@ class AsyncClient(ClientBase):
             if leave is not None and hung is not None:
                 self._give_back_later(leave, name)
             elif leave is not None:
+                # begin async-only
                 with contextlib.suppress(Exception, asyncio.CancelledError):
                     await asyncio.wait_for(asyncio.shield(self._call(leave, name)), CANCEL_GRACE)
+                # else sync
+                # with contextlib.suppress(RedleaseError):
+                #     self._call(leave, name)
+                # end async-only
 
-    _giving_back: set[asyncio.Task[None]] | None = None
+    _giving_back: set[asyncio.Task[None]] | None = None  # async-only
 
     def _give_back_later(self, call: Call, name: str | None) -> None:
         """Send a give-back in a task of its own: the server did not answer a call of this
@@ -535,22 +647,28 @@ class AsyncClient(ClientBase):
             with contextlib.suppress(RedleaseError):
                 await self._call(call, name)
 
+        # begin async-only
         if self._giving_back is None:
             self._giving_back = set()
         task = asyncio.get_running_loop().create_task(send())
         self._giving_back.add(task)  # keep a reference until it is done
         task.add_done_callback(self._giving_back.discard)
+        # else sync
+        # threading.Thread(target=send, name="redlease-give-back", daemon=True).start()
+        # end async-only
 
     def _stop_if_closed(self, name: str | None) -> None:
         if self._closed:
             raise ClientClosedError(name=name)
 
     def _subscriber_started(self) -> Subscriber:
-        self._stop_if_closed(None)
-        if self._subscriber is None:
-            self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
-        return self._subscriber
+        with self._start_mutex:
+            self._stop_if_closed(None)
+            if self._subscriber is None:
+                self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
+            return self._subscriber
 
+    # begin async-only
     _settling: asyncio.Lock | None = None
 
     async def _settle_pubsub(self, name: str | None) -> None:
@@ -578,75 +696,29 @@ class AsyncClient(ClientBase):
             if error is not None:
                 raise_translated(error, self.address, name)
 
+    # else sync
+    # def _settle_pubsub(self, name: str | None) -> None:
+    #     """On a cluster, once: sharded pub/sub if every master has it, else classic."""
+    #     with self._start_mutex:  # one probe, however many threads start at once
+    #         if self._state.pubsub.settled:
+    #             return
+    #         answers: list[BaseException | None] = []
+    #         for node in self.redis.get_primaries():
+    #             try:
+    #                 self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
+    #             except PROBE_ERRORS as exc:
+    #                 answers.append(exc)
+    #             else:
+    #                 answers.append(None)
+    #         error = settle_pubsub(self._state.pubsub, answers, self.address)
+    #         if error is not None:
+    #             raise_translated(error, self.address, name)
+    # end async-only
+
     def _watch(self) -> None:
-        if self._closed:
-            return  # a closed client starts nothing (its holds expire with their lease)
-        if self._watchdog is None or self._watchdog.done():
-            self._watchdog = asyncio.get_running_loop().create_task(
-                self._watchdog_loop(), name="redlease-watchdog"
-            )
-
-    async def _watchdog_loop(self) -> None:
-        """Renew every watched hold and lease permit, batched, every interval. Each call is
-        bounded (a hung server must not hide an expired lease); on a cluster the calls to
-        different nodes go at once, and a node that fails a call is not called again in that
-        round, so a paused master does not delay the renewals on the other masters."""
-        policy, state = self._policy, self._state
-        kick = asyncio.Event()  # set to look again at when to renew (a hand-over's short lease)
-        state.renew_soon = kick.set
-        next_round = time.monotonic() + policy.interval
-        while True:
-            wake = state.watchdog_wake(next_round)
-            await wait_event(kick, max(0.0, wake - time.monotonic()))
-            kick.clear()
-            if time.monotonic() < wake:
-                continue  # kicked: a hold must be renewed sooner than planned
-            jobs = state.renewal_jobs(policy, by_slot=self.cluster)
-            by_node: dict[str | None, list[RenewalJob]] = {}
-            cluster = self.redis if self.cluster else None
-            for job in jobs:
-                by_node.setdefault(cluster_node_of(cluster, job[2]), []).append(job)
-            done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
-            next_round = time.monotonic() + policy.next_delay(all(done))
-
-    async def _renew_on(self, jobs: list[RenewalJob]) -> bool:
-        """Send one node's renewal calls in order; True when every one succeeded. After a
-        call that could not reach the node, the rest fail at once."""
-        ok = True
-        down: Exception | None = None
-        for done, failed, call in jobs:
-            if down is not None:
-                failed(down)
-                ok = False
-                continue
-            sent_at = time.monotonic()
-            bound = self._policy.interval + (
-                call.replication.timeout_ms / 1000 if call.replication else 0
-            )
-            try:
-                # a hung server must not hide an expired lease: bound the call
-                reply = await asyncio.wait_for(self._call(call, None), bound)
-            except ReplicaError as exc:
-                failed(exc)
-                ok = False
-            except (
-                asyncio.TimeoutError,
-                ServerUnavailableError,
-                redis.exceptions.RedisClusterException,
-            ) as exc:
-                down = renewal_down(exc, self.address)
-                failed(down)
-                ok = False
-            except Exception as exc:  # never let the watchdog task die
-                log.exception("lease renewal failed unexpectedly")
-                failed(exc)
-                ok = False
-            else:
-                done(reply, sent_at)
-        return ok
-
-
-from .latch import AsyncCountDownLatch  # noqa: E402
-from .lock import AsyncFairLock, AsyncLock  # noqa: E402  (AsyncLock needs AsyncClient)
-from .rwlock import AsyncReadWriteLock  # noqa: E402  (AsyncReadWriteLock needs the client)
-from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore  # noqa: E402
+        with self._start_mutex:
+            if self._closed:
+                return  # a closed client starts nothing (its holds expire with their lease)
+            if self._watchdog is None:
+                self._watchdog = AsyncWatchdog(self)
+            self._watchdog.ensure_running()

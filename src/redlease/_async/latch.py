@@ -1,4 +1,4 @@
-"""The asyncio count-down latch: the same names and semantics as ``CountDownLatch``."""
+"""The count-down latch."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from .._core import latch as core
 from .._core.latch import LatchStatistics
 from .._core.semaphore import primitive_name, wait_timeout
 from ..options import Seconds
-from .client import finish_despite_cancel
+from .cancel import finish_despite_cancel  # async-only
 
 if TYPE_CHECKING:
     from .client import AsyncClient
@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 class AsyncCountDownLatch:
     """A count-down latch shared by every client of the server (Redisson's RCountDownLatch).
 
+    ``try_set_count(n)`` arms it, each ``count_down()`` takes one off, and ``wait()`` returns
+    once the count is zero: all waiters are woken by pub/sub, and each re-checks the count at
+    least every few seconds whatever happens to the messages. Every wait takes a timeout.
     A cancelled ``wait`` leaves nothing behind; a cancelled ``count_down`` still completes
     (bounded) before the cancellation propagates.
     """
@@ -38,8 +41,9 @@ class AsyncCountDownLatch:
 
     async def count_down(self) -> None:
         """Take one off the count; at zero, wake every waiter. Does nothing on an open latch."""
-        op = self.client._run(core.count_down(self._keys), self.name)
-        await finish_despite_cancel(op, lambda _left: None)
+        await finish_despite_cancel(
+            self.client._run(core.count_down(self._keys), self.name), lambda _left: None
+        )
 
     async def count(self) -> int:
         """The count now (0: open)."""
@@ -49,8 +53,9 @@ class AsyncCountDownLatch:
         """Delete the latch (Redisson's ``delete``): it is open, and every waiter of every
         client is woken; ``False`` when it was open already. A cancelled call still completes
         (bounded) before the cancellation propagates."""
-        op = self.client._run(core.delete(self._keys), self.name)
-        return await finish_despite_cancel(op, lambda _deleted: None)
+        return await finish_despite_cancel(
+            self.client._run(core.delete(self._keys), self.name), lambda _deleted: None
+        )
 
     async def wait(self, timeout: Seconds | None = None) -> bool:
         """Wait until the count is zero; ``False`` when ``timeout`` ran out first (``None``:

@@ -1,10 +1,9 @@
-"""The asyncio reentrant lock: the same names and semantics as ``Lock``, owned per task."""
+"""The reentrant lock and the fair lock, owned per task."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from .._core import lock as core
@@ -12,15 +11,19 @@ from .._lockbase import LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError
 from ..options import Seconds
 from ..stats import Lease, LockStatistics
-from .client import finish_despite_cancel
+from .cancel import finish_despite_cancel  # async-only
+from .shared import AsyncHeld, AsyncLockQueries
 
 if TYPE_CHECKING:
     from .client import AsyncClient
 
 
-class AsyncLock(LockBase):
+class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
     """A reentrant lease lock, owned per asyncio task, in Redisson's RLock layout.
 
+    ``async with lock:`` waits as long as it takes; ``lock.acquire(timeout=5, lease=10)`` is
+    Redisson's ``tryLock(5, 10, SECONDS)``; ``async with lock.hold(timeout=5):`` raises
+    ``LockTimeoutError`` when the wait runs out.
     Cancelling ``acquire`` after the server granted the hold gives it back; a cancelled
     ``release`` still completes (bounded) before the cancellation propagates.
     """
@@ -101,22 +104,6 @@ class AsyncLock(LockBase):
         finally:
             await self._release(retry=False)
 
-    async def locked(self) -> bool:
-        """Whether anyone holds the lock (asks the server)."""
-        return (await self._status()).locked
-
-    async def owned(self) -> bool:
-        """Whether the calling task holds the lock (asks the server)."""
-        return await self.hold_count() > 0
-
-    async def hold_count(self) -> int:
-        """How many holds the calling task has on the lock (asks the server)."""
-        return (await self._status()).holders.get(self.client._owner(), 0)
-
-    async def ttl(self) -> float | None:
-        """Seconds left on the lease; ``None`` when the lock is free."""
-        return (await self._status()).ttl
-
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; ``True`` if it was held."""
         return await self.client._run(self._force_release_op(), self.name)
@@ -140,16 +127,10 @@ class AsyncLock(LockBase):
         owner = self.client._owner()
         return await self.client._run(self._status_op(owner), self.name)
 
-    async def __aenter__(self) -> AsyncLock:
-        await self.acquire()
-        return self
+    def _caller(self) -> str:
+        return self.client._owner()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def _release_on_exit(self) -> None:
         await self._release(retry=False)
 
     def __repr__(self) -> str:

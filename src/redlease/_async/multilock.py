@@ -1,20 +1,20 @@
-"""Several asyncio locks taken all-or-nothing: ``AsyncMultiLock(*locks)``."""
+"""Several locks taken all-or-nothing: ``AsyncMultiLock(*locks)``."""
 
 from __future__ import annotations
 
-import asyncio
+import asyncio  # async-only
 import time
 from collections.abc import Iterable
-from types import TracebackType
 from typing import Protocol
 
-from .._shell import log
-from .._sync.multilock import check_members, first_error, order_key
+from .._connections import log
+from .._multilockbase import check_members, first_error, order_key
 from ..options import Seconds, optional_seconds, wait_args
+from .shared import AsyncHeld
 
 
 class SupportsAsyncLock(Protocol):
-    """What a member needs: a name and the awaitable lock calls (``AsyncLock``, ...)."""
+    """What a member needs: a name and the lock calls (``AsyncLock``, ``AsyncRedlockLock``, ...)."""
 
     @property
     def name(self) -> str: ...
@@ -26,11 +26,16 @@ class SupportsAsyncLock(Protocol):
     async def release(self) -> None: ...
 
 
-class AsyncMultiLock:
-    """The asyncio twin of ``MultiLock``: several locks held together, taken all-or-nothing
-    within one ``timeout`` in a fixed order, released together. A cancelled ``acquire`` gives
-    back what it took before the cancellation propagates; a cancelled ``release`` still
-    releases every member (each bounded) before it does."""
+class AsyncMultiLock(AsyncHeld):
+    """Several locks (any names, any servers, single-master or Redlock) held together.
+
+    ``acquire`` takes every member or none within one ``timeout``: members are taken in a
+    fixed order (by name), and when one cannot be had, or raises, the ones already taken are
+    released before returning ``False`` or raising. ``release`` releases every member, even
+    when some fail, then raises the first failure. Reentrant as its members are.
+    A cancelled ``acquire`` gives back what it took before the cancellation propagates; a
+    cancelled ``release`` still releases every member (each bounded) before it does.
+    """
 
     def __init__(self, *locks: SupportsAsyncLock) -> None:
         check_members(locks)
@@ -53,7 +58,7 @@ class AsyncMultiLock:
                     break
                 taken.append(lock)
         finally:
-            if len(taken) < len(self._order):  # never left half-held, cancelled or not
+            if len(taken) < len(self._order):  # never left half-held, whatever happened
                 await self._release_all(taken, raise_errors=False)
         return len(taken) == len(self._order)
 
@@ -63,39 +68,33 @@ class AsyncMultiLock:
         await self._release_all(self._order, raise_errors=True)
 
     async def _release_all(self, locks: Iterable[SupportsAsyncLock], *, raise_errors: bool) -> None:
+        # begin async-only
         # in the caller's task (a hold belongs to its task); each member's release completes
         # even when cancelled, and a cancellation waits until every member had its turn
-        errors: list[BaseException] = []
         cancelled: asyncio.CancelledError | None = None
+        # end async-only
+        errors: list[BaseException] = []
         for lock in reversed(list(locks)):
             try:
                 await lock.release()
+            # begin async-only
             except asyncio.CancelledError as exc:
                 cancelled = exc
+            # end async-only
             except Exception as exc:
                 errors.append(exc)
+        # begin async-only
         if cancelled is not None:
             for error in errors:
                 log.warning("AsyncMultiLock release (cancelled): a member failed: %r", error)
             raise cancelled
+        # end async-only
         if errors and raise_errors:
             raise first_error(errors, "AsyncMultiLock release")
         for error in errors:
             log.warning(
                 "AsyncMultiLock: giving back %r after a failed acquire failed: %r", self, error
             )
-
-    async def __aenter__(self) -> AsyncMultiLock:
-        await self.acquire()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.release()
 
     def __repr__(self) -> str:
         return f"<redlease.AsyncMultiLock {[lock.name for lock in self.locks]!r}>"

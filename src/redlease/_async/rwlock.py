@@ -1,5 +1,4 @@
-"""The asyncio read-write lock: the same names and semantics as ``ReadWriteLock``, owned per
-task."""
+"""The read-write lock: many readers or one writer, owned per task."""
 
 from __future__ import annotations
 

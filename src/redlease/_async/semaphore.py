@@ -1,9 +1,10 @@
-"""The asyncio semaphore and lease semaphore (same names and semantics as the sync ones), and
-the renewer of a client's lease permits."""
+"""The semaphore and the lease semaphore, and the renewer of a client's lease permits."""
 
 from __future__ import annotations
 
-import asyncio
+import asyncio  # async-only
+import os
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -11,6 +12,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .._connections import log
 from .._core import semaphore as core
 from .._core.requests import Call
 from .._core.semaphore import (
@@ -20,19 +22,23 @@ from .._core.semaphore import (
     PermitTable,
     SemaphoreStatistics,
 )
-from .._shell import fork_generation, log
-from .._sync.semaphore import report_expired, report_lost
+from .._owners import fork_generation
+from .._semaphorebase import report_expired, report_lost
 from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError, RedleaseError
 from ..options import Seconds
-from .client import CANCEL_GRACE, finish_despite_cancel
+from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
+from .shared import AsyncHeld
 
 if TYPE_CHECKING:
     from .client import AsyncClient
 
 
-class AsyncSemaphore:
+class AsyncSemaphore(AsyncHeld):
     """A counting semaphore shared by every client of the server (Redisson's RSemaphore).
 
+    Permits are not owned: any task may release what another took. ``async with sem:`` takes
+    one permit (waiting as long as it takes) and gives it back. A holder that crashes keeps its
+    permits for good; use ``AsyncLeaseSemaphore`` when that matters.
     Cancelling ``acquire`` after the server granted the permits gives them back; a cancelled
     ``release`` still completes (bounded) before the cancellation propagates.
     """
@@ -67,7 +73,8 @@ class AsyncSemaphore:
 
     async def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> bool:
         """Take ``permits`` at once; ``False`` when ``timeout`` ran out first (``None``: wait
-        as long as it takes; ``0``: try once). ``acquire(0)`` succeeds at once."""
+        as long as it takes; ``0``: try once). Waiters are woken by releases (pub/sub) and
+        re-check at least every few seconds. ``acquire(0)`` succeeds at once."""
         count = core.permits_arg(permits)
         wait = core.wait_timeout(timeout)
         request_id = core.new_request_id()
@@ -123,26 +130,19 @@ class AsyncSemaphore:
         finally:
             await self.release(permits)
 
-    async def __aenter__(self) -> AsyncSemaphore:
-        await self.acquire()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.release()
-
     def __repr__(self) -> str:
         return f"<redlease.AsyncSemaphore {self.name!r} on {self.client.address}>"
 
 
 class AsyncLeaseSemaphore:
     """A semaphore whose every permit has an id and a lease (Redisson's
-    RPermitExpirableSemaphore): the asyncio twin of ``LeaseSemaphore``.
+    RPermitExpirableSemaphore): a crashed holder's permits come back when their lease ends.
 
+    ``acquire()`` returns the permit id (``None`` on timeout). Without a ``lease`` (here or in
+    the constructor) the permit lasts the client's ``watchdog_timeout`` and is renewed every
+    third of that for as long as it is held; with one, it simply expires. When renewal finds a
+    permit gone, ``on_lease_lost`` runs and its ``release`` raises ``LeaseLostError``.
+    The one to use for limiting concurrent work across processes.
     Cancelling ``acquire`` after the server granted a permit gives it back; a cancelled
     ``release`` still completes (bounded) before the cancellation propagates.
     """
@@ -162,6 +162,7 @@ class AsyncLeaseSemaphore:
         self._lease = None if lease is None else core.lease_seconds(lease)
         self._on_lease_lost = on_lease_lost
         self._entered: dict[str, list[str]] = {}  # owner -> permits taken by ``async with``
+        self._mutex = threading.Lock()
 
     @property
     def name(self) -> str:
@@ -233,7 +234,7 @@ class AsyncLeaseSemaphore:
         first; ``InvalidArgumentError`` for an id that is not a held permit."""
         permit = core.permit_id(permit_id)
         kept = keeper(self.client)
-        request_id = kept.table.begin_release(permit, time.monotonic())
+        request_id = kept.begin_release(permit)
         # an error leaves the outcome unknown: the permit stays "releasing" (neither renewed
         # nor reported lost) and a retry sends the same request id, which the server recognises
         op = core.lease_release(self._keys, permit, request_id=request_id)
@@ -255,7 +256,7 @@ class AsyncLeaseSemaphore:
         if not permits:
             return 0
         kept = keeper(self.client)
-        request_ids = kept.table.begin_releases(permits, time.monotonic())
+        request_ids = kept.begin_releases(permits)
         op = core.lease_release_many(self._keys, permits, request_ids)
         done = await finish_despite_cancel(
             self.client._run(op, self.name),
@@ -274,7 +275,7 @@ class AsyncLeaseSemaphore:
         seconds = core.lease_seconds(lease)
         sent_at = time.monotonic()
         held = await self.client._run(core.update_lease(self._keys, permit, seconds), self.name)
-        keeper(self.client).table.lease_set(permit, held, sent_at)
+        keeper(self.client).lease_set(permit, held, sent_at)
         return held
 
     async def expire(self, seconds: Seconds) -> bool:
@@ -321,7 +322,8 @@ class AsyncLeaseSemaphore:
     async def __aenter__(self) -> str:
         permit = await self.acquire()
         assert permit is not None  # no timeout: waits as long as it takes
-        self._entered.setdefault(self.client._owner(), []).append(permit)
+        with self._mutex:
+            self._entered.setdefault(self.client._owner(), []).append(permit)
         return permit
 
     async def __aexit__(
@@ -331,10 +333,11 @@ class AsyncLeaseSemaphore:
         tb: TracebackType | None,
     ) -> None:
         owner = self.client._owner()
-        stack = self._entered[owner]
-        permit = stack.pop()
-        if not stack:
-            del self._entered[owner]
+        with self._mutex:
+            stack = self._entered[owner]
+            permit = stack.pop()
+            if not stack:
+                del self._entered[owner]
         await self.release(permit)
 
     def __repr__(self) -> str:
@@ -362,6 +365,7 @@ class AsyncPermitKeeper:
     def __init__(self, client: AsyncClient) -> None:
         self._client = weakref.ref(client)
         self.generation = fork_generation()
+        self.mutex = threading.Lock()
         self.table = PermitTable()
 
     def granted(
@@ -371,24 +375,32 @@ class AsyncPermitKeeper:
         watched: bool,
         listener: Callable[[LeaseLostError], None] | None,
     ) -> None:
-        for one in granted.each():
-            self.table.granted(keys, one, watched=watched, listener=listener)
+        with self.mutex:
+            for one in granted.each():
+                self.table.granted(keys, one, watched=watched, listener=listener)
         client = self._client()
         if watched and client is not None:
             client._state.add_renewal_source(self)
             client._watch()
 
-    def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
-        """Forget a released permit; the error its release reports, if any."""
-        lost = self.table.take_lost(permit)
-        ours = self.table.released(permit) is not None
-        return core.release_error(keys, permit, code, ours, lost)
+    def begin_release(self, permit: str) -> str:
+        with self.mutex:
+            return self.table.begin_release(permit, time.monotonic())
+
+    def begin_releases(self, permits: list[str]) -> list[str]:
+        with self.mutex:
+            return self.table.begin_releases(permits, time.monotonic())
 
     def finish_many(
         self, keys: core.LeaseSemaphoreKeys, permits: list[str], done: ManyReleased
     ) -> Exception | None:
         """Apply a several-permit release's outcome; the error it reports, if any."""
-        return core.finish_release_many(self.table, keys, permits, done)
+        with self.mutex:
+            return core.finish_release_many(self.table, keys, permits, done)
+
+    def lease_set(self, permit: str, held: bool, sent_at: float) -> None:
+        with self.mutex:
+            self.table.lease_set(permit, held, sent_at)
 
     async def undo(self, call: Call, name: str) -> None:
         """Send an undo now (bounded, even when cancelled); one that cannot reach the server
@@ -397,37 +409,55 @@ class AsyncPermitKeeper:
         if client is None or client._closed:
             return
         try:
+            # begin async-only
             await asyncio.wait_for(asyncio.shield(client._call(call, name)), CANCEL_GRACE)
         except (RedleaseError, asyncio.TimeoutError, asyncio.CancelledError) as exc:
+            # else sync
+            #     client._call(call, name)
+            # except RedleaseError as exc:
+            # end async-only
             log.warning("undo of an abandoned request on %r failed, retrying later: %s", name, exc)
-            self.table.undo_later(call, name, time.monotonic())
+            with self.mutex:
+                self.table.undo_later(call, name, time.monotonic())
             client._state.add_renewal_source(self)
             client._watch()
+
+    def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
+        """Forget a released permit; the error its release reports, if any."""
+        with self.mutex:
+            lost = self.table.take_lost(permit)
+            ours = self.table.released(permit) is not None
+        return core.release_error(keys, permit, code, ours, lost)
 
     def renewed(
         self, keys: core.LeaseSemaphoreKeys, permit: str, ok: bool, sent_at: float
     ) -> Exception | None:
-        record = self.table.get(permit)
-        if ok:
-            if record is not None:
-                record.renewed_at = sent_at
-            return None
-        lost = self.table.take_lost(permit)
-        ours = self.table.released(permit) is not None
+        with self.mutex:
+            record = self.table.get(permit)
+            if ok:
+                if record is not None:
+                    record.renewed_at = sent_at
+                return None
+            lost = self.table.take_lost(permit)
+            ours = self.table.released(permit) is not None
         return core.release_error(keys, permit, core.UNKNOWN, ours, lost)
 
     # --- the watchdog's renewal source ----------------------------------------------------
 
     def renewal_calls(self, lease: float) -> list[tuple[Any, Call]]:
-        undos, expired = self.table.undo_round(time.monotonic())
+        with self.mutex:
+            undos, expired = self.table.undo_round(time.monotonic())
+            calls = list(PermitTable.calls(self.table.watched(), lease))
         report_expired(expired)
-        return [*PermitTable.calls(self.table.watched(), lease), *undos]
+        return [*calls, *undos]
 
     def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None:
-        if isinstance(batch, PendingUndo):
-            self.table.undo_done(batch)
-            return
-        report_lost(self.table.renewed(batch, reply, sent_at))
+        with self.mutex:
+            if isinstance(batch, PendingUndo):
+                self.table.undo_done(batch)
+                return
+            gone = self.table.renewed(batch, reply, sent_at)
+        report_lost(gone)
 
     def renewal_failed(self, batch: Any, exc: Exception) -> None:
         if isinstance(batch, PendingUndo):
@@ -435,15 +465,28 @@ class AsyncPermitKeeper:
         log.warning("lease permit renewal failed: %s", exc)
         client = self._client()
         lease = client.watchdog_timeout if client is not None else 0.0
-        report_lost(self.table.renewal_failed(batch, time.monotonic(), lease))
+        with self.mutex:
+            gone = self.table.renewal_failed(batch, time.monotonic(), lease)
+        report_lost(gone)
 
 
 _keepers: weakref.WeakKeyDictionary[AsyncClient, AsyncPermitKeeper] = weakref.WeakKeyDictionary()
+_keepers_mutex = threading.Lock()
+
+
+def _fresh_keepers_mutex() -> None:
+    """A forked child gets a fresh mutex: a thread of the parent may have held this one."""
+    global _keepers_mutex
+    _keepers_mutex = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_keepers_mutex)
 
 
 def keeper(client: AsyncClient) -> AsyncPermitKeeper:
     """The client's permit keeper (a new one in a forked child: it holds no permits)."""
-    kept = _keepers.get(client)
-    if kept is None or kept.generation != fork_generation():
-        kept = _keepers[client] = AsyncPermitKeeper(client)
-    return kept
+    with _keepers_mutex:
+        kept = _keepers.get(client)
+        if kept is None or kept.generation != fork_generation():
+            kept = _keepers[client] = AsyncPermitKeeper(client)
+        return kept

@@ -25,12 +25,21 @@ from typing import Any
 
 import redis.exceptions
 
-from .._channels import ANY_NODE, CLASSIC, SHARDED, ChannelTable, Links, Waiter, text
-from .._core.backoff import full_jitter
-from .._core.limits import MIN_PAUSE
-from .._core.requests import Handed
-from .._shell import (
+from .._channels import (
+    ANY_NODE,
+    CLASSIC,
+    LINGER,
+    SHARDED,
+    SUBSCRIBE_TIMEOUT,
+    ChannelTable,
+    Links,
+    Waiter,
+    text,
+    wake_everyone,
+)
+from .._connections import (
     CONNECTION_ERRORS,
+    PLACE_ERRORS,
     connection_source,
     describe,
     is_denied,
@@ -41,7 +50,9 @@ from .._shell import (
     unavailable,
     user_of,
 )
-from .._sync.subscriber import LINGER, PLACE_ERRORS, SUBSCRIBE_TIMEOUT, wake_everyone
+from .._core.backoff import full_jitter
+from .._core.limits import MIN_PAUSE
+from .._core.requests import Handed
 from ..errors import ClientClosedError
 
 

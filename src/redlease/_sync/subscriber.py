@@ -27,12 +27,21 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from .._channels import ANY_NODE, CLASSIC, SHARDED, ChannelTable, Links, Waiter, text
-from .._core.backoff import full_jitter
-from .._core.limits import MIN_PAUSE
-from .._core.requests import Handed
-from .._shell import (
+from .._channels import (
+    ANY_NODE,
+    CLASSIC,
+    LINGER,
+    SHARDED,
+    SUBSCRIBE_TIMEOUT,
+    ChannelTable,
+    Links,
+    Waiter,
+    text,
+    wake_everyone,
+)
+from .._connections import (
     CONNECTION_ERRORS,
+    PLACE_ERRORS,
     connection_source,
     describe,
     is_denied,
@@ -43,30 +52,18 @@ from .._shell import (
     unavailable,
     user_of,
 )
+from .._core.backoff import full_jitter
+from .._core.limits import MIN_PAUSE
+from .._core.requests import Handed
 from ..errors import ClientClosedError
-
-LINGER = 2.0
-"""Seconds a channel stays subscribed after its last waiter left."""
 
 IDLE_CHECK = 0.25
 """Seconds between looks for channels to unsubscribe."""
 
-SUBSCRIBE_TIMEOUT = 10.0
 
-PLACE_ERRORS = (
-    *CONNECTION_ERRORS,
-    redis.exceptions.RedisError,
-    redis.exceptions.RedisClusterException,
-)
-"""What opening a connection to a slot's master, or learning the cluster's layout, can raise."""
-
-
-def wake_everyone(table: ChannelTable) -> None:
-    """Set every waiter's wake-up and every channel's confirmation (the client closes)."""
-    for entry in table.entries.values():
-        entry.confirmed.set()
-        for waiter in entry.waiters:
-            waiter.event.set()
+def wait_event(event: threading.Event, timeout: float) -> bool:
+    """Block until ``event`` is set or ``timeout`` passes; whether it was set."""
+    return event.wait(timeout)
 
 
 def wait(waiter: Waiter, timeout: float) -> Handed | bool:

@@ -1,36 +1,24 @@
-"""What the sync and asyncio shells share: owner identity, the client's hold state, errors.
-
-Nothing here blocks or awaits; each shell adds only its own I/O around it.
-"""
+"""Talking to redis from either shell: addresses, dedicated connections, pub/sub routing and
+settling, and how redis-py's errors are reported (no I/O here)."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import itertools
 import logging
-import os
 import re
-import threading
-import time
-import uuid
-import weakref
 from collections.abc import Callable
-from typing import Any, NoReturn, Protocol
+from typing import Any, NoReturn
 
 import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ._channels import ANY_NODE
-from ._core.keys import LockKeys, PubSub, hash_slot
-from ._core.lock import Acquired, Hold, HoldTable
+from ._core.keys import PubSub, hash_slot
 from ._core.requests import Call, Replication
-from ._core.watchdog import RenewalPolicy
 from ._urls import sentinel_address
 from .errors import (
     InvalidArgumentError,
-    LeaseLostError,
     PermissionDeniedError,
     RedleaseError,
     ReplicaError,
@@ -38,394 +26,8 @@ from .errors import (
     ServerUnavailableError,
     WrongTypeError,
 )
-from .events import Listeners, LockEvent
 
 log = logging.getLogger("redlease")
-
-# --- owner identity -----------------------------------------------------------------------
-# A hold belongs to "<client-id>:<owner-id>", as in Redisson. The client id is random and is
-# minted again in a forked child; owner ids come from a process-wide counter, so neither a
-# recycled thread ident nor a recycled id(task) can ever make two owners look the same.
-
-_owner_ids = itertools.count(1)
-_fork_generation = 0
-
-
-_fork_safe: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def fork_safe(obj: Any) -> None:
-    """Have ``obj._fresh_after_fork()`` run in a forked child before anything else: it
-    gives ``obj`` fresh locks, since a lock that a thread of the parent held at the fork is
-    never released in the child (that thread does not exist there)."""
-    _fork_safe.add(obj)
-
-
-def _after_fork_in_child() -> None:
-    global _fork_generation, _owner_ids
-    _fork_generation += 1
-    _owner_ids = itertools.count(1)
-    for obj in list(_fork_safe):  # never takes a lock the parent may have held
-        obj._fresh_after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def fork_generation() -> int:
-    return _fork_generation
-
-
-def next_owner_id() -> int:
-    return next(_owner_ids)
-
-
-_request_ids = itertools.count(1)
-
-
-def next_request_id() -> str:
-    """The id of a release call, kept for its retries: the server remembers an owner's last
-    final release by it, so it need only differ between one owner's releases (owners are
-    never shared between processes), which a process-wide counter does without a syscall."""
-    return str(next(_request_ids))
-
-
-class ThreadOwners:
-    """A fresh owner id for each thread (sync side), never reused."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-
-    def current(self) -> int:
-        gen = fork_generation()
-        if getattr(self._local, "generation", None) != gen:
-            self._local.generation = gen
-            self._local.owner = next_owner_id()
-        owner: int = self._local.owner
-        return owner
-
-
-class TaskOwners:
-    """A fresh owner id for each asyncio task (async side), never reused."""
-
-    def __init__(self) -> None:
-        self._ids: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._generation = fork_generation()
-
-    def current(self, task: Any) -> int:
-        if self._generation != fork_generation():
-            self._ids = weakref.WeakKeyDictionary()
-            self._generation = fork_generation()
-        owner = self._ids.get(task)
-        if owner is None:
-            owner = self._ids[task] = next_owner_id()
-        return owner
-
-
-# --- the client's state ---------------------------------------------------------------------
-
-
-class RenewalSource(Protocol):
-    """Leases other than lock holds that the client's one watchdog renews (lease permits)."""
-
-    def renewal_calls(self, lease: float) -> list[tuple[Any, Call]]:
-        """The calls to send this round, each with what it renews."""
-        ...
-
-    def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None: ...
-
-    def renewal_failed(self, batch: Any, exc: Exception) -> None: ...
-
-
-RenewalJob = tuple[Callable[[Any, float], None], Callable[[Exception], None], Call]
-"""A renewal call with what to do with its reply (and when it was sent), or its error."""
-
-
-HANDOFF_WINDOW = 1.0
-"""Default seconds of the first lease of a waiter handed a released lock (or of its
-reservation for a waiter that takes it itself)."""
-
-
-class ClientState:
-    """A client's id and confirmed holds, safe to touch from any thread.
-
-    Local state changes only after the server confirmed (``granted``, ``released``); a lost
-    lease is remembered per owner until that owner's next release raises it.
-    """
-
-    def __init__(
-        self, watchdog_timeout: float, handoff_window: float, replication: Replication | None
-    ) -> None:
-        self.watchdog_timeout = watchdog_timeout
-        self.handoff_ms = round(handoff_window * 1000)
-        self.replication = replication
-        self.mutex = threading.Lock()
-        self._generation = fork_generation()
-        fork_safe(self)
-        self.id = str(uuid.uuid4())
-        self.holds = HoldTable()
-        self._lost: dict[tuple[str, str], LeaseLostError] = {}
-        self.listeners = Listeners()
-        self.renewal_sources: list[RenewalSource] = []
-        self.pubsub = PubSub()
-        """How this client's primitives publish and listen (shared by all their keys)."""
-        self.renew_soon: Callable[[], None] = lambda: None
-        """Wakes the watchdog to look again at when it must next renew (set by the watchdog)."""
-        self.watchdog_wakes_at = 0.0
-        """When the watchdog plans to wake next (monotonic; set by the watchdog)."""
-
-    def add_renewal_source(self, source: RenewalSource) -> None:
-        """Have the client's one watchdog renew ``source``'s leases too."""
-        with self.mutex:
-            if source not in self.renewal_sources:
-                self.renewal_sources.append(source)
-
-    def _fresh_after_fork(self) -> None:
-        self.mutex = threading.Lock()
-
-    def check_fork(self) -> bool:
-        """In a forked child: new client id, no holds. Returns True when a fork was seen."""
-        if self._generation == fork_generation():
-            return False
-        with self.mutex:
-            self._generation = fork_generation()
-            self.id = str(uuid.uuid4())
-            self.holds = HoldTable()
-            self._lost.clear()
-            self.renewal_sources.clear()
-        return True
-
-    def owner(self, owner_id: int) -> str:
-        return f"{self.id}:{owner_id}"
-
-    def count(self, name: str, owner: str) -> int:
-        with self.mutex:
-            return self.holds.count(name, owner)
-
-    def granted(
-        self,
-        keys: LockKeys,
-        owner: str,
-        acquired: Acquired,
-        lease: float | None,
-        listener: Callable[[LeaseLostError], None] | None,
-        started: float,
-    ) -> Hold:
-        with self.mutex:
-            self._lost.pop((keys.name, owner), None)
-            old = self.holds.get(keys.name, owner)
-            gone = old if old is not None and acquired.count == 1 else None
-            hold = self.holds.granted(keys, owner, acquired, lease)
-            hold.releasing, hold.release_id = False, None  # a re-entry ends a failed release
-            if listener is not None and listener not in hold.listeners:
-                hold.listeners.append(listener)
-            short = lease is None and acquired.count == 1 and acquired.ttl < self.watchdog_timeout
-            if short:
-                # a hand-over's short first lease: renewed within a third of it, and counted
-                # lost (should renewals fail) when it would run out, not a watchdog lease later
-                hold.renewed_at = acquired.requested_at + acquired.ttl - self.watchdog_timeout
-                hold.renew_by = acquired.requested_at + acquired.ttl / 3
-                short = hold.renew_by < self.watchdog_wakes_at  # else it wakes in time anyway
-        if gone is not None:
-            self._found_gone(gone)
-        if short:
-            self.renew_soon()
-        wait = time.monotonic() - started
-        log.debug(
-            "acquired lock %r owner %s count %d after %.3f s",
-            keys.name,
-            owner,
-            acquired.count,
-            wait,
-            extra={"lock": keys.name, "owner": owner},
-        )
-        if self.listeners:
-            self.listeners.send(
-                LockEvent(
-                    "acquired",
-                    keys.name,
-                    owner,
-                    wait=wait,
-                    hold_count=acquired.count,
-                    fencing_token=acquired.token,
-                )
-            )
-        return hold
-
-    def acquire_failed(self, name: str, owner: str, started: float, *, gone: bool) -> None:
-        """Not acquired. ``gone``: a reply showed the owner's hold gone on the server, so
-        its record goes too (a re-entry given back as too late keeps the outer hold)."""
-        if gone:
-            with self.mutex:
-                dropped = self.holds.drop(name, owner)
-            if dropped is not None:
-                self._found_gone(dropped)
-        wait = time.monotonic() - started
-        log.debug(
-            "lock %r not acquired by owner %s after %.3f s",
-            name,
-            owner,
-            wait,
-            extra={"lock": name, "owner": owner},
-        )
-        if self.listeners:
-            self.listeners.send(LockEvent("acquire_failed", name, owner, wait=wait))
-
-    def _found_gone(self, hold: Hold) -> None:
-        """An acquire found ``hold`` gone on the server (its record is already replaced or
-        dropped). An explicit lease that ran out is how such a hold ends (Redisson's
-        ``lock(leaseTime)``); a hold the watchdog renewed was lost, which its listeners are
-        told and the owner's next release that finds nothing raises."""
-        if not hold.watched or hold.releasing:
-            return
-        self.lease_lost(hold, lost_error(hold, "found gone by a later acquire"), dropped=True)
-
-    def maybe_reentered(self, name: str, owner: str) -> None:
-        """An acquire failed with an unknown outcome: if it was a re-entry, the server may
-        count one hold more than we do, which the next release gives back too."""
-        with self.mutex:
-            hold = self.holds.get(name, owner)
-            if hold is not None:
-                hold.unsure = True
-
-    def begin_release(self, name: str, owner: str) -> Hold | None:
-        """The hold about to be released (marked so the watchdog leaves a final one alone)."""
-        with self.mutex:
-            hold = self.holds.get(name, owner)
-            if hold is not None and hold.count == 1:
-                hold.releasing = True
-            return hold
-
-    def released(self, hold: Hold, remaining: int) -> None:
-        name, owner = hold.keys.name, hold.owner
-        with self.mutex:
-            self.holds.released(name, owner, remaining)
-        held = time.monotonic() - hold.acquired_at
-        log.debug(
-            "released lock %r owner %s remaining %d after %.3f s",
-            name,
-            owner,
-            remaining,
-            held,
-            extra={"lock": name, "owner": owner},
-        )
-        if self.listeners:
-            self.listeners.send(
-                LockEvent(
-                    "released",
-                    name,
-                    owner,
-                    held=held,
-                    hold_count=remaining,
-                    fencing_token=hold.token,
-                )
-            )
-
-    def peek_lost(self, name: str, owner: str) -> bool:
-        with self.mutex:
-            return (name, owner) in self._lost
-
-    def take_lost(self, name: str, owner: str) -> LeaseLostError | None:
-        with self.mutex:
-            return self._lost.pop((name, owner), None)
-
-    def lease_lost(self, hold: Hold, error: LeaseLostError, *, dropped: bool = False) -> None:
-        """Record that ``hold`` is gone on the server and tell its listeners (``dropped``:
-        its record was already taken out of the table)."""
-        with self.mutex:
-            if not dropped and self.holds.drop(hold.keys.name, hold.owner, hold.epoch) is None:
-                return  # released or re-acquired meanwhile: not a loss
-            self._lost[(hold.keys.name, hold.owner)] = error
-        log.warning("%s", error, extra={"lock": hold.keys.name, "owner": hold.owner})
-        if self.listeners:
-            self.listeners.send(
-                LockEvent(
-                    "lease_lost",
-                    hold.keys.name,
-                    hold.owner,
-                    held=time.monotonic() - hold.acquired_at,
-                    fencing_token=hold.token,
-                    error=error,
-                )
-            )
-        for listener in hold.listeners:
-            try:
-                listener(error)
-            except Exception:
-                log.exception("lease-lost callback for lock %r failed", hold.keys.name)
-
-    def watchdog_wake(self, next_round: float) -> float:
-        """When the watchdog must wake next: at its next round, or sooner for a hold whose
-        short first lease is due (recorded, so that a hold due even sooner kicks it)."""
-        with self.mutex:
-            due = self.holds.renew_due()
-            wake = next_round if due is None else min(next_round, due)
-            self.watchdog_wakes_at = wake
-        return wake
-
-    def renewal_jobs(self, policy: RenewalPolicy, *, by_slot: bool) -> list[RenewalJob]:
-        """A round's renewal calls: the watched holds' (batched), then each other source's."""
-        with self.mutex:
-            holds = self.holds.watched()
-            sources = list(self.renewal_sources)
-        jobs: list[RenewalJob] = [
-            (
-                functools.partial(self.renewal_done, batch),
-                functools.partial(self.renewal_failed, batch, policy),
-                call,
-            )
-            for batch, call in policy.calls(holds, by_slot=by_slot)
-        ]
-        for source in sources:
-            jobs.extend(
-                (
-                    functools.partial(source.renewal_done, handle),
-                    functools.partial(source.renewal_failed, handle),
-                    call,
-                )
-                for handle, call in source.renewal_calls(policy.timeout)
-            )
-        return jobs
-
-    def renewal_done(self, batch: list[Hold], reply: list[Any], sent_at: float) -> None:
-        """Apply a renewal reply: renewed holds count from ``sent_at``; gone ones are lost."""
-        for hold, renewed in zip(batch, reply, strict=True):
-            if int(renewed):
-                hold.renewed_at, hold.renew_by = sent_at, None
-            elif not hold.releasing:
-                self.lease_lost(hold, lost_error(hold, "the watchdog found it gone"))
-
-    def renewal_failed(self, batch: list[Hold], policy: RenewalPolicy, exc: Exception) -> None:
-        """A renewal round could not reach the server: holds past a whole lease are lost."""
-        log.warning("lease renewal of %d locks failed: %s", len(batch), exc)
-        now = time.monotonic()
-        for hold in batch:
-            if self.listeners:
-                self.listeners.send(
-                    LockEvent("renewal_failed", hold.keys.name, hold.owner, error=exc)
-                )
-            if policy.expired(hold.renewed_at, now):
-                self.lease_lost(hold, lost_error(hold, "not renewed for a whole lease"))
-
-    def forget(self, hold: Hold) -> None:
-        with self.mutex:
-            self.holds.drop(hold.keys.name, hold.owner, hold.epoch)
-
-    def clear(self) -> None:
-        with self.mutex:
-            self.holds.clear()
-            self._lost.clear()
-
-
-def lost_error(hold: Hold, why: str) -> LeaseLostError:
-    return LeaseLostError(
-        f"lock {hold.keys.name!r}: lease of owner {hold.owner} lost ({why})",
-        name=hold.keys.name,
-        owner=hold.owner,
-    )
-
-
-# --- talking to redis -----------------------------------------------------------------------
 
 
 def address_of(connection_kwargs: dict[str, Any]) -> str:
@@ -623,6 +225,14 @@ CONNECTION_ERRORS = (
     redis.exceptions.ClusterError,
     redis.exceptions.SlotNotCoveredError,
 )
+
+
+PLACE_ERRORS = (
+    *CONNECTION_ERRORS,
+    redis.exceptions.RedisError,
+    redis.exceptions.RedisClusterException,
+)
+"""What opening a connection to a slot's master, or learning the cluster's layout, can raise."""
 
 
 def check_replicas(reply: Any, acked: int, replication: Replication, name: str | None) -> Any:

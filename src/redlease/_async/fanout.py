@@ -1,0 +1,480 @@
+"""The asyncio Redlock fan-out, the engine under ``AsyncRedlockClient``. A fan-out writes its
+script to every master first, on connections of its own, then reads the replies in order, each
+read bounded by the per-master deadline; a master without an idle connection gets one in a task
+of its own meanwhile. A master that has not answered by the deadline is given up; its connection
+is never reused by another call (the reply may still come), but the same operation's next call
+to that master goes on it, after the late one (see ``Late``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis.asyncio
+import redis.exceptions
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+
+from .._channels import Waiter
+from .._connections import CONNECTION_ERRORS, subscriber_kwargs, translate, unavailable
+from .._core import redlock as core
+from .._core.requests import Call, Sleep, WaitWake
+from .._core.watchdog import RenewalPolicy
+from .._owners import TaskOwners
+from .._redlockbase import (
+    Late,
+    RedlockClientBase,
+    apply_renewals,
+    renewal_failed,
+)
+from ..errors import (
+    ClientClosedError,
+)
+from .client import AsyncClient
+from .subscriber import Subscriber, wait_event
+
+
+def consume(task: asyncio.Future[Any]) -> None:
+    """Retrieve a given-up task's outcome so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
+
+
+IO_TIMEOUT = 5.0
+"""Bound of a new fan-out connection's connect and handshake when the client sets none."""
+
+MAX_IDLE = 64
+"""Idle fan-out connections kept per master."""
+
+FIRST_CONNECT_GRACE = 1.0
+"""How much longer than ``master_timeout`` a fan-out waits for the first connection to a
+master this process has not reached yet (nor failed to): connection set-up (TCP, HELLO,
+AUTH, TLS) is not counted against ``master_timeout``, so the first call of a fresh process
+is not failed by it against healthy masters; once connected, the reply has
+``master_timeout`` as always. A master that failed, or was reached, gets no grace again."""
+
+FINAL_READ = 0.001
+"""A reply read after the deadline still gets this long (it may be in the socket already)."""
+
+
+class Master:
+    """One master: its redlease ``AsyncClient`` (address, subscriber) and the idle connections
+    that fan-outs use (no socket timeout of their own: every read passes its deadline)."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.address = client.address
+        pool = client.redis.connection_pool
+        given = pool.connection_kwargs
+        kwargs = subscriber_kwargs(given)
+        self._connect_timeout = (
+            given.get("socket_connect_timeout") or given.get("socket_timeout") or IO_TIMEOUT
+        )
+        kwargs["socket_connect_timeout"] = self._connect_timeout
+        kwargs["retry"] = AsyncRetry(NoBackoff(), 0)  # a fan-out never waits on retries
+        self._factory: Callable[[], Any] = lambda: pool.connection_class(**kwargs)
+        self._idle: list[Any] = []
+        self.first_contact = True
+        """No connection to this master was ever opened, nor failed to open."""
+
+    def take_idle(self) -> Any | None:
+        return self._idle.pop() if self._idle else None
+
+    def give(self, conn: Any) -> None:
+        if len(self._idle) < MAX_IDLE:
+            self._idle.append(conn)
+        else:
+            discard(conn)
+
+    async def open(self) -> Any:
+        conn = self._factory()
+        try:
+            await asyncio.wait_for(conn.connect(), self._connect_timeout)
+        except BaseException:
+            discard(conn)
+            self.first_contact = False
+            raise
+        self.first_contact = False
+        return conn
+
+    def drop_idle(self) -> None:
+        """Drop every idle connection (one was found dead: the others likely are)."""
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            discard(conn)
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
+        await self.client.close()
+
+
+def discard(conn: Any) -> None:
+    """Close a connection that must not be reused (without waiting for the close)."""
+    with contextlib.suppress(Exception):
+        task = asyncio.get_running_loop().create_task(conn.disconnect(nowait=True))
+        task.add_done_callback(consume)
+
+
+@dataclass
+class Flight:
+    """A call sent to one master whose reply has not been read yet."""
+
+    conn: Any
+    call: Call
+    reused: bool
+    evaled: bool = False
+    skip: int = 0
+    """Replies to earlier calls still to come first on ``conn`` (read and dropped)."""
+
+
+class Round:
+    """One fan-out in progress: a call per master, written at once, replies read in order."""
+
+    def __init__(
+        self,
+        client: AsyncRedlockDriver,
+        calls: tuple[Call | None, ...],
+        name: str | None,
+        late: Late,
+    ):
+        self.client = client
+        self.masters = client._masters
+        self.calls = calls
+        self.name = name
+        self.late = late
+        self.out: list[Any] = [None] * len(calls)
+        self.flights: dict[int, Flight] = {}
+        self.fresh: dict[int, asyncio.Task[None]] = {}
+        self.ends: dict[int, float] = {}  # when each new-connection task is given up
+        self.timeout = 0.0
+        self._packed: dict[tuple[Any, ...], Any] = {}
+
+    async def run(self, deadline: float) -> None:
+        self.timeout = max(0.0, deadline - time.monotonic())
+        for i, call in enumerate(self.calls):
+            if call is not None:
+                skip = 0
+                if i in self.late:  # after the late call on its connection
+                    conn, skip = self.late.pop(i)
+                else:
+                    conn = self.masters[i].take_idle()
+                if conn is None or not await self.send(i, conn, reused=True, skip=skip):
+                    self.start_fresh(i, deadline)
+        await self.drain(deadline)
+
+    async def drain(self, deadline: float) -> None:
+        """Read what is out, in order, each read bounded by ``deadline``; then wait for the
+        masters that needed a new connection."""
+        for i in list(self.flights):
+            await self.receive(i, deadline)
+        if self.fresh:
+            end = max(self.ends.get(i, deadline) for i in self.fresh)
+            await asyncio.wait(list(self.fresh.values()), timeout=max(0.0, end - time.monotonic()))
+
+    def finish(self) -> list[Any]:
+        """Give up what has not answered: late (its connection kept for the operation's next
+        call to that master, or dropped if it has none)."""
+        for i, flight in self.flights.items():
+            self.late[i] = (flight.conn, flight.skip + 1)
+        self.flights.clear()
+        for i, task in self.fresh.items():
+            if not task.done():
+                task.cancel()
+                task.add_done_callback(consume)
+                self.out[i] = self.client._late(i, self.name, "did not answer on a new connection")
+        for i, call in enumerate(self.calls):
+            if call is not None and self.out[i] is None:
+                self.out[i] = self.client._late(i, self.name, "did not answer")
+        return self.out
+
+    def packed(self, conn: Any, call: Call) -> Any:
+        """``EVALSHA`` for ``call`` as bytes, packed once for every master alike."""
+        encoder = conn.encoder
+        key = (id(call), encoder.encoding, encoder.encoding_errors)
+        command = self._packed.get(key)
+        if command is None:
+            args = (call.script.sha, len(call.keys), *call.keys, *call.args)
+            command = self._packed[key] = conn.pack_command("EVALSHA", *args)
+        return command
+
+    async def send(self, i: int, conn: Any, *, reused: bool, skip: int = 0) -> bool:
+        """Write master ``i``'s call (on ``conn``, ``skip`` earlier replies are still to come);
+        ``False`` when a reused connection turned out dead."""
+        call = self.calls[i]
+        assert call is not None
+        try:
+            await conn.send_packed_command(self.packed(conn, call), check_health=False)
+        except CONNECTION_ERRORS as exc:
+            if reused:  # a dead idle connection (a restarted master): the others are too
+                self.masters[i].drop_idle()
+                return False
+            self.out[i] = unavailable(exc, self.masters[i].address, self.name)
+            return True
+        self.flights[i] = Flight(conn, call, reused, skip=skip)
+        return True
+
+    def start_fresh(self, i: int, deadline: float) -> None:
+        first = self.masters[i].first_contact
+        if first:  # connection set-up is not counted against master_timeout (see the grace)
+            self.ends[i] = deadline + FIRST_CONNECT_GRACE + self.timeout
+        task = self.on_new_connection(i, deadline, first=first)
+        self.fresh[i] = asyncio.get_running_loop().create_task(task)
+
+    async def on_new_connection(self, i: int, deadline: float, *, first: bool = False) -> None:
+        master = self.masters[i]
+        try:
+            if first:
+                bound = max(0.0, deadline + FIRST_CONNECT_GRACE - time.monotonic())
+                conn = await asyncio.wait_for(master.open(), bound)
+            else:
+                conn = await master.open()
+        except Exception as exc:
+            self.out[i] = unavailable(exc, master.address, self.name)
+            return
+        if first:  # the reply gets master_timeout from now
+            deadline = max(deadline, time.monotonic() + self.timeout)
+        if await self.send(i, conn, reused=False) and i in self.flights:
+            await self.receive(i, deadline)
+        # (a round given up meanwhile cancels this task: the connection is then dropped)
+
+    async def receive(self, i: int, deadline: float) -> None:
+        """Read master ``i``'s reply by ``deadline`` and record the outcome."""
+        flight = self.flights.pop(i)
+        master, conn, call = self.masters[i], flight.conn, flight.call
+        reply: Any = None
+        reusable = True
+        while True:
+            try:
+                reply = await conn.read_response(
+                    timeout=max(FINAL_READ, deadline - time.monotonic())
+                )
+            except redis.exceptions.NoScriptError as exc:
+                reply = translate(exc, master.address, self.name)
+                if not flight.evaled and not flight.skip:
+                    # a restarted master has an empty script cache: EVAL loads it again
+                    flight.evaled = True
+                    args = (call.script.source, len(call.keys), *call.keys, *call.args)
+                    try:
+                        await conn.send_packed_command(conn.pack_command("EVAL", *args))
+                        continue
+                    except CONNECTION_ERRORS as error:
+                        reply, reusable = unavailable(error, master.address, self.name), False
+            except redis.exceptions.TimeoutError:
+                reply = None  # older redis-py raise where newer ones return None
+            except CONNECTION_ERRORS as exc:
+                if flight.reused and time.monotonic() < deadline:
+                    master.drop_idle()  # a dead idle connection: send once more on a new one
+                    self.start_fresh(i, deadline)
+                    return
+                reply, reusable = unavailable(exc, master.address, self.name), False
+            except redis.exceptions.RedisError as exc:
+                reply = translate(exc, master.address, self.name)  # the connection is fine
+            if flight.skip and reply is not None and reusable:
+                flight.skip -= 1  # an earlier call's late reply: dropped
+                continue
+            break
+        if reply is None:  # no script here replies nil: the read timed out
+            self.late[i] = (conn, flight.skip + 1)  # never reused; see Late
+            self.out[i] = self.client._late(i, self.name, "did not answer")
+            return
+        if reusable:
+            master.give(conn)
+        else:
+            discard(conn)  # a late reply may still come: never reuse it
+        self.out[i] = reply
+
+
+class Listening:
+    """The waiters of one operation on several masters, all setting one event."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self._waiters: dict[int, tuple[Subscriber, Waiter]] = {}
+
+    def has(self, index: int) -> bool:
+        return index in self._waiters
+
+    def count(self) -> int:
+        return len(self._waiters)
+
+    def adopt(self, index: int, subscriber: Subscriber, waiter: Waiter) -> None:
+        if index in self._waiters:
+            subscriber.unsubscribe(waiter)
+            return
+        old, waiter.event = waiter.event, self.event
+        self._waiters[index] = (subscriber, waiter)
+        if old.is_set():
+            self.event.set()
+
+    def close(self) -> None:
+        waiters, self._waiters = list(self._waiters.values()), {}
+        for subscriber, waiter in waiters:
+            subscriber.unsubscribe(waiter)
+
+
+T = TypeVar("T")
+
+_owners = TaskOwners()
+
+
+class AsyncRedlockDriver(RedlockClientBase):
+    """The I/O under a Redlock client: running operations across the masters, listening for
+    wake-ups, the watchdog."""
+
+    _masters: list[Master]
+    _policy: RenewalPolicy
+    _closed: bool
+
+    def _start_driver(self) -> None:
+        self._watchdog: asyncio.Task[None] | None = None
+
+    async def _stop_driver(self) -> None:
+        task, self._watchdog = self._watchdog, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        for master in self._masters:
+            await master.close()
+
+    def _owner(self) -> str:
+        if self._state.check_fork():
+            self._watchdog = None
+            for master in self._masters:
+                master.client._owner()  # lets each master client notice the fork too
+                master._idle = []  # the parent's sockets are not ours
+        return self._state.owner(_owners.current(asyncio.current_task()))
+
+    async def _run(self, op: core.RedlockOperation[T], name: str | None) -> T:
+        """Perform ``op``'s requests one by one until it returns."""
+        if self._closed:
+            raise ClientClosedError(name=name)
+        listening = Listening()
+        late: Late = {}
+        reply: Any = None
+        try:
+            while True:
+                request = op.send(reply)
+                if isinstance(request, core.Fanout):
+                    reply = await self._fanout(request, name, late)
+                elif isinstance(request, core.Listen):
+                    reply = await self._listen(request, listening, name)
+                    if self._closed:
+                        raise ClientClosedError(name=name)
+                elif isinstance(request, WaitWake):
+                    # not wait_for: on 3.11 it can swallow a cancellation (see wait_event)
+                    reply = await wait_event(listening.event, request.timeout)
+                    listening.event.clear()
+                    if self._closed:  # close() wakes every waiter
+                        raise ClientClosedError(name=name)
+                elif isinstance(request, Sleep):
+                    await asyncio.sleep(request.seconds)
+                    reply = None
+                    if self._closed:
+                        raise ClientClosedError(name=name)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        finally:
+            op.close()
+            listening.close()
+            for conn, _ in late.values():
+                discard(conn)
+
+    async def _fanout(self, request: core.Fanout, name: str | None, late: Late) -> list[Any]:
+        deadline = time.monotonic() + request.timeout
+        done = Round(self, request.calls, name, late)
+        try:
+            await done.run(deadline)
+        except asyncio.CancelledError:
+            if request.on_cancel is not None:
+                cleanup = asyncio.ensure_future(
+                    self._take_back(done, request, deadline, name, late)
+                )
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(cleanup)
+            else:
+                done.finish()
+            raise
+        return done.finish()
+
+    async def _take_back(
+        self, done: Round, request: core.Fanout, deadline: float, name: str | None, late: Late
+    ) -> None:
+        """After a cancellation: let the calls in flight land (by the deadline), then undo."""
+        try:
+            await done.drain(deadline)
+        finally:
+            done.finish()
+        assert request.on_cancel is not None
+        undo = Round(self, request.on_cancel, name, late)
+        try:
+            await undo.run(time.monotonic() + request.timeout)
+        finally:
+            undo.finish()
+
+    async def _listen(self, request: core.Listen, listening: Listening, name: str | None) -> int:
+        wanted = [i for i in request.masters if not listening.has(i)]
+        if request.only_if_live:
+            for i in wanted:
+                sub = self._masters[i].client._subscriber
+                waiter = sub.listen_if_live(request.channel, request.owner) if sub else None
+                if waiter is not None and sub is not None:
+                    listening.adopt(i, sub, waiter)
+            return listening.count()
+        loop = asyncio.get_running_loop()
+        pending: dict[asyncio.Task[Waiter], tuple[int, Subscriber]] = {}
+        for i in wanted:
+            sub = self._masters[i].client._subscriber_started()
+            task = loop.create_task(sub.subscribe(request.channel, request.owner, name=name))
+            pending[task] = (i, sub)
+        if not pending:
+            return listening.count()
+        try:
+            done, _ = await asyncio.wait(pending, timeout=self.master_timeout)
+        finally:
+            for task in pending:
+                if not task.done():
+                    task.cancel()  # unsubscribes: wake-ups are hints, waits are bounded
+                    task.add_done_callback(consume)
+        for task in done:
+            if not task.cancelled() and task.exception() is None:
+                i, sub = pending[task]
+                listening.adopt(i, sub, task.result())
+        return listening.count()
+
+    # --- the watchdog ---------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        if self._watchdog is None or self._watchdog.done():
+            self._watchdog = asyncio.get_running_loop().create_task(
+                self._watchdog_loop(), name="redlease-redlock-watchdog"
+            )
+
+    async def _watchdog_loop(self) -> None:
+        policy, state = self._policy, self._state
+        delay = policy.interval
+        while True:
+            await asyncio.sleep(delay)
+            holds = state.holds.watched()
+            if not holds:
+                delay = policy.interval
+                continue
+            try:
+                op = core.renew(holds, policy, self.addresses, master_timeout=self.master_timeout)
+                renewals = await self._run(op, None)
+            except Exception as exc:
+                if self._closed:
+                    return
+                renewal_failed(state, policy, holds, exc, time.monotonic())
+                delay = policy.next_delay(False)
+                continue
+            apply_renewals(state, policy, renewals, time.monotonic())
+            delay = policy.next_delay(all(r.renewed for r in renewals))

@@ -1,0 +1,92 @@
+"""The Redlock lock: one lock on N independent masters, held on a majority (the client and
+its fan-out are in ``redlock``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._core import redlock as core
+from .._redlockbase import RedlockLockBase
+from ..errors import LeaseLostError
+from ..options import Seconds
+from .cancel import finish_despite_cancel  # async-only
+from .shared import AsyncHeld, AsyncLockQueries
+
+if TYPE_CHECKING:
+    from .redlock import AsyncRedlockClient
+
+
+class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
+    """A reentrant lease lock held on a majority of independent masters, owned per asyncio task.
+
+    The same calls as ``AsyncLock``: ``acquire(blocking, timeout, lease)``, ``release()``,
+    ``async with``, ``locked()``, ``owned()``, ``ttl()``, ``hold_count()``, ``force_release()``.
+    It hands out no fencing token: a token that stays increasing needs a single master.
+    Cancelling ``acquire`` gives back what the masters granted before the cancellation
+    propagates; a cancelled ``release`` still completes (bounded).
+    """
+
+    def __init__(
+        self,
+        client: AsyncRedlockClient,
+        name: str,
+        *,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> None:
+        super().__init__(
+            client._state,
+            client.addresses,
+            client.master_timeout,
+            name,
+            lease=lease,
+            on_lease_lost=on_lease_lost,
+        )
+        self.client = client
+
+    async def acquire(
+        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> bool:
+        """Take a hold on a majority; ``False`` when ``timeout`` ran out or (``blocking``
+        false) the lock is held. Raises ``QuorumError`` when no majority can be had (see
+        the README). Without a ``lease`` the watchdog renews the hold."""
+        plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
+        got = self._acquired(plan, await self.client._run(plan.op, self.name))
+        if got and plan.lease is None:
+            self.client._watch()
+        return got
+
+    async def release(self) -> None:
+        """Give back one hold on every master. Raises ``NotOwnedError`` when the calling task
+        holds none, ``LeaseLostError`` when a majority no longer has it, ``QuorumError`` when
+        fewer than a majority could confirm the release."""
+        plan = self._plan_release(self.client._owner())
+        try:
+            result = await finish_despite_cancel(
+                self.client._run(plan.op, self.name), lambda result: self._released(plan, result)
+            )
+        except BaseException as exc:
+            self._release_failed(plan, exc)
+            raise
+        self._released(plan, result)
+
+    async def force_release(self) -> bool:
+        """Delete the lock on every master whoever holds it; ``True`` if any master had it."""
+        op = core.force_release(self._keys, self._masters, master_timeout=self._master_timeout)
+        return await self.client._run(op, self.name)
+
+    @property
+    def lease_lost(self) -> bool:
+        """Whether the calling task's hold was found lost and not yet reported by release."""
+        return self._lease_lost(self.client._owner())
+
+    async def _status(self) -> core.MajorityStatus:
+        op = core.status(self._keys, self._masters, master_timeout=self._master_timeout)
+        return await self.client._run(op, self.name)
+
+    def _caller(self) -> str:
+        return self.client._owner()
+
+    def __repr__(self) -> str:
+        return f"<redlease.AsyncRedlockLock {self.name!r} on {self._where()}>"

@@ -1,0 +1,117 @@
+"""The two shells stand apart: ``_async/`` and ``_sync/`` never import each other, every module
+imports on its own in a fresh interpreter, and module-level imports form no cycle."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import redlease
+
+PACKAGE = Path(redlease.__file__).parent
+MODULES = sorted(
+    ".".join(("redlease", *p.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(".__init__")
+    for p in PACKAGE.rglob("*.py")
+)
+
+
+def _module_of(path: Path) -> str:
+    return ".".join(("redlease", *path.relative_to(PACKAGE).with_suffix("").parts)).removesuffix(
+        ".__init__"
+    )
+
+
+def _absolute(path: Path, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    package = _module_of(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    base = package[: len(package) - (node.level - 1)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def _imported(path: Path, node: ast.stmt) -> list[str]:
+    """The redlease modules one import statement names (a ``from x import y`` may name a
+    submodule ``x.y``)."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        module = _absolute(path, node)
+        names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+    return [n for n in names if n in MODULES]
+
+
+def _all_imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return {
+        m for node in ast.walk(tree) if isinstance(node, ast.stmt) for m in _imported(path, node)
+    }
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """What a module imports when it is imported: its top-level statements (into ``if``/``try``
+    blocks), not ``if TYPE_CHECKING:`` blocks, not function bodies."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for handler in node.handlers:
+                    visit(handler.body)
+            else:
+                out.update(_imported(path, node))
+
+    visit(tree.body)
+    return out
+
+
+def test_async_and_sync_never_import_each_other() -> None:
+    for side, other in (("_async", "redlease._sync"), ("_sync", "redlease._async")):
+        for path in (PACKAGE / side).rglob("*.py"):
+            crossed = {m for m in _all_imports(path) if m == other or m.startswith(f"{other}.")}
+            assert not crossed, f"{path.relative_to(PACKAGE)} imports {sorted(crossed)}"
+
+
+def test_no_import_cycle_at_run_time() -> None:
+    graph = {
+        _module_of(p): {m for m in _runtime_imports(p) if m != _module_of(p)}
+        for p in PACKAGE.rglob("*.py")
+    }
+    # a package's own __init__ runs before its submodules: drop edges to one's parent package
+    for module, deps in graph.items():
+        deps -= {m for m in deps if module.startswith(f"{m}.")}
+    state: dict[str, int] = {}
+
+    def walk(module: str, trail: list[str]) -> None:
+        state[module] = 1
+        for dep in sorted(graph.get(module, ())):
+            if state.get(dep) == 1:
+                cycle = [*trail[trail.index(dep) :], dep] if dep in trail else [module, dep]
+                pytest.fail("import cycle: " + " -> ".join(cycle))
+            if dep not in state:
+                walk(dep, [*trail, dep])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            walk(module, [module])
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_every_module_imports_on_its_own(module: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
