@@ -1,0 +1,73 @@
+"""Every ```python block of README.md and docs/*.md, run against a real server.
+
+One test per document: its blocks run in order in one namespace, as a reader would paste them
+into one session. The namespace holds ``url`` (a private server's URL, where the text says
+``redis://127.0.0.1:6379/0`` or "your server") and ``client`` (a ``Client`` on it, closed after
+the document); redlock.md also gets ``urls``, three independent masters. A block after
+``<!-- skip: next "why" -->`` is not run (only where a real Sentinel or cluster is needed).
+Shell, console, SQL and text blocks are not run.
+"""
+
+from __future__ import annotations
+
+import re
+import unittest
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+import redis
+from sybil import Sybil
+from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
+
+import redlease
+from redlease.testing import RedisServer, find_server
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# documents whose examples need more than one server
+MASTERS = {"redlock.md": 3}
+
+_SYBIL = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()])
+
+
+@pytest.fixture(scope="module")
+def docs_server() -> Iterator[RedisServer]:
+    """One private server (the newest binary found) for every document's examples."""
+    with RedisServer(find_server()) as server:
+        yield server
+
+
+def test_documents_found() -> None:
+    assert (ROOT / "mkdocs.yml").exists()
+    assert len(DOCUMENTS) > 10, DOCUMENTS
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=[str(p.relative_to(ROOT)) for p in DOCUMENTS])
+def test_examples(path: Path, docs_server: RedisServer) -> None:
+    document = _SYBIL.parse(path)
+    examples = list(document)
+    with ExitStack() as stack:
+        masters = [
+            stack.enter_context(RedisServer(find_server()))
+            for _ in range(MASTERS.get(path.name, 0))
+        ]
+        # each document on a database of its own, so that no name one uses is left to another
+        db = DOCUMENTS.index(path) % 16
+        url = f"{docs_server.url.rsplit('/', 1)[0]}/{db}"
+        with redis.Redis.from_url(url) as raw:
+            raw.flushdb()
+        client = stack.enter_context(redlease.Client.from_url(url))
+        document.namespace.update(url=url, client=client, urls=[m.url for m in masters])
+        ran = skipped = 0
+        for example in examples:
+            try:
+                example.evaluate()
+            except unittest.SkipTest:
+                skipped += 1  # a block marked <!-- skip: next "why" -->; the rest still run
+            else:
+                ran += example.region.lexemes.get("arguments") == "python"
+    # every ```python fence was found and run (or explicitly skipped): none rots unseen
+    fences = len(re.findall(r"^[ ]*```python[ ]*$", path.read_text(), flags=re.MULTILINE))
+    assert (ran, skipped) == (fences - skipped, skipped), f"{fences} python blocks, {ran} ran"
