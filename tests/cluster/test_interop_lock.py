@@ -7,16 +7,14 @@ sides fall back to classic pub/sub and still wake each other."""
 
 from __future__ import annotations
 
-import threading
 import time
-import uuid
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 from integration.helpers import eventually
 from integration.test_semaphore import Background
+from interop.test_lock import JavaThread, held_then_released, unique
 from redis.cluster import RedisCluster
 
 from redlease._core.keys import LockKeys, hash_slot, redisson_prefixed
@@ -35,66 +33,9 @@ TTL or its own 20 s wait."""
 FORMS = ["plain", "{order}:42", "a{b}c"]
 
 
-def unique(form: str) -> str:
-    tag = uuid.uuid4().hex[:8]
-    return {
-        "plain": f"plain-{tag}",
-        "{order}:42": f"{{order-{tag}}}:42",
-        "a{b}c": f"a{{b-{tag}}}c",
-    }[form]
-
-
 @pytest.fixture(params=FORMS)
 def lock_name(request: pytest.FixtureRequest) -> str:
     return unique(request.param)
-
-
-class JavaThread:
-    """A blocking call of the Java side on a thread of its own, the time it returned noted."""
-
-    def __init__(self, call: Callable[[], Any]) -> None:
-        self.value: list[Any] = []
-        self.done_at = 0.0
-
-        def run() -> None:
-            try:
-                self.value.append(call())
-            except BaseException as exc:  # reported by result()
-                self.value.append(exc)
-            self.done_at = time.monotonic()
-
-        self._thread = threading.Thread(target=run, daemon=True)
-        self._thread.start()
-
-    async def result(self, timeout: float = 30.0) -> Any:
-        await eventually(lambda: not self._thread.is_alive(), timeout)
-        if isinstance(self.value[0], BaseException):
-            raise self.value[0]
-        return self.value[0]
-
-
-def held_then_released(side: Any, lock: Any, stamp: list[float]) -> Any:
-    """Acquire ``lock`` (waiting up to 20 s), note when, and release it, in one thread or
-    task."""
-    if side.is_async:
-
-        async def run() -> bool:
-            got = await lock.acquire(timeout=20)
-            stamp.append(time.monotonic())
-            if got:
-                await lock.release()
-            return bool(got)
-
-        return run
-
-    def run_sync() -> bool:
-        got = lock.acquire(timeout=20)
-        stamp.append(time.monotonic())
-        if got:
-            lock.release()
-        return bool(got)
-
-    return run_sync
 
 
 def java_on(cluster: LocalCluster, name: str, **kwargs: Any) -> RedissonLock:
