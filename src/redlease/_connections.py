@@ -211,6 +211,25 @@ def describe(client: Any) -> str:
     return f"cluster {nodes[0].host}:{nodes[0].port}" if nodes else "cluster"
 
 
+CALL_HEADROOM = 8
+"""Pool connections a client's script calls leave to everything else (its subscriber's, the
+watchdog's, the user's own commands on the same ``redis`` client)."""
+
+MAX_CALL_SLOTS = 1 << 20
+"""Calls at once where the pool sets no useful bound (redis-py's sync default)."""
+
+
+def call_slots(client: Any) -> int:
+    """How many script calls a client runs at once: what its pool can serve, less
+    ``CALL_HEADROOM``. A burst beyond it waits for a call to end instead of failing as
+    redis-py's pool does when asked for more than ``max_connections`` ("Too many
+    connections"). A cluster has a pool per node: no bound here."""
+    most = getattr(getattr(client, "connection_pool", None), "max_connections", None)
+    if not isinstance(most, int) or isinstance(most, bool) or most <= 0:
+        return MAX_CALL_SLOTS
+    return max(1, min(most - CALL_HEADROOM, MAX_CALL_SLOTS))
+
+
 def is_cluster(client: Any) -> bool:
     return getattr(client, "connection_pool", None) is None and hasattr(client, "get_nodes")
 

@@ -24,6 +24,7 @@ from .._connections import (
     SHARDED_PROBE,
     TRANSLATED,
     Hung,
+    call_slots,
     check_replicas,
     gives_back,
     key_type_shown,
@@ -135,6 +136,12 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._spare_generation = fork_generation()
         if isinstance(redis_client, redis.asyncio.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
+        # begin async-only
+        self._slots = asyncio.Semaphore(call_slots(redis_client))
+        # else sync
+        # self._slots = threading.BoundedSemaphore(call_slots(redis_client))
+        # end async-only
+        """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
 
     @classmethod
     def from_url(
@@ -379,6 +386,7 @@ class AsyncClient(ClientBase, AsyncClosing):
     #     self._start_mutex = threading.Lock()
     #     self._ops = threading.Condition()
     #     self._active = 0
+    #     self._slots = threading.BoundedSemaphore(call_slots(self.redis))
     #     self._after_fork()
     # end async-only
 
@@ -393,6 +401,17 @@ class AsyncClient(ClientBase, AsyncClosing):
         failed on a dead pooled connection (a restarted server) is sent once more at once.
         With ``replication`` the script and a ``WAIT`` go in one round trip."""
         replication = call.replication or replication
+        async with self._slots:  # a burst beyond the pool waits here, not in an error
+            return await self._call_once_more(call, name, replication, via)
+
+    async def _call_once_more(
+        self,
+        call: Call,
+        name: str | None,
+        replication: Replication | None,
+        via: redis.asyncio.Redis | None,
+    ) -> Any:
+        """``_call``'s body: sent once more after a connection error."""
         for attempt in (1, 2):
             try:
                 try:

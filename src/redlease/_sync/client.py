@@ -24,6 +24,7 @@ from .._connections import (
     SHARDED_PROBE,
     TRANSLATED,
     Hung,
+    call_slots,
     check_replicas,
     gives_back,
     key_type_shown,
@@ -115,6 +116,8 @@ class Client(ClientBase, Closing):
         self._spare_generation = fork_generation()
         if isinstance(redis_client, redis.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
+        self._slots = threading.BoundedSemaphore(call_slots(redis_client))
+        """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
 
     @classmethod
     def from_url(
@@ -313,6 +316,7 @@ class Client(ClientBase, Closing):
         self._start_mutex = threading.Lock()
         self._ops = threading.Condition()
         self._active = 0
+        self._slots = threading.BoundedSemaphore(call_slots(self.redis))
         self._after_fork()
 
     def _call(
@@ -326,6 +330,17 @@ class Client(ClientBase, Closing):
         failed on a dead pooled connection (a restarted server) is sent once more at once.
         With ``replication`` the script and a ``WAIT`` go in one round trip."""
         replication = call.replication or replication
+        with self._slots:  # a burst beyond the pool waits here, not in an error
+            return self._call_once_more(call, name, replication, via)
+
+    def _call_once_more(
+        self,
+        call: Call,
+        name: str | None,
+        replication: Replication | None,
+        via: redis.Redis | None,
+    ) -> Any:
+        """``_call``'s body: sent once more after a connection error."""
         for attempt in (1, 2):
             try:
                 try:
