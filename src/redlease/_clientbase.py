@@ -37,7 +37,24 @@ def default_timeouts(redis_kwargs: dict[str, Any], replicas: int, replica_timeou
         redis_kwargs["socket_connect_timeout"] = CONNECT_TIMEOUT
 
 
-class ClientBase:
+class StateViews:
+    """What every client (single-master or Redlock) tells of its ``ClientState``."""
+
+    _state: ClientState
+
+    @property
+    def watchdog_timeout(self) -> float:
+        return self._state.watchdog_timeout
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
+        self._state.listeners.add(listener)
+
+    def remove_listener(self, listener: Listener) -> None:
+        self._state.listeners.remove(listener)
+
+
+class ClientBase(StateViews):
     """Shared by both clients; each adds its own I/O (driver, subscriber, watchdog)."""
 
     def __init__(
@@ -72,17 +89,6 @@ class ClientBase:
         """This client's id: the first half of every owner field it writes."""
         self._state.check_fork()
         return self._state.id
-
-    @property
-    def watchdog_timeout(self) -> float:
-        return self._state.watchdog_timeout
-
-    def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
-        self._state.listeners.add(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        self._state.listeners.remove(listener)
 
     def __repr__(self) -> str:
         return f"<redlease.{type(self).__name__} {self.address} id={self._state.id}>"

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ._clientbase import StateViews
 from ._connections import log
 from ._core import redlock as core
 from ._core.keys import LockKeys
@@ -21,7 +22,6 @@ from .errors import (
     QuorumError,
     ServerUnavailableError,
 )
-from .events import Listener
 from .options import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
 
 Late = dict[int, tuple[Any, int]]
@@ -73,7 +73,7 @@ def renewal_failed(
             state.lease_lost(hold, lost_error(hold, "not renewed on a majority for a whole lease"))
 
 
-class RedlockClientBase:
+class RedlockClientBase(StateViews):
     """What both Redlock clients share that does no I/O: their masters, state and queries."""
 
     addresses: tuple[str, ...]
@@ -90,17 +90,6 @@ class RedlockClientBase:
     def quorum(self) -> int:
         """How many masters make a majority."""
         return core.quorum(len(self._masters))
-
-    @property
-    def watchdog_timeout(self) -> float:
-        return self._state.watchdog_timeout
-
-    def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(event)`` for every ``LockEvent`` of this client's locks."""
-        self._state.listeners.add(listener)
-
-    def remove_listener(self, listener: Listener) -> None:
-        self._state.listeners.remove(listener)
 
     def _late(self, i: int, name: str | None, what: str) -> ServerUnavailableError:
         ms = round(self.master_timeout * 1000)

@@ -109,3 +109,39 @@ async def woken(beside: Beside, since: float) -> Any:
 def braced(name: str, kind: str) -> str:
     """A name with a hash tag of its own, as a Java service names per-tenant objects."""
     return f"{{{name}}}:{kind}"
+
+
+class Crowd:
+    """Callers of both sides sharing ``permits``: how many are out now and at most, never more
+    than ``permits`` (checked at every entry)."""
+
+    def __init__(self, permits: int) -> None:
+        self.permits = permits
+        self.in_use = self.peak = 0
+        self._mutex = threading.Lock()
+
+    def enter(self, k: int) -> None:
+        with self._mutex:
+            self.in_use += k
+            self.peak = max(self.peak, self.in_use)
+            assert self.in_use <= self.permits
+
+    def leave(self, k: int) -> None:
+        with self._mutex:
+            self.in_use -= k
+
+    async def run(
+        self,
+        side: Any,
+        java_work: Callable[[int], int],
+        redlease_work: Callable[[int], Any],
+    ) -> tuple[list[int], list[int]]:
+        """Two Java threads (seeds 1, 2) and two redlease callers (seeds 3, 4: tasks, or this
+        thread and one beside it), each bounded: what each returned."""
+        javas = [Beside(lambda s=s: java_work(s), is_async=False) for s in (1, 2)]
+        if side.is_async:
+            ours = await asyncio.wait_for(asyncio.gather(*(redlease_work(s) for s in (3, 4))), 90)
+        else:  # one caller on this thread, one more beside it
+            other = Beside(lambda: asyncio.run(redlease_work(4)), is_async=False)
+            ours = [await redlease_work(3), await other.result(timeout=90)]
+        return [await j.result(timeout=90) for j in javas], list(ours)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 import time
 from typing import Any
 
@@ -18,7 +17,7 @@ import redis
 from redlease import InvalidArgumentError, LeaseLostError
 from redlease._core import semaphore as core
 
-from .helpers import Beside, braced, eventually, woken
+from .helpers import Beside, Crowd, braced, eventually, woken
 from .redisson_driver import (
     NON_EXPIRABLE,
     RedissonError,
@@ -231,20 +230,7 @@ async def test_no_permit_is_lost_to_a_mixed_crowd(side, server, sem_name, java):
     permits, cycles = 3, 12
     client = side.client(server.url)
     assert java.try_set_permits(permits)
-    in_use = peak = 0
-    mutex = threading.Lock()
-
-    def enter(k: int) -> None:
-        nonlocal in_use, peak
-        with mutex:
-            in_use += k
-            peak = max(peak, in_use)
-            assert in_use <= permits
-
-    def leave(k: int) -> None:
-        nonlocal in_use
-        with mutex:
-            in_use -= k
+    crowd = Crowd(permits)
 
     def java_work(seed: int) -> int:
         driver = RedissonPermitExpirableSemaphore(server.url, sem_name)
@@ -253,9 +239,9 @@ async def test_no_permit_is_lost_to_a_mixed_crowd(side, server, sem_name, java):
             for _ in range(cycles):
                 ids = driver.acquire(rng.choice((1, 2)), wait=30, lease=60)
                 assert ids
-                enter(len(ids))
+                crowd.enter(len(ids))
                 time.sleep(rng.random() * 0.003)
-                leave(len(ids))
+                crowd.leave(len(ids))
                 driver.release_many(ids)
             assert driver.odd == []
             return cycles
@@ -267,21 +253,14 @@ async def test_no_permit_is_lost_to_a_mixed_crowd(side, server, sem_name, java):
         for _ in range(cycles):
             ids = await side(slots.acquire_many(rng.choice((1, 2)), timeout=30))
             assert ids
-            enter(len(ids))
+            crowd.enter(len(ids))
             await asyncio.sleep(rng.random() * 0.003)
-            leave(len(ids))
+            crowd.leave(len(ids))
             assert await side(slots.release_many(ids)) == len(ids)
         return cycles
 
-    javas = [Beside(lambda s=s: java_work(s), is_async=False) for s in (1, 2)]
-    if side.is_async:
-        done = await asyncio.wait_for(asyncio.gather(*(redlease_work(s) for s in (3, 4))), 90)
-    else:
-        other = Beside(lambda: asyncio.run(redlease_work(4)), is_async=False)
-        done = [await redlease_work(3), await other.result(timeout=90)]
-    assert done == [cycles, cycles]
-    assert [await j.result(timeout=90) for j in javas] == [cycles, cycles]
-    assert 1 <= peak <= permits
+    assert await crowd.run(side, java_work, redlease_work) == ([cycles] * 2, [cycles] * 2)
+    assert 1 <= crowd.peak <= permits
     assert java.available_permits() == permits and java.acquired_permits() == 0
     stats = await side(client.lease_semaphore(sem_name).statistics())
     assert (stats.available, stats.holders) == (permits, 0)

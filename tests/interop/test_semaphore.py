@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 import time
 from typing import Any
 
 import pytest
 import redis
 
-from .helpers import Beside, braced, eventually, woken
+from .helpers import Beside, Crowd, braced, eventually, woken
 from .redisson_driver import RedissonSemaphore, semaphore_channel
 
 
@@ -201,20 +200,7 @@ async def test_no_permit_is_lost_to_a_mixed_crowd(side, server, sem_name, java):
     permits, cycles = 3, 15
     client = side.client(server.url)
     assert java.try_set_permits(permits)
-    in_use = peak = 0
-    mutex = threading.Lock()
-
-    def enter(k: int) -> None:
-        nonlocal in_use, peak
-        with mutex:
-            in_use += k
-            peak = max(peak, in_use)
-            assert in_use <= permits
-
-    def leave(k: int) -> None:
-        nonlocal in_use
-        with mutex:
-            in_use -= k
+    crowd = Crowd(permits)
 
     def java_work(seed: int) -> int:
         driver, rng = RedissonSemaphore(server.url, sem_name), random.Random(seed)
@@ -222,9 +208,9 @@ async def test_no_permit_is_lost_to_a_mixed_crowd(side, server, sem_name, java):
             for _ in range(cycles):
                 k = rng.choice((1, 2))
                 assert driver.acquire(k, wait=30)
-                enter(k)
+                crowd.enter(k)
                 time.sleep(rng.random() * 0.003)
-                leave(k)
+                crowd.leave(k)
                 driver.release(k)
             assert driver.odd == []
             return cycles
@@ -236,20 +222,13 @@ async def test_no_permit_is_lost_to_a_mixed_crowd(side, server, sem_name, java):
         for _ in range(cycles):
             k = rng.choice((1, 2))
             assert await side(sem.acquire(k, timeout=30))
-            enter(k)
+            crowd.enter(k)
             await asyncio.sleep(rng.random() * 0.003)
-            leave(k)
+            crowd.leave(k)
             await side(sem.release(k))
         return cycles
 
-    javas = [Beside(lambda s=s: java_work(s), is_async=False) for s in (1, 2)]
-    if side.is_async:
-        done = await asyncio.wait_for(asyncio.gather(*(redlease_work(s) for s in (3, 4))), 90)
-    else:  # one caller on this thread, one more beside it
-        other = Beside(lambda: asyncio.run(redlease_work(4)), is_async=False)
-        done = [await redlease_work(3), await other.result(timeout=90)]
-    assert done == [cycles, cycles]
-    assert [await j.result(timeout=90) for j in javas] == [cycles, cycles]
-    assert 1 <= peak <= permits
+    assert await crowd.run(side, java_work, redlease_work) == ([cycles] * 2, [cycles] * 2)
+    assert 1 <= crowd.peak <= permits
     assert java.available_permits() == permits
     assert (await side(client.semaphore(sem_name).statistics())).available == permits

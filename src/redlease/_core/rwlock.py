@@ -109,8 +109,26 @@ class RwLayout(Protocol):
     def parse_status(self, owner: str, reply: Sequence[Any]) -> RwStatus: ...
 
 
+class RwNames:
+    """What both layouts name alike: each side's label and release receipts (the keys are
+    redlease's own in both, in the lock's slot)."""
+
+    name: str
+    receipt_prefix: str
+
+    def receipt(self, side: str, owner: str) -> str:
+        """The key that remembers ``owner``'s last final release on ``side`` (for safe
+        retries): one per side, so that a final release of one side never hides a retried
+        release of the other."""
+        return f"{self.receipt_prefix}{side}:{owner}"
+
+    def label(self, side: str) -> str:
+        """How one side's holds are named in the client's hold table, events and logs."""
+        return f"{self.name} ({side})"
+
+
 @dataclass(frozen=True)
-class RwKeys:
+class RwKeys(RwNames):
     """The keys and channel of one read-write lock (all in the name's hash slot)."""
 
     name: str
@@ -141,16 +159,6 @@ class RwKeys:
             receipt_prefix=same_slot_key(name, "redlease:rw-released:", ":"),
             pubsub=pubsub,
         )
-
-    def receipt(self, side: str, owner: str) -> str:
-        """The key that remembers ``owner``'s last final release on ``side`` (for safe
-        retries): one per side, so that a final release of one side never hides a retried
-        release of the other."""
-        return f"{self.receipt_prefix}{side}:{owner}"
-
-    def label(self, side: str) -> str:
-        """How one side's holds are named in the client's hold table, events and logs."""
-        return f"{self.name} ({side})"
 
     def acquire_call(self, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
         return acquire_call(self, side, owner, held, lease, queue)

@@ -28,7 +28,7 @@ from typing import Any
 from .keys import CLASSIC, PubSub, redisson_prefixed, redisson_suffixed, same_slot_key
 from .lock import to_ms
 from .requests import Call, Replication
-from .rwlock import READ, WRITE, RwStatus, release_undo
+from .rwlock import READ, WRITE, RwNames, RwStatus, release_undo
 from .scripts import Script
 from .watchdog import OwnRenewalKeys
 
@@ -51,7 +51,7 @@ def _text(value: Any) -> str:
 
 
 @dataclass(frozen=True)
-class RedissonRwKeys:
+class RedissonRwKeys(RwNames):
     """The keys and channel of one read-write lock in Redisson's layout (see the module)."""
 
     name: str
@@ -83,12 +83,6 @@ class RedissonRwKeys:
     def field(side: str, owner: str) -> str:
         """``owner``'s field in the lock hash for ``side``."""
         return owner + WRITE_SUFFIX if side == WRITE else owner
-
-    def receipt(self, side: str, owner: str) -> str:
-        return f"{self.receipt_prefix}{side}:{owner}"
-
-    def label(self, side: str) -> str:
-        return f"{self.name} ({side})"
 
     def side_keys(self, side: str) -> RedissonSideKeys:
         return RedissonSideKeys(
