@@ -32,16 +32,6 @@ async def eventually(condition: Callable[[], Any], what: str, timeout: float = 1
         await asyncio.sleep(0.005)
 
 
-def _frames_reach(frame: Any, code: Any) -> bool:
-    for _ in range(200):
-        if frame is None:
-            return False
-        if frame.f_code is code:
-            return True
-        frame = frame.f_back
-    return False
-
-
 class Beside:
     """``call()`` run beside the test body: an asyncio task when it returns a coroutine,
     else a thread. ``parked()``: it is blocked in the redlease subscriber's wait for a
@@ -51,15 +41,29 @@ class Beside:
         self._task: asyncio.Task[Any] | None = None
         self._thread: threading.Thread | None = None
         self._result: list[Any] = []
+        self._in_wait = 0  # the thread's calls of the sync subscriber's wait now running
         if is_async:
             self._task = asyncio.create_task(call())
         else:
+            wait_code = sync_subscriber.wait.__code__
+
+            def watch(frame: Any, event: str, arg: Any) -> None:
+                # Run by the thread itself: reading another thread's frames (sys._current_frames
+                # and f_back) while it runs crashed CPython 3.11 in CI (a segfault).
+                if frame.f_code is wait_code:
+                    if event == "call":
+                        self._in_wait += 1
+                    elif event == "return":
+                        self._in_wait -= 1
 
             def run() -> None:
+                sys.setprofile(watch)
                 try:
                     self._result.append(call())
                 except BaseException as exc:  # reported by result()
                     self._result.append(exc)
+                finally:
+                    sys.setprofile(None)
 
             self._thread = threading.Thread(target=run, daemon=True)
             self._thread.start()
@@ -75,8 +79,7 @@ class Beside:
                 coro = getattr(coro, "cr_await", None)
             return False
         assert self._thread is not None
-        frame = sys._current_frames().get(self._thread.ident or -1)
-        return _frames_reach(frame, sync_subscriber.wait.__code__)
+        return self._in_wait > 0
 
     def done(self) -> bool:
         if self._task is not None:
