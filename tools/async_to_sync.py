@@ -5,7 +5,8 @@ The asyncio files are the source; each generated sync file starts with a header 
 What really differs by runtime stays hand-written on each side, each in a module of its own,
 and is not touched here: ``watchdog.py`` (a thread vs a task), ``subscriber.py`` (one
 ``select()`` thread vs a task per connection), ``fanout.py`` (the Redlock fan-out and its
-driver) and, on the asyncio side only, ``cancel.py`` (cancellation shielding). The few lines
+driver), ``line.py`` (a client's local line of waiters for a lock: events vs futures) and, on
+the asyncio side only, ``cancel.py`` (cancellation shielding). The few lines
 of a generated file that differ by runtime (a ``threading.Condition`` vs an
 ``asyncio.Event``, ...) are written in its asyncio source as ``# begin async-only`` blocks.
 

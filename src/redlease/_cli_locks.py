@@ -2,7 +2,7 @@
 
 A key is a lock when it is a hash whose fields are all Redisson owner fields
 (``<36-character uuid>:<digits>``) with positive hold counts, apart from redlease's own fields
-(``redlease:handoff``, ``redlease:fence``: everything under ``redlease:``). The shape is read in
+(``redlease:fence``, ``redlease:wait``: everything under ``redlease:``). The shape is read in
 one ``MULTI`` (TYPE, a bounded HSCAN, PTTL) before anything else touches the key, so ``status``
 never misreads a user's hash and ``release --force`` never deletes a key that is not a lock.
 """
@@ -30,7 +30,7 @@ OWNER_FIELD = re.compile(
     rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+"
 )
 OWN_FIELDS = b"redlease:"
-"""Prefix of the fields redlease keeps in a lock hash besides its holders (hand-off reservation,
+"""Prefix of the fields redlease keeps in a lock hash besides its holders (the hold's lease,
 fencing token): never holders (the same rule as ``Lock.statistics()``)."""
 SHAPE_FIELDS = 64
 """HSCAN COUNT of the shape check: a lock has a field or two; a hash that does not fit in one
@@ -117,7 +117,7 @@ def _classify(name: str, kind: Any, scanned: Any, pttl: Any) -> LockView | str:
     holders: dict[str, int] = {}
     for field, value in fields.items():
         if bytes(field).startswith(OWN_FIELDS):
-            continue  # e.g. a released lock reserved for a woken waiter: not a holder
+            continue  # e.g. the fencing token or the hold's recorded lease: not a holder
         count = _text(value)
         if not OWNER_FIELD.fullmatch(field) or not count.isdigit() or int(count) <= 0:
             return f"{printable(name)!r} is a hash whose fields are not lock owners, not a lock"

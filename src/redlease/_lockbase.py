@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -115,6 +116,39 @@ class LockBase:
         gone: list[bool] = []
         op = self._settled_first(owner, acquire)
         return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic(), gone=gone)
+
+    @property
+    def _line(self) -> Hashable | None:
+        """The key of the client's local line for this lock (its name and layout: a lock
+        and a fair lock of one name share it, as they share the keys), or ``None`` for a
+        lock whose waiters go to the server each on their own."""
+        return (self.name, self._layout)
+
+    def _line_for(
+        self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
+    ) -> tuple[Hashable, float | None] | None:
+        """The local line this acquire waits in and how long it may wait there, after the
+        arguments are checked; ``None`` when it goes straight to the server: a try
+        (``blocking=False``), or an owner that already holds the lock (a re-entry must
+        never wait behind its own client's waiters)."""
+        wait = wait_args(blocking, timeout)
+        chosen_lease(lease, self._lease)
+        line = self._line
+        if not blocking or line is None or self._state.count(self.name, owner):
+            return None
+        return line, wait
+
+    def _plan_head(
+        self, owner: str, wait: float | None, lease: Seconds | None, started: float
+    ) -> AcquirePlan:
+        """The acquire of the head of the local line: with what is left of ``wait`` (a
+        single try when nothing is), its wait counted from when it joined the line."""
+        left = None if wait is None else wait - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            plan = self._plan_acquire(owner, False, None, lease)
+        else:
+            plan = self._plan_acquire(owner, True, left, lease)
+        return dataclasses.replace(plan, started=started)
 
     def _settled_first(self, owner: str, then: Callable[[int], Operation[T]]) -> Operation[T]:
         """Re-send first a release of the owner's whose outcome is unknown (same request id:

@@ -127,8 +127,8 @@ RenewalJob = tuple[Callable[[Any, float], None], Callable[[Exception], None], Ca
 
 
 HANDOFF_WINDOW = 1.0
-"""Default seconds of the first lease of a waiter handed a released lock (or of its
-reservation for a waiter that takes it itself)."""
+"""Default seconds of the first lease of a waiter handed a released lock whose lease the
+watchdog renews (a waiter with a lease of its own is handed the lock with that lease)."""
 
 
 class ClientState:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 
 from ._core import rwlock as core
 from ._core.lock import Acquired, Hold, Status
@@ -30,6 +31,12 @@ class RwSideBase(LockBase):
         except ValueError as exc:  # braces that Redisson's key names would move to another slot
             raise InvalidArgumentError(str(exc)) from None
         self._keys = self._rw.side_keys(self._side)
+
+    @property
+    def _line(self) -> Hashable | None:
+        """No local line: each waiter of a side goes to the server (readers share a hold,
+        and a writer's place in line holds new readers back)."""
+        return None
 
     @property
     def rw_name(self) -> str:

@@ -320,7 +320,9 @@ async def test_a_fair_lock_line_moves_on_when_leases_run_out(side, lock_server, 
         pending = []
         for i in range(1, len(actors)):
             pending.append(actors[i].start(taken(i)))
-            await eventually(lambda i=i: raw.zcard(keys.queue) == i)
+            # in the client's local line; its head alone has a place in the server's
+            await eventually(lambda i=i: client._lines.waiting(lock._line) == i)
+            await eventually(lambda: raw.zcard(keys.queue) == 1)
         for future in pending:
             assert await future, "a waiter in line timed out"
         assert order == list(range(len(actors)))

@@ -49,7 +49,7 @@ async def test_a_waiter_without_subscribe_is_told_at_once_and_leaves_the_line(
     assert info.value.command == "subscribe"
     assert info.value.name == name
     assert "nosub" in str(info.value)
-    assert raw.zcard(f"redlease:queue:{{{name}}}") == 0  # it left the line
+    assert raw.zcard(f"redlease:line:{{{name}}}") == 0  # it left the line
     await side(holder.release())
     assert await side(lock.acquire(blocking=False))  # a lock it need not wait for works
     if denied == "-subscribe" or private_server.binary.version_tuple < (7,):

@@ -86,7 +86,12 @@ async def test_close_stops_waiters_promptly(side, server, name):
     closing = side.client(server.url, watchdog_timeout=2.0)
     lock = closing.lock(name)
     waiters = [_Call(side, lock.acquire), _Call(side, lambda: lock.acquire(timeout=60))]
-    await _queued(side, holder, 2)
+    await _queued(side, holder, 1)  # the head of the client's local line of two
+
+    async def both_waiting() -> bool:
+        return (await side(lock.statistics())).local_waiters == 2
+
+    await eventually(both_waiting, timeout=10)
 
     started = time.monotonic()
     await side(closing.close())

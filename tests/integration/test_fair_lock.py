@@ -17,19 +17,26 @@ from .helpers import eventually
 async def test_newcomers_never_pass_a_live_waiter(side, server, name):
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url)
-    # a live waiter in line, and the lock free (its reservation lapsed, say)
-    raw.zadd(keys.queue, {"first-in-line:1": 1})
-    raw.hset(keys.deadlines, "first-in-line:1", int(time.time() * 1000) + 60_000)
+    # a live waiter in line (its client listens on its own channel), and the lock free (a
+    # hand-over to it came to nothing, say)
+    raw.zadd(keys.queue, {"first-in-line:1 wait-1 w30000": 1})
+    listener = raw.pubsub()
+    listener.subscribe(keys.handover("first-in-line:1"))
+    assert listener.get_message(timeout=5)["type"] == "subscribe"
     fair = side.client(server.url).fair_lock(name)
     assert not await side(fair.acquire(blocking=False))
     plain = side.client(server.url).lock(name)
     assert await side(plain.acquire(blocking=False))  # the plain lock is not strict
-    await side(plain.release())  # reserves it for the waiter in line
-    assert raw.hget(name, "redlease:handoff") == b"first-in-line:1"
-    # the waiter never comes: its reservation and then its place lapse; the newcomer gets it
+    await side(plain.release())  # hands it to the waiter in line
+    assert raw.hget(name, "first-in-line:1") == b"1"
+    assert listener.get_message(timeout=5)["type"] == "message"
+    # the waiter's client goes away without taking it up: once its hold is gone, its place is
+    # found dead and the newcomer gets the lock
+    raw.zadd(keys.queue, {"first-in-line:1 wait-2 w30000": 1})
     raw.delete(name)
-    raw.hset(keys.deadlines, "first-in-line:1", 1)
-    assert await side(fair.acquire(blocking=False))
+    assert not await side(fair.acquire(blocking=False))  # still live: its turn
+    listener.close()
+    assert await side(fair.acquire(timeout=10))
     assert raw.zcard(keys.queue) == 0
     await side(fair.release())
     raw.close()

@@ -61,7 +61,8 @@ def test_a_retried_acquire_gets_the_same_hold_and_token(server, name):
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url)
     args = (4, keys.name, keys.queue, keys.deadlines, keys.fence)
-    call = (30000, "c:1", 0, 0, 0, 0, "wait-1")  # lease, owner, held, place, fair, hand-over
+    # lease, owner, held, queue, fair, hand-over lease, wait id, own channels, publish command
+    call = (30000, "c:1", 0, 0, 0, "30000", "wait-1", keys.handover_prefix, "publish")
     first = raw.eval(scripts.LOCK_ACQUIRE.source, *args, *call)
     again = raw.eval(scripts.LOCK_ACQUIRE.source, *args, *call)  # its reply was lost
     assert first[0] == again[0] == 1 and first[1] == again[1] == 1

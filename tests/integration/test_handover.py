@@ -116,7 +116,7 @@ async def test_a_release_hands_the_lock_to_a_watched_waiter(side, server, name):
     raw.close()
 
 
-async def test_a_waiter_with_a_lease_of_its_own_gets_a_reservation(side, server, name):
+async def test_a_waiter_with_a_lease_of_its_own_is_handed_the_lock_with_it(side, server, name):
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     holder = side.client(server.url).lock(name)
@@ -126,12 +126,14 @@ async def test_a_waiter_with_a_lease_of_its_own_gets_a_reservation(side, server,
     waiting = _Waiter(side, waiter, timeout=30, lease=20)
     await eventually(lambda: raw.zcard(keys.queue) == 1)
     own = keys.handover_prefix + waiter_client.id
+    await eventually(lambda: raw.pubsub_numsub(own) == [(own, 1)])
     pubsub = _listen(raw, own)
     await side(holder.release())
     assert await waiting.holding()
     owner, _ = _holder(raw, name)
-    # woken by its owner field alone: the lease it asked for starts with its own try
-    assert _published(raw, pubsub, own) == [owner]
+    # the grant in the message, with the lease the waiter asked for: no further request
+    (message,) = _published(raw, pubsub, own)
+    assert message.startswith(f"{owner} {waiting.token} 20000 ")
     pubsub.close()
     assert 19_000 < raw.pttl(name) <= 20_000
     await waiting.release()
@@ -142,8 +144,9 @@ def _run(raw: redis.Redis, script: scripts.Script, keys: tuple[str, ...], *args:
     return raw.eval(script.source, len(keys), *keys, *args)
 
 
-def _queue(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
-    """``owner`` tries, finds the lock held and takes a place in line, as a watched waiter."""
+def _queue(raw: redis.Redis, keys: LockKeys, owner: str, lease: str = "w30000") -> None:
+    """``owner`` tries, finds the lock held and takes a place in line (``lease``: "w<ms>" for a
+    watched waiter, else the ms of its own lease)."""
     reply = _run(
         raw,
         scripts.LOCK_ACQUIRE,
@@ -151,10 +154,12 @@ def _queue(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
         30_000,
         owner,
         0,
-        20_000,
-        0,
         1,
+        0,
+        lease,
         "wait-1",
+        keys.handover_prefix,
+        "publish",
     )
     assert reply[0] == 0
 
@@ -163,7 +168,7 @@ def _release(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
     reply = _run(
         raw,
         scripts.LOCK_RELEASE,
-        (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines, keys.fence),
+        (keys.name, keys.channel, keys.receipts, keys.queue, keys.deadlines, keys.fence),
         owner,
         1,
         "request-1",
@@ -175,18 +180,30 @@ def _release(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
     assert reply == [1, 0]
 
 
-def test_a_waiter_not_seen_lately_gets_a_reservation_only(server, name):
-    """A hand-over goes only to a waiter seen within half the window, so a waiter that died
-    in line long ago never gets the lock (its reservation just lapses)."""
+def test_a_waiter_with_a_long_lease_is_handed_the_lock_only_while_its_client_listens(server, name):
+    """A place whose lease is longer than the window is handed the lock only if its client
+    still listens on its own channel: a dead client's place would hold the lock for its whole
+    lease. A dead one is dropped, and the next place (or everyone, with "0") gets its turn."""
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     raw.hset(name, "holder:1", 1)
     raw.pexpire(name, 30_000)
-    _queue(raw, keys, "waiter:1")
-    lapses, seen, wait = raw.hget(keys.deadlines, "waiter:1").split(":")
-    raw.hset(keys.deadlines, "waiter:1", f"{lapses}:{int(seen) - 600}:{wait}")  # 0.6 s ago
+    _queue(raw, keys, "gone:1", lease="20000")
+    unlock = _listen(raw, keys.channel)
     _release(raw, keys, "holder:1")
-    assert raw.hgetall(name) == {"redlease:handoff": "waiter:1"}
+    assert raw.exists(name) == 0 and raw.zcard(keys.queue) == 0
+    assert _published(raw, unlock, keys.channel) == ["0"]
+    raw.hset(name, "holder:1", 1)
+    raw.pexpire(name, 30_000)
+    _queue(raw, keys, "live:1", lease="20000")
+    own = _listen(raw, keys.handover("live:1"))
+    _release(raw, keys, "holder:1")
+    assert _holder(raw, name) == ("live:1", 1)
+    assert 19_000 < raw.pttl(name) <= 20_000
+    (message,) = _published(raw, own, keys.handover("live:1"))
+    assert message.startswith("live:1 ") and message.endswith(" 20000 wait-1")
+    own.close()
+    unlock.close()
     raw.close()
 
 
@@ -200,13 +217,13 @@ def test_a_waiter_that_gives_up_gives_a_hand_over_back(server, name):
     assert _holder(raw, name) == ("waiter:1", 1)
     assert 0 < raw.pttl(name) <= 1000
     pubsub = _listen(raw, keys.channel)
-    leave = (keys.name, keys.channel, keys.queue, keys.deadlines)
+    leave = (keys.name, keys.channel, keys.queue)
     # another acquire call of the same owner (a later one, or a re-entry) that gives up
     # never gives back a hold that was not made for it
-    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", "wait-2") == 0
+    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", "wait-2", "w30000") == 0
     assert _holder(raw, name) == ("waiter:1", 1)
     # the waiter handed the lock as it timed out gives it back, and the next one is woken
-    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", "wait-1") == 1
+    assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", "wait-1", "w30000") == 1
     assert raw.exists(name) == 0
     assert _published(raw, pubsub, keys.channel) == ["0"]
     pubsub.close()

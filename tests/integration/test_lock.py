@@ -82,6 +82,7 @@ async def test_redisson_data_layout(side, server, name, tagged):
     token = fields.pop("redlease:fence")  # the hold's fencing token; Redisson ignores it
     assert int(token) == lock.fencing_token
     assert fields.pop("redlease:wait")  # the acquire call it was made for (ignored too)
+    assert fields.pop("redlease:lease") == "20000"  # the hold's lease: its waiters' wait bound
     assert len(fields) == 1
     ((field, count),) = fields.items()
     assert field.startswith(client.id + ":") and count == "1"
@@ -94,19 +95,20 @@ async def test_redisson_data_layout(side, server, name, tagged):
     raw.close()
 
 
-async def test_release_reserves_the_lock_for_the_first_waiter_in_line(side, server, name):
+async def test_release_hands_the_lock_to_the_first_waiter_in_line(side, server, name):
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url, decode_responses=True)
-    # a live waiter in line that is slow to claim its turn
-    raw.zadd(keys.queue, {"slow-waiter:1": 1})
-    raw.hset(keys.deadlines, "slow-waiter:1", int(time.time() * 1000) + 60_000)
-    client = side.client(server.url, handoff_window=0.5)
-    lock = client.lock(name)
-    assert await side(lock.acquire())
+    # a waiter in line (its place: owner field, wait id, hand-over lease: the window, which
+    # its watchdog lengthens to 30 s)
+    raw.zadd(keys.queue, {"slow-waiter:1 wait-1 w30000": 1})
     pubsub = raw.pubsub()
     own = keys.handover("slow-waiter:1")  # the channel of the waiter's client
     pubsub.subscribe(keys.channel, own)
     assert {pubsub.get_message(timeout=5)["type"] for _ in range(2)} == {"subscribe"}
+    client = side.client(server.url, handoff_window=0.5)
+    lock = client.lock(name)
+    assert await side(lock.acquire())  # a free lock: the plain lock is anyone's
+    token = lock.fencing_token
     await side(lock.release())
     raw.publish(keys.channel, "marker")  # arrives after whatever the release published
     published = []
@@ -115,15 +117,18 @@ async def test_release_reserves_the_lock_for_the_first_waiter_in_line(side, serv
         assert message is not None
         published.append((message["channel"], message["data"]))
     pubsub.close()
-    # only the waiter whose turn it is is woken, on its client's own channel
-    assert published == [(own, "slow-waiter:1"), (keys.channel, "marker")]
-    assert raw.hgetall(name) == {"redlease:handoff": "slow-waiter:1"}
+    # only the waiter whose turn it is is woken, on its client's own channel, with the grant
+    assert published == [(own, f"slow-waiter:1 {token + 1} 500 wait-1"), (keys.channel, "marker")]
+    held = raw.hgetall(name)
+    assert (held["slow-waiter:1"], held["redlease:wait"]) == ("1", "wait-1")
+    assert int(held["redlease:fence"]) == token + 1 == int(raw.get(keys.fence))
     assert 0 < raw.pttl(name) <= 500
-    assert not await side(lock.locked())  # a reservation is not a holder
+    assert raw.zcard(keys.queue) == 0  # its place went with the hand-over
+    assert await side(lock.locked())
     assert not await side(lock.acquire(blocking=False))  # the releaser cannot barge back
     other = side.client(server.url).lock(name)
     assert not await side(other.acquire(blocking=False))  # nor can anyone else
-    # the waiter never claims it: the reservation lapses and the lock is anyone's again
+    # the waiter never uses it: its first lease (the window) runs out, the lock is anyone's
     assert await side(other.acquire(timeout=10))
     assert [v for k, v in raw.hgetall(name).items() if not k.startswith("redlease:")] == ["1"]
     await side(other.release())

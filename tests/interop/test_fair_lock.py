@@ -473,7 +473,7 @@ async def test_the_default_layout_is_not_redissons(side, world, server, name):
     assert await me(lambda: holder.acquire())
     waiter, other = world.actor(), side.client(server.url).fair_lock(name)
     waiting = waiter.start(lambda: other.acquire(timeout=10))
-    await eventually(lambda: world.raw.zcard(f"redlease:queue:{{{name}}}") == 1, timeout=10)
+    await eventually(lambda: world.raw.zcard(f"redlease:line:{{{name}}}") == 1, timeout=10)
     assert world.line(name) == [] and world.places(name) == {}
     await me(lambda: holder.release())
     assert await asyncio.wait_for(waiting, 10)
@@ -562,7 +562,7 @@ def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(se
     assert acquire(me, 0, "a")[:2] == [1, 1]
     assert acquire(me, 1, "b")[:2] == [1, 2]  # a re-entry by a later call
     # the later call gives up (its reply was lost, say): the outer hold stays
-    assert _run(raw, REDISSON_FAIR.leave_call(keys, me, "b", 5.0)) == 0
+    assert _run(raw, REDISSON_FAIR.leave_call(keys, me, "b", 5.0, "5000")) == 0
     assert raw.hget(fair_name, me) == "2"
     raw.delete(fair_name)
     # a Java thread in line behind a grant whose reply was lost: leaving gives the grant
@@ -577,7 +577,7 @@ def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(se
     pubsub = raw.pubsub()
     pubsub.subscribe(f"{keys.channel}:{java}")
     assert pubsub.get_message(timeout=5)["type"] == "subscribe"
-    assert _run(raw, REDISSON_FAIR.leave_call(keys, me, "c", 5.0)) == 1
+    assert _run(raw, REDISSON_FAIR.leave_call(keys, me, "c", 5.0, "5000")) == 1
     assert raw.exists(fair_name) == 0
     message = pubsub.get_message(timeout=5)
     assert message is not None and message["data"] == "0"

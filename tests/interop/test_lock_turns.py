@@ -73,7 +73,7 @@ def test_a_release_after_a_hand_over_is_the_outsiders_turn(server, name, outside
     redlease client that gave up a wait and still listens, the lock is handed on as before."""
     java_waits = outside == "redisson"
     raw = redis.Redis.from_url(server.url)
-    queue = f"redlease:queue:{{{name}}}"
+    queue = f"redlease:line:{{{name}}}"
     client_a, client_b = Client.from_url(server.url), Client.from_url(server.url)
     client_c = Client.from_url(server.url)
     java = RedissonLock(server.url, name)

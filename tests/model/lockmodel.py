@@ -48,8 +48,8 @@ class Server(NamedTuple):
     counter: int
     """The fencing counter (never expires)."""
     line: tuple[tuple[int, int, int], ...]
-    """Places in line by arrival: (owner, wait id, try); wait id -1 for a waiter that may
-    not be handed the lock (its place is "<lapses ms>" only)."""
+    """Places in line by arrival: (owner, wait id, try); a place names its wait (the try is
+    the model's, for the traces)."""
     receipts: tuple[int, ...]
     """Release receipt per owner: request id of its last final release (-1: none)."""
 
@@ -198,9 +198,9 @@ def hset_hold(s: Server, o: int, count: int, fence: int = -1, wait: int = -1) ->
     return s if fence < 0 else s._replace(fence=fence, wait=wait)
 
 
-def zrem(s: Server, o: int) -> tuple[Server, bool]:
-    line = tuple(p for p in s.line if p[0] != o)
-    return s._replace(line=line), len(line) != len(s.line)
+def zrem(s: Server, o: int, wait: int) -> Server:
+    """``zrem`` of owner ``o``'s place for the wait ``wait`` (a place names its wait)."""
+    return s._replace(line=tuple(p for p in s.line if p[:2] != (o, wait)))
 
 
 # --- the scripts (one atomic step each) ----------------------------------------------------
@@ -209,14 +209,17 @@ def zrem(s: Server, o: int) -> tuple[Server, bool]:
 def script_acquire(
     s: Server, o: int, expected: int, wait: int, try_: int, handover: bool
 ) -> tuple[Server, tuple[int, ...]]:
-    """lock_acquire.lua (blocking, non-fair); reply (code, count, token)."""
-    # lock_acquire.lua: local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '0')
+    """lock_acquire.lua (blocking, non-fair); reply (code, count, token). ``handover`` (the
+    watchdog's lease or the caller's own) only sets the lease of a hand-over, which the
+    model leaves abstract."""
+    # lock_acquire.lua: local place = ARGV[2] .. ' ' .. ARGV[7] .. ' ' .. ARGV[6]
+    # lock_acquire.lua: local count = tonumber(fields[1] or '0')
     count = s.holds[o]
     # lock_acquire.lua: if count == expected + 1 then
     if count == expected + 1:
-        # lock_acquire.lua: if redis.call('zrem', KEYS[2], ARGV[2]) == 1 then
-        s, _ = zrem(s, o)
-        # lock_acquire.lua: return {1, count, redis.call('pttl', KEYS[1]), token}
+        # lock_acquire.lua: redis.call('zrem', KEYS[2], place)
+        s = zrem(s, o, wait)
+        # lock_acquire.lua: return {1, count, redis.call('pttl', KEYS[1]), tonumber(fields[2]
         return s, (1, count, s.fence)
     # lock_acquire.lua: if count ~= expected then
     if count != expected:
@@ -224,27 +227,22 @@ def script_acquire(
         return s, (-1, count, 0)
 
     def queue_and_wait(s: Server) -> tuple[Server, tuple[int, ...]]:
-        # lock_acquire.lua: redis.call('zadd', KEYS[2], 'NX', now_us, ARGV[2])
-        # lock_acquire.lua: place = place .. string.format(':%d:', now_ms) .. ARGV[7]
-        # lock_acquire.lua: redis.call('hset', KEYS[3], ARGV[2], place)
-        place = (o, wait if handover else -1, try_)
-        line = tuple(place if p[0] == o else p for p in s.line)
+        # lock_acquire.lua: redis.call('zadd', KEYS[2], 'NX', tonumber(now[1]) * 1000000
+        # (the model's place also records the try, for the traces: a re-check keeps it in place)
+        place = (o, wait, try_)
+        line = tuple(place if p[:2] == (o, wait) else p for p in s.line)
         if place not in line:
             line += (place,)
-        # lock_acquire.lua: return {0, 0, ttl, tonumber(redis.call('get', KEYS[4]) or '0')}
-        return s._replace(line=line), (0, 0, s.counter)
+        # lock_acquire.lua: return {0, 0, ttl, last_token()}
+        # lock_acquire.lua: return tonumber(fields[2] or redis.call('get', KEYS[4]) or '0')
+        return s._replace(line=line), (0, 0, s.fence if s.fence > 0 else s.counter)
 
     # lock_acquire.lua: if count == 0 then
     if count == 0:
-        # lock_acquire.lua: if redis.call('exists', KEYS[1]) == 1 then
+        # lock_acquire.lua: if ttl ~= -2 then
         if exists(s):
-            # lock_acquire.lua: if redis.call('hget', KEYS[1], 'redlease:handoff') ~= ARGV[2]
-            # lock_acquire.lua: or redis.call('hlen', KEYS[1]) ~= 1 then
-            if s.handoff != o or hlen(s) != 1:
-                # lock_acquire.lua: return queue_and_wait(ttl)
-                return queue_and_wait(s)
-            # lock_acquire.lua: redis.call('del', KEYS[1])
-            s = deleted(s)
+            # lock_acquire.lua: return queue_and_wait(ttl)
+            return queue_and_wait(s)
         token = s.counter + 1
         # lock_acquire.lua: redis.call('set', KEYS[4], token)
         s = s._replace(counter=token)
@@ -252,16 +250,15 @@ def script_acquire(
         s = hset_hold(s, o, 1, fence=token, wait=wait)
         # lock_acquire.lua: redis.call('pexpire', KEYS[1], lease)
         s = s._replace(expiring=True)
-        # lock_acquire.lua: if redis.call('zrem', KEYS[2], ARGV[2]) == 1 then
-        s, _ = zrem(s, o)
+        # lock_acquire.lua: redis.call('zrem', KEYS[2], place)
+        s = zrem(s, o, wait)
         # lock_acquire.lua: return {1, 1, lease, token}
         return s, (1, 1, token)
     # lock_acquire.lua: redis.call('hincrby', KEYS[1], ARGV[2], 1)
     s = hset_hold(s, o, count + 1)
     # lock_acquire.lua: redis.call('pexpire', KEYS[1], lease)
     s = s._replace(expiring=True)
-    # lock_acquire.lua: redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    # lock_acquire.lua: return {1, count + 1, ttl,
+    # lock_acquire.lua: return {1, count + 1, ttl, tonumber(fields[2] or '0')}
     return s, (1, count + 1, s.fence)
 
 
@@ -269,8 +266,8 @@ def script_release(
     s: Server, o: int, expected: int, rid: int, unsure: bool
 ) -> list[tuple[Server, tuple[int, ...], tuple[object, ...] | None]]:
     """lock_release.lua with a hand-off window; each outcome (server, reply (code, count),
-    hand-over message or None). Whether the head of the line last tried within half the
-    window is up to timing, so both outcomes are possible for a waiter that may be handed."""
+    hand-over message or None). The model keeps every receipt (the script keeps the last 16,
+    for 30 s); a place whose client is found dead is one that lapsed (the adversary's)."""
     # lock_release.lua: local count = tonumber(fields[1] or '0')
     count = s.holds[o]
     # lock_release.lua: if expected > 0 and count >= expected and count <= expected + tonumber(
@@ -280,44 +277,40 @@ def script_release(
             # lock_release.lua: redis.call('hset', KEYS[1], ARGV[1], expected - 1)
             # lock_release.lua: return {1, expected - 1}
             return [(hset_hold(s, o, expected - 1), (1, expected - 1), None)]
+        # lock_release.lua: local token = tonumber(fields[3] or redis.call('get', KEYS[6]) or '0')
+        token = s.fence if s.fence > 0 else s.counter
         # lock_release.lua: redis.call('del', KEYS[1])
         s = deleted(s)
-        # lock_release.lua: redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
         receipts = list(s.receipts)
         receipts[o] = rid
         s = s._replace(receipts=tuple(receipts))
-        # lock_release.lua: local line = window > 0 and redis.call('exists', KEYS[4]) == 1
-        # (lapsed places are gone from the model's line: dropping them on the way is the same)
+        # lock_release.lua: local popped = redis.call('zpopmin', KEYS[4])
         if not s.line:
             # lock_release.lua: redis.pcall(ARGV[5], KEYS[2], '0')
+            # lock_release.lua: redis.call('set', KEYS[3], receipts, 'px', 30000)
             return [(s, (1, 0), None)]
-        # lock_release.lua: local head = redis.call('zrange', KEYS[4], 0, 0)[1]
+        # lock_release.lua: if owner and owner ~= ARGV[1] and lease > 0 and (lease <= window
+        line = s.line
+        while line and line[0][0] == o:  # the releaser's own leftover places are dropped
+            line = line[1:]
+        s = s._replace(line=line)
+        if not s.line:
+            return [(s, (1, 0), None)]
         head, wait, try_ = s.line[0]
-        outcomes: list[tuple[Server, tuple[int, ...], tuple[object, ...] | None]] = []
-        # lock_release.lua: if seen ~= '' and now_ms - tonumber(seen) <= window / 2 then
-        if wait >= 0:
-            token = s.counter + 1
-            # lock_release.lua: redis.call('set', KEYS[6], token)
-            h = s._replace(counter=token)
-            # lock_release.lua: redis.call('hset', KEYS[1], head, 1, 'redlease:fence', token,
-            h = hset_hold(h, head, 1, fence=token, wait=wait)
-            # lock_release.lua: redis.call('zrem', KEYS[4], head)
-            h, _ = zrem(h, head)
-            # lock_release.lua: redis.call('pexpire', KEYS[1], window)
-            h = h._replace(expiring=True)
-            # lock_release.lua: message = head .. string.format(' %d %d ', token, window) .. wait
-            outcomes.append((h, (1, 0), ("p", head, token, wait, try_, False)))
-        # lock_release.lua: redis.call('hset', KEYS[1], 'redlease:handoff', head)
-        r = s._replace(handoff=head, expiring=False)
-        # lock_release.lua: redis.call('pexpire', KEYS[1], window)
-        r = r._replace(expiring=True)
-        # (the message is the owner field: a wake-up, which the waiter's re-check stands for)
-        outcomes.append((r, (1, 0), None))
-        return outcomes
+        # lock_release.lua: token = token + 1
+        token += 1
+        # lock_release.lua: redis.call('hset', KEYS[1], owner, 1, 'redlease:fence', token,
+        h = hset_hold(s._replace(line=s.line[1:]), head, 1, fence=token, wait=wait)
+        # lock_release.lua: redis.call('pexpire', KEYS[1], lease)
+        h = h._replace(expiring=True)
+        # lock_release.lua: redis.call('set', KEYS[6], token)
+        h = h._replace(counter=token)
+        # lock_release.lua: redis.pcall(ARGV[5], channel, owner .. string.format(' %d %d ', token,
+        return [(h, (1, 0), ("p", head, token, wait, try_, False))]
     # lock_release.lua: if count > 0 and count == expected - 1 then
     if count > 0 and count == expected - 1:
         return [(s, (1, count), None)]
-    # lock_release.lua: if count == 0 and expected == 1 and redis.call('get', KEYS[3]) == ARGV[3]
+    # lock_release.lua: if count == 0 and expected == 1 then
     if count == 0 and expected == 1 and s.receipts[o] == rid:
         return [(s, (1, 0), None)]
     # lock_release.lua: return {-1, count}
@@ -325,15 +318,11 @@ def script_release(
 
 
 def script_leave(s: Server, o: int, wait: int) -> tuple[Server, tuple[int, ...]]:
-    """lock_leave.lua; reply (1,) when a reservation or hand-over was given back."""
-    # lock_leave.lua: redis.call('zrem', KEYS[3], ARGV[1])
-    s, _ = zrem(s, o)
-    # lock_leave.lua: local handed = redis.call('hget', KEYS[1], ARGV[1]) == '1'
-    # lock_leave.lua: and redis.call('hget', KEYS[1], 'redlease:wait') == ARGV[3]
-    handed = s.holds[o] == 1 and s.wait == wait
-    # lock_leave.lua: if handed or (redis.call('hget', KEYS[1], 'redlease:handoff') == ARGV[1]
-    # lock_leave.lua: and redis.call('hlen', KEYS[1]) == 1) then
-    if handed or (s.handoff == o and hlen(s) == 1):
+    """lock_leave.lua; reply (1,) when a hand-over was given back."""
+    # lock_leave.lua: redis.call('zrem', KEYS[3], place)
+    s = zrem(s, o, wait)
+    # lock_leave.lua: if fields[1] == '1' and fields[2] == ARGV[3] then
+    if s.holds[o] == 1 and s.wait == wait:
         # lock_leave.lua: redis.call('del', KEYS[1])
         return deleted(s), (1,)
     return s, (0,)
@@ -797,7 +786,10 @@ def inv_counts(st: State, config: Config) -> str | None:
         if any(m[0] == "q" and m[1] == o and m[4] != "renew" for m in st.net):
             continue
         lo = ow.local - (ow.pending >= 0)
-        hi = ow.local + ow.unsure + (ow.stray and ow.local == 0)
+        # a hold the server made for a wait whose end it never heard (a leftover place that
+        # came to the head) is one the owner cannot know of, as a stray grant
+        stray = ow.stray or (st.server.holds[o] and (o, st.server.wait) in st.excused)
+        hi = ow.local + ow.unsure + (stray and ow.local == 0)
         if not lo <= st.server.holds[o] <= hi:
             return f"I2: {OWNER_NAMES[o]} counts {ow.local} holds, the server {st.server.holds[o]}"
     return None
@@ -812,11 +804,9 @@ def inv_no_strand(st: State, config: Config) -> str | None:
         return "I3: the lock key has no expiry"
     for o, wait, _ in s.line:
         ow = st.owners[o]
-        live = ow.phase.startswith("acq") and wait in (-1, wait_id(o, ow.op))
-        if not live and (o, wait) not in st.excused and wait >= 0:
+        live = ow.phase.startswith("acq") and wait == wait_id(o, ow.op)
+        if not live and (o, wait) not in st.excused:
             return f"I3: {OWNER_NAMES[o]}'s place in line (wait {wait}) outlives its wait"
-        if not live and wait < 0 and not any(e[0] == o for e in st.excused):
-            return f"I3: {OWNER_NAMES[o]}'s place in line outlives its wait"
     return None
 
 

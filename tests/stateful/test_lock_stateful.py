@@ -324,8 +324,10 @@ class LockMachine(RuleBasedStateMachine):
                 if self.fair == "redisson":  # Redisson's line (a list) and places (a zset)
                     place = self.raw.zscore(self.keys.deadlines, owner.owner)
                     assert owner.owner not in self.raw.lrange(self.keys.queue, 0, -1)
-                else:
-                    place = self.raw.zscore(self.keys.queue, owner.owner)
+                else:  # redlease's line: a zset of "<owner> <wait id> <hand-over lease>"
+                    places = self.raw.zrange(self.keys.queue, 0, -1)
+                    mine = [p for p in places if p.startswith(owner.owner + " ")]
+                    place = mine[0] if mine else None
                 assert place is None, f"{owner.owner} kept a place in line after its wait"
         if not any(o.believes() or o.busy or o.unknown for o in self.owners):
             assert self.raw.pttl(self.name) != -1, "a lock nobody holds has no lease"

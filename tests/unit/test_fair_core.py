@@ -94,7 +94,7 @@ def _calls() -> list[Call]:
         acquire,
         undo,
         LAYOUT.release_call(KEYS, OWNER, 2, request_id="r", unsure=True),
-        LAYOUT.leave_call(KEYS, OWNER, "w", 3.0),
+        LAYOUT.leave_call(KEYS, OWNER, "w", 3.0, "3000"),
         LAYOUT.force_release_call(KEYS),
         LAYOUT.status_call(KEYS),
     ]
@@ -137,7 +137,7 @@ def test_the_calls_arguments() -> None:
     assert status.script is scripts.LOCK_STATUS and status.keys == (KEYS.name, KEYS.deadlines)
     sharded = LAYOUT.keys("orders:42", PubSub(sharded=True))
     assert LAYOUT.release_call(sharded, OWNER, 1, request_id="r").args[3] == "spublish"
-    assert LAYOUT.leave_call(sharded, OWNER, "w", None).args == (
+    assert LAYOUT.leave_call(sharded, OWNER, "w", None, "w30000").args == (
         OWNER,
         fair.THREAD_WAIT_MS,
         "spublish",
@@ -198,7 +198,7 @@ def _start(clock: FakeClock, **kw: object):
 def test_a_waiter_listens_on_its_own_channel_and_leaves_with_its_wait() -> None:
     clock = FakeClock()
     op, first = _start(clock)
-    leave = LAYOUT.leave_call(KEYS, OWNER, "w", 10.0)
+    leave = LAYOUT.leave_call(KEYS, OWNER, "w", 10.0, "w30000")
     assert first == Subscribe(KEYS.channel, OWNER, leave, True, f"{KEYS.channel}:{OWNER}")
     call = step(op, False)
     assert call.script is fair.REDISSON_FAIR_ACQUIRE and call.args[3:] == (10000, 1, "w")

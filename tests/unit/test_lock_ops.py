@@ -13,7 +13,6 @@ from redlease._core.keys import UNLOCK_MESSAGE
 from redlease._core.limits import MAX_PAUSE
 from redlease._core.lock import (
     OUTSIDERS_TURN_MS,
-    PLACE_MS,
     RECHECK,
     Acquired,
     Status,
@@ -36,6 +35,11 @@ WAIT = "w1"
 """The wait id of the acquire call under test."""
 
 
+def leave(lease: float = 30.0) -> Call:
+    """The give-up call of the acquire under test (a place handed over with its own lease)."""
+    return leave_call(KEYS, OWNER, WAIT, str(to_ms(lease)))
+
+
 def start(
     clock: FakeClock,
     *,
@@ -56,9 +60,10 @@ def start(
     )
     first = step(op, first=True)
     if blocking:  # a blocking caller first listens, if its client already does (here: not)
-        leave = leave_call(KEYS, OWNER, WAIT)
         private = KEYS.handover(OWNER)
-        assert first == Subscribe(KEYS.channel, OWNER, leave, only_if_live=True, private=private)
+        assert first == Subscribe(
+            KEYS.channel, OWNER, leave(lease), only_if_live=True, private=private
+        )
         first = step(op, False)
     return op, first
 
@@ -67,10 +72,21 @@ def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_ACQUIRE
     assert call.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.fence)
-    place_ms = call.args[3]
-    # not fair, no hand-over, this call's wait id
-    assert call.args == (to_ms(lease), OWNER, held, place_ms, 0, 0, WAIT)
-    assert place_ms in (0, PLACE_MS)
+    queue = call.args[3]
+    # not fair, handed over with its own lease, this call's wait id
+    place = str(to_ms(lease))
+    assert call.args == (
+        to_ms(lease),
+        OWNER,
+        held,
+        queue,
+        0,
+        place,
+        WAIT,
+        KEYS.handover_prefix,
+        "publish",
+    )
+    assert queue in (0, 1)
 
 
 def assert_release_call(call: object, *, held: int) -> str:
@@ -79,7 +95,7 @@ def assert_release_call(call: object, *, held: int) -> str:
     assert call.keys == (
         KEYS.name,
         KEYS.channel,
-        KEYS.receipt(OWNER),
+        KEYS.receipts,
         KEYS.queue,
         KEYS.deadlines,
         KEYS.fence,
@@ -126,7 +142,7 @@ def test_held_subscribes_retries_then_waits_for_the_holders_ttl() -> None:
     clock = FakeClock()
     op, _ = start(clock, timeout=None)
     assert step(op, [HELD, 0, 12000, 5]) == Subscribe(
-        KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER, WAIT), private=KEYS.handover(OWNER)
+        KEYS.channel, OWNER, leave=leave(), private=KEYS.handover(OWNER)
     )
     # Right after subscribing it tries again, without waiting.
     assert_acquire_call(step(op, None), held=0, lease=30.0)
@@ -180,7 +196,7 @@ def test_a_live_subscription_spares_the_subscribe_and_retry() -> None:
 def test_zero_timeout_tries_once_without_subscribing() -> None:
     op, _ = start(FakeClock(), timeout=0.0)
     # no wait: give the place up
-    assert step(op, [HELD, 0, 5000, 5]) == leave_call(KEYS, OWNER, WAIT)
+    assert step(op, [HELD, 0, 5000, 5]) == leave()
     assert finish(op, 0) is None
 
 
@@ -192,7 +208,7 @@ def test_timeout_exhausted_returns_none() -> None:
     assert step(op, [HELD, 0, 10000, 5]) == WaitWake(2.0)
     clock.advance(2.0)
     assert_acquire_call(step(op, False), held=0, lease=30.0)  # one last try
-    assert step(op, [HELD, 0, 8000, 5]) == leave_call(KEYS, OWNER, WAIT)  # gives its place up
+    assert step(op, [HELD, 0, 8000, 5]) == leave()  # gives its place up
     assert finish(op, 0) is None
 
 
@@ -279,7 +295,7 @@ def test_late_grant_while_blocking_tries_again() -> None:
     clock.advance(2.0)
     first_id = assert_release_call(step(op, [GRANTED, 1, 1000, 5]), held=1)
     assert step(op, [codes.RELEASED, 0]) == Subscribe(
-        KEYS.channel, OWNER, leave=leave_call(KEYS, OWNER, WAIT), private=KEYS.handover(OWNER)
+        KEYS.channel, OWNER, leave=leave(1.0), private=KEYS.handover(OWNER)
     )
     assert_acquire_call(step(op, None), held=0, lease=1.0)
     clock.advance(2.0)
@@ -296,7 +312,7 @@ def test_late_grant_with_timeout_exhausted_fails() -> None:
     op, _ = start(clock, lease=1.0, timeout=1.5)
     clock.advance(2.0)
     step(op, [GRANTED, 1, 1000, 5])
-    assert step(op, [codes.RELEASED, 0]) == leave_call(KEYS, OWNER, WAIT)
+    assert step(op, [codes.RELEASED, 0]) == leave(1.0)
     assert finish(op, 0) is None
 
 
@@ -354,7 +370,7 @@ def test_acquire_never_waits_past_its_deadline(
                 request = step(op, list(reply))
             elif isinstance(request, Call) and request.script is scripts.LOCK_LEAVE:
                 assert deadline is not None and clock.now >= deadline  # leaves only when done
-                assert request == leave_call(KEYS, OWNER, WAIT)
+                assert request == leave(lease)
                 request = step(op, 0)
             elif isinstance(request, Call):
                 assert pending_release
@@ -482,7 +498,7 @@ def test_a_watched_waiter_asks_to_be_handed_the_lock() -> None:
         KEYS, OWNER, held=0, lease=30.0, blocking=False, timeout=None, wait_id=WAIT, handover=True
     )
     call = next(op)
-    assert isinstance(call, Call) and call.args[5] == 1
+    assert isinstance(call, Call) and call.args[5] == "w30000"  # the window, then the watchdog's
 
 
 def test_a_hand_over_is_the_grant_without_another_request() -> None:
@@ -562,7 +578,7 @@ def test_a_first_acquire_that_cannot_know_its_outcome_gives_back_what_it_may_hol
         op, call = start(FakeClock(), blocking=False)
         assert_acquire_call(call, held=0, lease=30.0)
         first = ServerUnavailableError("reply lost", address="a", name=KEYS.name)
-        assert op.throw(first) == leave_call(KEYS, OWNER, WAIT)
+        assert op.throw(first) == leave()
         with pytest.raises(ServerUnavailableError) as info:
             if leave_fails:
                 op.throw(ServerUnavailableError("still down", address="a", name=KEYS.name))

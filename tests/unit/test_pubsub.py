@@ -83,11 +83,11 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     """Every call of a script that publishes, as the core builds it for keys of ``mode``."""
     keys = LockKeys.for_name("orders:42", mode)
     yield lock_core.release_call(keys, OWNER, 1, request_id="r", handoff_ms=50)
-    yield lock_core.leave_call(keys, OWNER, "w")
+    yield lock_core.leave_call(keys, OWNER, "w", "w30000")
     yield next(lock_core.force_release(keys))
     fair_keys = REDISSON_FAIR.keys("orders:42", mode)
     yield REDISSON_FAIR.release_call(fair_keys, OWNER, 1, request_id="r")
-    yield REDISSON_FAIR.leave_call(fair_keys, OWNER, "w", None)
+    yield REDISSON_FAIR.leave_call(fair_keys, OWNER, "w", None, "w30000")
     yield next(lock_core.force_release(fair_keys, REDISSON_FAIR))
     rw = rwlock.RwKeys.for_name("catalog", mode)
     assert rw.side_keys(rwlock.READ).pubsub is mode
@@ -139,7 +139,7 @@ def test_keys_made_before_the_choice_publish_the_chosen_way() -> None:
     mode = PubSub()
     keys = LockKeys.for_name("orders:42", mode)
     mode.settle(True)
-    assert lock_core.leave_call(keys, OWNER, "w").args[1] == "spublish"
+    assert lock_core.leave_call(keys, OWNER, "w", "w30000").args[1] == "spublish"
     assert keys == LockKeys.for_name("orders:42")  # the mode is not part of the keys' identity
 
 

@@ -135,7 +135,7 @@ def _core_calls() -> list[tuple[Call, int]]:
     calls.append((next(lock.release(KEYS, OWNER, held=1, request_id="r")), 1))
     calls.append((next(lock.force_release(KEYS)), 1))
     calls.append((next(lock.status(KEYS)), 1))
-    calls.append((lock.leave_call(KEYS, OWNER, "w"), 1))
+    calls.append((lock.leave_call(KEYS, OWNER, "w", "w30000"), 1))
     fenced = fence.fenced_set("orders:42:stock", "7", 123, 0)
     calls.append((next(fenced), 1))
     calls.append((next(fence.fenced_get("orders:42:stock", 123)), 1))
@@ -168,7 +168,7 @@ def test_calls_match_the_script_headers(call: Call, n: int) -> None:
 
 def test_known_arities() -> None:
     """The brief's table, so that a header edit alone cannot change the interface silently."""
-    assert header_arity("lock_acquire", 1) == (4, 7)
+    assert header_arity("lock_acquire", 1) == (4, 9)
     assert header_arity("lock_release", 1) == (6, 8)
     assert header_arity("lock_force_release", 1) == (2, 2)
     assert header_arity("lock_status", 1) == (2, 0)
@@ -264,12 +264,20 @@ def test_every_key_comes_from_KEYS(path: Path) -> None:
                 ["'shardnumsub'", "KEYS[2]"],
                 ["'channels'", "pattern"],
                 ["'shardchannels'", "pattern"],
+                # whether a waiter's client still listens on its own channel (a channel, not a
+                # key: the prefix from ARGV, in the lock's slot, and the waiter's client id)
+                ["'numsub'", "channel"],
+                ["'shardnumsub'", "channel"],
             ), args
+            if args[1] == "channel":
+                assert path.stem in ("lock_acquire", "lock_release")
+                assert re.search(r"local channel = ARGV\[\d\] \.\. ", text)
             continue
         if command == "publish" and path.stem == "lock_release" and args[0] != "KEYS[2]":
             # the one name built in a script: the channel of the client of the waiter whose
             # turn it is (a channel, not a key; in the lock's slot, by the prefix's hash tag)
-            assert args[0] == "ARGV[6] .. (string.match(head, '^(.*):') or head)", args[0]
+            assert args[0] == "channel", args[0]
+            assert "    local channel = ARGV[6] .. client_of(head)" in text.splitlines()
             continue
         if command == "publish" and path.stem.startswith("redisson_fair_"):
             # Redisson's fair lock wakes the first waiter on its own channel: the unlock

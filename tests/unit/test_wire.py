@@ -11,8 +11,11 @@ from redlease._wire import Packer, checkout_args
 
 
 def _redis_py_bytes(*args: object, encoding: str = "utf-8") -> bytes:
+    # redis-py's own serializer (with hiredis installed redis-py packs with hiredis, which
+    # ignores the client's encoding)
     conn = redis.connection.Connection(encoding=encoding)
-    return b"".join(conn.pack_command(*args))
+    serializer = redis.connection.PythonRespSerializer(conn._buffer_cutoff, conn.encoder.encode)
+    return b"".join(serializer.pack(*args))
 
 
 @pytest.mark.parametrize(

@@ -56,11 +56,13 @@ from ..errors import (
 from ..options import Seconds
 from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
 from .latch import AsyncCountDownLatch
+from .line import AsyncLines
 from .lock import AsyncFairLock, AsyncLock
 from .rwlock import AsyncReadWriteLock
 from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from .shared import AsyncClosing
 from .subscriber import Subscriber, wait, wait_event
+from .transport import Pipeline, finish_on_pipeline  # async-only
 from .watchdog import AsyncWatchdog
 
 T = TypeVar("T")
@@ -77,9 +79,9 @@ class AsyncClient(ClientBase, AsyncClosing):
     ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; the watchdog
     renews it every third of that for as long as the hold lasts. A release gives the lock to the
     first waiter in line, so the releasing task cannot barge straight back in:
-    ``handoff_window`` is the first lease of a waiter handed the lock outright, or how long it
-    stays reserved for one that must take it itself (``0`` turns the line off: Redisson's
-    free-for-all).
+    ``handoff_window`` is the first lease of a waiter handed the lock (its watchdog then
+    lengthens it; a waiter with a lease of its own is handed it with that lease; ``0`` turns
+    the line off: Redisson's free-for-all).
     ``replicas`` makes every acquire, renewal and release wait (``WAIT``, at most
     ``replica_timeout``) until that many replicas acknowledged it (see ``ReplicaError``).
     """
@@ -92,6 +94,10 @@ class AsyncClient(ClientBase, AsyncClosing):
         handoff_window: Seconds | None = HANDOFF_WINDOW,
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
+        # begin async-only
+        # opt-in: every task's script calls on at most two shared connections (see transport)
+        # end async-only
+        pipeline: bool = False,  # async-only
     ) -> None:
         if not isinstance(redis_client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster):
             # begin async-only
@@ -115,6 +121,8 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._subscriber: Subscriber | None = None
         self._watchdog: AsyncWatchdog | None = None
         self._start_mutex = threading.Lock()
+        self._lines = AsyncLines()
+        """Each lock's local line: the client's own waiters, of which only the head asks."""
         # begin async-only
         self._active = 0  # operations under way, which close() stops and waits for
         self._idle = asyncio.Event()  # set while none is under way
@@ -134,8 +142,13 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._packer: Packer | None = None
         self._spare: list[Any] = []
         self._spare_generation = fork_generation()
+        self._pipeline: Pipeline | None = None  # async-only
         if isinstance(redis_client, redis.asyncio.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
+            # begin async-only
+            if pipeline:  # every task's calls share a few connections (see transport)
+                self._pipeline = Pipeline(redis_client.connection_pool, self._packer.checkout)
+            # end async-only
         # begin async-only
         self._slots = asyncio.Semaphore(call_slots(redis_client))
         # else sync
@@ -153,6 +166,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
         cluster: bool = False,
+        pipeline: bool = False,  # async-only
         **redis_kwargs: Any,
     ) -> AsyncClient:
         """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)`` (with
@@ -179,6 +193,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             handoff_window=handoff_window,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            pipeline=pipeline,  # async-only
         )
         client._owns_redis = True
         client._sentinels = sentinels
@@ -344,6 +359,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         #     self._closed = True
         # end async-only
         self._closing.set()
+        self._lines.close()  # wakes the local waiters (a head is stopped with its call)
         with self._start_mutex:  # nothing starts once closed (see _subscriber_started, _watch)
             subscriber = self._subscriber
         if subscriber is not None:
@@ -358,6 +374,10 @@ class AsyncClient(ClientBase, AsyncClosing):
             watchdog = self._watchdog
         if watchdog is not None:
             await watchdog.stop()
+        # begin async-only
+        if self._pipeline is not None:
+            await self._pipeline.close()  # its connections go back to the pool
+        # end async-only
         await self._drop_idle(None)  # the spares only: the pool closes with its client
         if self._owns_redis:
             await self.redis.aclose()
@@ -401,6 +421,12 @@ class AsyncClient(ClientBase, AsyncClosing):
         failed on a dead pooled connection (a restarted server) is sent once more at once.
         With ``replication`` the script and a ``WAIT`` go in one round trip."""
         replication = call.replication or replication
+        # begin async-only
+        pipeline = self._pipeline
+        if pipeline is not None and not pipeline.closed and replication is None and via is None:
+            # the pipeline bounds its own queue and takes a few connections: no slot needed
+            return await self._call_once_more(call, name, replication, via)
+        # end async-only
         async with self._slots:  # a burst beyond the pool waits here, not in an error
             return await self._call_once_more(call, name, replication, via)
 
@@ -437,6 +463,12 @@ class AsyncClient(ClientBase, AsyncClosing):
         if name is None or not needs_key_type(exc):
             return ""
         try:
+            # begin async-only
+            if self._pipeline is not None and self._packer is not None and via is None:
+                # on the pipeline: a burst of refused calls opens no pool connections
+                found = await self._send_packed(self._packer.command("TYPE", name))
+                return key_type_shown(found)
+            # end async-only
             found = await (via or self.redis).type(name)
         except Exception:
             return ""
@@ -484,6 +516,10 @@ class AsyncClient(ClientBase, AsyncClosing):
     async def _send_packed(self, packed: bytes) -> Any:
         """A command packed by redlease, on a connection it keeps between calls; a dead
         connection is retried as redis-py's own commands are (the connection's ``retry``)."""
+        # begin async-only
+        if self._pipeline is not None and not self._pipeline.closed:
+            return await self._pipeline.call(packed)  # on asyncio, shared connections
+        # end async-only
         pool, packer = self.redis.connection_pool, self._packer
         assert packer is not None  # only called when the hot path is on
         spare = self._spare
@@ -539,7 +575,15 @@ class AsyncClient(ClientBase, AsyncClosing):
             if back is not None:
                 await self._call(back, name)
 
-        return await finish_despite_cancel(self._call(call, name, replication), take_back)
+        def send() -> Awaitable[Any]:
+            return self._call(call, name, replication)
+
+        pipeline, packer = self._pipeline, self._packer
+        on_pipeline = replication is None and call.replication is None
+        if on_pipeline and pipeline is not None and packer is not None and not pipeline.closed:
+            # a cancelled caller's reply is still read there: no task of its own needed
+            return await finish_on_pipeline(send, lambda: packer.pack(call), take_back)
+        return await finish_despite_cancel(send(), take_back)
 
     # end async-only
 

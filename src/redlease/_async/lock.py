@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from .._core import lock as core
-from .._lockbase import LockBase, fair_layout
+from .._lockbase import AcquirePlan, LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError
 from ..options import Seconds
 from ..stats import Lease, LockStatistics
@@ -57,7 +58,22 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
     async def _acquire(
         self, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> Lease | None:
-        plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
+        """A blocking acquire by a task that holds nothing here waits in the client's local
+        line for this lock, and only the head of the line asks the server (see ``line.py``);
+        a try or a re-entry goes straight to the server."""
+        owner = self.client._owner()
+        line = self._line_for(owner, blocking, timeout, lease)
+        if line is None:
+            return await self._acquire_now(self._plan_acquire(owner, blocking, timeout, lease))
+        key, wait = line
+        started = time.monotonic()
+        async with self.client._lines.turn(key, self.name, wait) as head:
+            if not head:  # the timeout ran out in the local line: nothing was sent
+                self._state.acquire_failed(self.name, owner, started, gone=False)
+                return None
+            return await self._acquire_now(self._plan_head(owner, wait, lease, started))
+
+    async def _acquire_now(self, plan: AcquirePlan) -> Lease | None:
         try:
             result = await self.client._run(plan.op, self.name, self._replication)
         except BaseException as exc:
@@ -119,8 +135,14 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         return self._lease_lost(self.client._owner())
 
     async def statistics(self) -> LockStatistics:
-        sub = self.client._subscriber
-        waiters = sub.waiting(self._wait_channel) if sub is not None else 0
+        """The lock as the server has it; ``local_waiters`` counts this client's tasks in
+        the local line (its head, which waits on the server, included)."""
+        line = self._line
+        if line is not None:
+            waiters = self.client._lines.waiting(line)
+        else:
+            sub = self.client._subscriber
+            waiters = sub.waiting(self._wait_channel) if sub is not None else 0
         return self._statistics(self.client._owner(), await self._status(), waiters)
 
     async def _status(self) -> core.Status:
@@ -142,8 +164,8 @@ class AsyncFairLock(AsyncLock):
 
     A blocking acquire takes a place in a line kept on the server; a release hands the lock to
     the first live waiter and wakes only it; a newcomer never takes a free lock ahead of a live
-    waiter. A waiter that gives up leaves the line; one that dies loses its place within 20 s
-    (it must re-check every 5 s to keep it).
+    waiter. A waiter that gives up leaves the line; one whose process dies loses its place
+    when a free lock meets it (its client no longer listens).
 
     ``layout="redisson"`` keeps the line in Redisson's ``RedissonFairLock`` layout instead,
     shared with Java services on the same name (their waiters and ours in one line): a

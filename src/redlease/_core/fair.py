@@ -127,7 +127,9 @@ class RedissonFairLayout(Layout):
             (owner, held, request_id, keys.pubsub.command, int(unsure)),
         )
 
-    def leave_call(self, keys: LockKeys, owner: str, wait_id: str, timeout: float | None) -> Call:
+    def leave_call(
+        self, keys: LockKeys, owner: str, wait_id: str, timeout: float | None, place: str
+    ) -> Call:
         return Call(
             REDISSON_FAIR_LEAVE,
             (keys.name, keys.queue, keys.deadlines, keys.channel),

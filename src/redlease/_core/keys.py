@@ -7,9 +7,6 @@ from dataclasses import dataclass, field
 UNLOCK_MESSAGE = "0"
 """What Redisson publishes on the unlock channel when a lock is released."""
 
-HANDOFF_FIELD = "redlease:handoff"
-"""Hash field of a released lock reserved for the first waiter in line (lock_release.lua)."""
-
 FENCE_FIELD = "redlease:fence"
 """Hash field of a held lock: the fencing token of the hold (lock_acquire.lua)."""
 
@@ -149,7 +146,7 @@ class LockKeys:
             name=name,
             # Redisson: prefixName("redisson_lock__channel", name)
             channel=redisson_prefixed("redisson_lock__channel", name),
-            queue=same_slot_key(name, "redlease:queue:"),
+            queue=same_slot_key(name, "redlease:line:"),
             deadlines=same_slot_key(name, "redlease:queue-deadlines:"),
             fence=same_slot_key(name, "redlease:fence:"),
             receipt_prefix=same_slot_key(name, "redlease:released:", ":"),
@@ -159,9 +156,14 @@ class LockKeys:
 
     def handover(self, owner: str) -> str:
         """The channel where ``owner``'s client hears that its turn came (the lock was handed
-        or reserved to one of its waiters): one per client and lock, so a release wakes the
+        to one of its waiters): one per client and lock, so a release wakes the
         one process whose turn it is, not every process waiting on the lock."""
         return self.handover_prefix + owner.rsplit(":", 1)[0]
+
+    @property
+    def receipts(self) -> str:
+        """The key that remembers the lock's recent final releases (for safe retries)."""
+        return self.receipt_prefix
 
     def receipt(self, owner: str) -> str:
         """The key that remembers ``owner``'s last final release (for safe retries)."""

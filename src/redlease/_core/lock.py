@@ -26,8 +26,9 @@ RECHECK = 5.0
 line alive and bounds the cost of a lost wake-up or a waiter that died on its turn."""
 
 PLACE_MS = 4 * int(RECHECK * 1000)
-"""How long a waiter's place in line lasts without a re-check (then it lapses: a dead waiter
-never blocks the line for longer)."""
+"""How long a semaphore's or latch's waiter's place lasts without a re-check (then it lapses:
+a dead waiter never blocks the line for longer). A lock's line needs none: a place goes when
+its turn comes, and a dead client's when a free lock meets it."""
 
 OUTAGE_TOLERANCE = 10.0
 """A waiter rides out a server outage (restart, failover) for this long before it raises."""
@@ -121,13 +122,22 @@ def _acquire_call(
             to_ms(lease),
             owner,
             held,
-            PLACE_MS if queue else 0,
+            int(queue),
             int(fair),
-            int(handover),
+            place_lease(lease, handover),
             wait_id,
+            keys.handover_prefix,
+            keys.pubsub.command,
         ),
         undo=undo,
     )
+
+
+def place_lease(lease: float, handover: bool) -> str:
+    """How a release hands the lock to a waiter's place in line: "w<ms>", with the releaser's
+    hand-off window as first lease, which the watchdog lengthens to ``lease``, or "<ms>", with
+    the waiter's own fixed lease."""
+    return f"w{to_ms(lease)}" if handover else str(to_ms(lease))
 
 
 def release_call(
@@ -139,11 +149,11 @@ def release_call(
     handoff_ms: int = 0,
     unsure: bool = False,
 ) -> Call:
-    """The release script call; ``handoff_ms`` reserves a freed lock for the first waiter;
+    """The release script call; ``handoff_ms`` hands a freed lock to the first waiter;
     ``unsure``: the owner's last re-entry may have landed unseen (its count may be one more)."""
     return Call(
         scripts.LOCK_RELEASE,
-        (keys.name, keys.channel, keys.receipt(owner), keys.queue, keys.deadlines, keys.fence),
+        (keys.name, keys.channel, keys.receipts, keys.queue, keys.deadlines, keys.fence),
         (
             owner,
             held,
@@ -157,13 +167,14 @@ def release_call(
     )
 
 
-def leave_call(keys: LockKeys, owner: str, wait_id: str) -> Call:
-    """The acquire call ``wait_id`` gives up: leave the line, and give back a reservation for
-    the owner or a hold made for that call (a hand-over, a grant whose reply was lost)."""
+def leave_call(keys: LockKeys, owner: str, wait_id: str, place: str) -> Call:
+    """The acquire call ``wait_id`` gives up: leave the line (``place``: its place's hand-over
+    lease), and give back a hold made for that call (a hand-over, a grant whose reply was
+    lost)."""
     return Call(
         scripts.LOCK_LEAVE,
-        (keys.name, keys.channel, keys.queue, keys.deadlines),
-        (owner, keys.pubsub.command, wait_id),
+        (keys.name, keys.channel, keys.queue),
+        (owner, keys.pubsub.command, wait_id, place),
     )
 
 
@@ -208,8 +219,11 @@ class Layout:
             keys, owner, held, request_id=request_id, handoff_ms=handoff_ms, unsure=unsure
         )
 
-    def leave_call(self, keys: LockKeys, owner: str, wait_id: str, timeout: float | None) -> Call:
-        return leave_call(keys, owner, wait_id)
+    def leave_call(
+        self, keys: LockKeys, owner: str, wait_id: str, timeout: float | None, place: str
+    ) -> Call:
+        """Give up the wait ``wait_id`` (``place``: its place's hand-over lease)."""
+        return leave_call(keys, owner, wait_id, place)
 
     def listen(self, keys: LockKeys, owner: str) -> tuple[str, str | None]:
         """The channels a waiter listens on: the lock's, and one of its own (or ``None``)."""
@@ -248,12 +262,12 @@ def acquire(
     """Try, and while allowed wait for a wake-up and try again; ``None`` when not acquired.
 
     A blocking caller that finds the lock held takes a place in line (server side, by arrival);
-    a release reserves the lock for the first live waiter and wakes only that one. A ``fair``
+    a release hands the lock to the first waiter and wakes only that one. A ``fair``
     lock also keeps a newcomer from taking a free lock ahead of a live waiter in line.
-    With ``handover`` (a lease the watchdog renews) a release may hand the lock to this
-    waiter outright, with a short first lease: the wake-up then carries the grant and no
-    further request is needed (the lease counts from before our last request, which the
-    hand-over followed).
+    With ``handover`` (a lease the watchdog renews) the hand-over's first lease is the
+    releaser's hand-off window; without, the caller's own ``lease``. The wake-up carries the
+    grant and no further request is needed (the lease counts from before our last request,
+    which the hand-over followed).
     Success needs lease time left by the local clock, counted from before the request was
     sent, minus the drift allowance; a grant that arrives too late is given back.
     A wake-up is only a hint: every wait is bounded by the holder's TTL, ``RECHECK`` and our
@@ -272,14 +286,14 @@ def acquire(
     names the channels (redlease's own, or Redisson's fair lock's: ``fair.py``).
     """
     deadline = None if timeout is None else clock() + timeout
-    leave = layout.leave_call(keys, owner, wait_id, timeout)
+    leave = layout.leave_call(keys, owner, wait_id, timeout, place_lease(lease, handover))
     gone = GoneHold(on_gone)
     seen = 0  # the highest token or fence counter a reply of this call carried
     turn_wait = TURN_WAIT  # back-off while a free fair lock is another waiter's turn
     late = LateGrants()  # grants in a row that came too late, and the pause after them
     # Listening before the first try costs nothing when the channel is already subscribed,
     # and spares a waiter the subscribe-then-retry round trips. We listen on the lock's
-    # channel and on our own: where a release hands it over (or reserves it) to us.
+    # channel and on our own: where a release hands it over to us.
     channel, private = layout.listen(keys, owner)
     subscribed = bool(blocking and (yield Subscribe(channel, owner, leave, True, private)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
@@ -428,7 +442,7 @@ def status(keys: LockKeys, layout: Layout = REDLEASE) -> Operation[Status]:
     pairs = reply[2:]
     fields = {_text(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
     token = fields.get(FENCE_FIELD)
-    # a reservation for the next waiter and the fencing token are not holders
+    # the fencing token and the other redlease fields are not holders
     try:
         holders = {k: int(v) for k, v in fields.items() if not k.startswith(OWN_FIELDS)}
     except ValueError:

@@ -50,6 +50,7 @@ from ..errors import (
 )
 from ..options import Seconds
 from .latch import CountDownLatch
+from .line import Lines
 from .lock import FairLock, Lock
 from .rwlock import ReadWriteLock
 from .semaphore import LeaseSemaphore, Semaphore
@@ -71,9 +72,9 @@ class Client(ClientBase, Closing):
     ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; the watchdog
     renews it every third of that for as long as the hold lasts. A release gives the lock to the
     first waiter in line, so the releasing thread cannot barge straight back in:
-    ``handoff_window`` is the first lease of a waiter handed the lock outright, or how long it
-    stays reserved for one that must take it itself (``0`` turns the line off: Redisson's
-    free-for-all).
+    ``handoff_window`` is the first lease of a waiter handed the lock (its watchdog then
+    lengthens it; a waiter with a lease of its own is handed it with that lease; ``0`` turns
+    the line off: Redisson's free-for-all).
     ``replicas`` makes every acquire, renewal and release wait (``WAIT``, at most
     ``replica_timeout``) until that many replicas acknowledged it (see ``ReplicaError``).
     """
@@ -102,6 +103,8 @@ class Client(ClientBase, Closing):
         self._subscriber: Subscriber | None = None
         self._watchdog: Watchdog | None = None
         self._start_mutex = threading.Lock()
+        self._lines = Lines()
+        """Each lock's local line: the client's own waiters, of which only the head asks."""
         self._ops = threading.Condition()
         """Guards ``_closed`` and ``_active``: the operations under way, which ``close()``
         stops and waits for."""
@@ -284,6 +287,7 @@ class Client(ClientBase, Closing):
                 return
             self._closed = True
         self._closing.set()
+        self._lines.close()  # wakes the local waiters (a head is stopped with its call)
         with self._start_mutex:  # nothing starts once closed (see _subscriber_started, _watch)
             subscriber = self._subscriber
         if subscriber is not None:

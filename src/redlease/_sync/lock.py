@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .._core import lock as core
-from .._lockbase import LockBase, fair_layout
+from .._lockbase import AcquirePlan, LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError
 from ..options import Seconds
 from ..stats import Lease, LockStatistics
@@ -55,7 +56,22 @@ class Lock(LockBase, Held, LockQueries):
     def _acquire(
         self, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> Lease | None:
-        plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
+        """A blocking acquire by a thread that holds nothing here waits in the client's local
+        line for this lock, and only the head of the line asks the server (see ``line.py``);
+        a try or a re-entry goes straight to the server."""
+        owner = self.client._owner()
+        line = self._line_for(owner, blocking, timeout, lease)
+        if line is None:
+            return self._acquire_now(self._plan_acquire(owner, blocking, timeout, lease))
+        key, wait = line
+        started = time.monotonic()
+        with self.client._lines.turn(key, self.name, wait) as head:
+            if not head:  # the timeout ran out in the local line: nothing was sent
+                self._state.acquire_failed(self.name, owner, started, gone=False)
+                return None
+            return self._acquire_now(self._plan_head(owner, wait, lease, started))
+
+    def _acquire_now(self, plan: AcquirePlan) -> Lease | None:
         try:
             result = self.client._run(plan.op, self.name, self._replication)
         except BaseException as exc:
@@ -112,8 +128,14 @@ class Lock(LockBase, Held, LockQueries):
         return self._lease_lost(self.client._owner())
 
     def statistics(self) -> LockStatistics:
-        sub = self.client._subscriber
-        waiters = sub.waiting(self._wait_channel) if sub is not None else 0
+        """The lock as the server has it; ``local_waiters`` counts this client's threads in
+        the local line (its head, which waits on the server, included)."""
+        line = self._line
+        if line is not None:
+            waiters = self.client._lines.waiting(line)
+        else:
+            sub = self.client._subscriber
+            waiters = sub.waiting(self._wait_channel) if sub is not None else 0
         return self._statistics(self.client._owner(), self._status(), waiters)
 
     def _status(self) -> core.Status:
@@ -135,8 +157,8 @@ class FairLock(Lock):
 
     A blocking acquire takes a place in a line kept on the server; a release hands the lock to
     the first live waiter and wakes only it; a newcomer never takes a free lock ahead of a live
-    waiter. A waiter that gives up leaves the line; one that dies loses its place within 20 s
-    (it must re-check every 5 s to keep it).
+    waiter. A waiter that gives up leaves the line; one whose process dies loses its place
+    when a free lock meets it (its client no longer listens).
 
     ``layout="redisson"`` keeps the line in Redisson's ``RedissonFairLock`` layout instead,
     shared with Java services on the same name (their waiters and ours in one line): a

@@ -1,0 +1,548 @@
+"""The asyncio pipeline (issue #15): script calls from many tasks share a few connections.
+
+Each call is a command packed by ``_wire.Packer``. It joins the queue of one of at most
+``WIDTH`` connections taken from the client's redis-py pool (so TLS, ACL users, ``HELLO`` and
+health checks stay redis-py's); a writer task per connection sends everything queued in one
+write, and a reader task reads the replies in order and hands each to its caller, as
+Redisson's Netty client does. Replies are matched to callers by position only, so nothing may
+ever be sent or read out of turn:
+
+* a caller cancelled before its command was written is dropped from the batch (never sent);
+  one cancelled after has its reply read and discarded, so the connection stays in step;
+* an error reply (``NOSCRIPT``, ``WRONGTYPE``) is that call's exception, the connection kept;
+* a connection error or a read timeout (the pool's ``socket_timeout``) fails every call
+  queued on that connection with a copy of the error; the connection is disconnected and
+  given back to the pool, the other connections take no new call, and the next call opens a
+  fresh one. After a connection error (never a timeout) a call is sent again as redis-py
+  sends its own (the connections' ``retry``), then once more by the client: every script is
+  idempotent for a repeated request.
+
+The sync ``Client`` keeps one command per checked-out connection (``_send_packed``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis.exceptions
+
+from .._connections import HUNG, Hung
+from .._owners import fork_generation
+from .cancel import CANCEL_GRACE
+
+T = TypeVar("T")
+
+WIDTH = 2
+"""Connections a pipeline keeps at most: one is enough to keep a single server busy; a second
+opens when the first has ``SPREAD`` calls waiting, so one slow batch does not hold all back."""
+
+SPREAD = 64
+"""Calls queued on every open connection before another one is opened."""
+
+DEPTH = 4096
+"""Calls queued or awaiting their reply at once, over all connections; a caller beyond it
+waits for room (back-pressure instead of unbounded memory)."""
+
+RETIRE_GRACE = 5.0
+"""How long retiring a connection waits for its reader and writer tasks to end."""
+
+
+class PipelineClosedError(redis.exceptions.ConnectionError):
+    """The pipeline was closed with the call still queued (``AsyncClient.close``)."""
+
+
+KEEP: contextvars.ContextVar[bool] = contextvars.ContextVar("redlease_keep", default=False)
+"""Set (by ``finish_on_pipeline``) around a call whose outcome its caller must learn even when
+cancelled: the caller then gets a ``Cancelled`` that carries it."""
+
+
+class Cancelled(asyncio.CancelledError):
+    """The caller of a call made under ``KEEP`` was cancelled: ``packed`` is the command,
+    ``sent`` whether it was written, ``outcome`` its reply or error (a done future) once read,
+    ``None`` if not sent or not answered within ``CANCEL_GRACE``."""
+
+    def __init__(
+        self,
+        cancelled: asyncio.CancelledError,
+        packed: bytes,
+        sent: bool,
+        outcome: asyncio.Future[Any] | None,
+    ) -> None:
+        super().__init__(*cancelled.args)  # the cancellation's message, if any
+        self.packed = packed
+        self.sent = sent
+        self.outcome = outcome
+
+
+_UNSENT = object()
+"""What a cancelled caller under ``KEEP`` learns of a call the writer dropped unsent."""
+
+
+class _Link:
+    """One connection of a pipeline: its queue to write, the calls awaiting their reply
+    (in the order they were written), and its writer and reader tasks."""
+
+    __slots__ = (
+        "conn",
+        "dead",
+        "draining",
+        "outgoing",
+        "pending",
+        "readable",
+        "reader",
+        "wake",
+        "writer",
+    )
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.outgoing: list[tuple[bytes, asyncio.Future[Any]]] = []
+        self.pending: deque[asyncio.Future[Any]] = deque()
+        self.wake = asyncio.Event()  # set when outgoing has calls for the writer
+        self.readable = asyncio.Event()  # set when pending has calls for the reader
+        self.dead = False
+        self.draining = False  # takes no new calls; retired once its replies are read
+        self.writer: asyncio.Task[None] | None = None
+        self.reader: asyncio.Task[None] | None = None
+
+    @property
+    def load(self) -> int:
+        return len(self.outgoing) + len(self.pending)
+
+
+class Pipeline:
+    """Script calls of one ``AsyncClient`` on at most ``width`` connections of ``pool``,
+    written in batches and read in order. Use it from one event loop."""
+
+    def __init__(self, pool: Any, checkout: tuple[str, ...] = (), width: int = WIDTH) -> None:
+        self._pool = pool
+        self._checkout = checkout
+        self._width = max(1, width)
+        self._links: list[_Link] = []  # the connections new calls go to
+        self._draining: list[_Link] = []  # suspect ones: their calls finish, no new ones
+        self._opening: asyncio.Future[_Link] | None = None
+        self._queued = 0  # calls queued or awaiting their reply
+        self._room: deque[asyncio.Future[None]] | None = None  # callers waiting for room
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._generation = fork_generation()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._retry: Any = None  # the connections' redis-py ``retry``, once one is open
+        self._late: dict[asyncio.Future[Any], asyncio.Future[Any]] = {}
+        """Calls whose caller was cancelled under ``KEEP``: where their reply goes instead."""
+        self.closed = False
+
+    async def call(self, packed: bytes) -> Any:
+        """Send ``packed`` (one whole command) and return its reply; an error reply is raised
+        (redis-py's ``ResponseError`` and its kinds), as is a connection error or a timeout.
+        After a connection error it is sent again as redis-py sends its own commands again
+        (the connections' ``retry``); never after a timeout (it would only wait again)."""
+        try:
+            return await self._call_once(packed)
+        except (*HUNG, PipelineClosedError):
+            raise
+        except redis.exceptions.ConnectionError as exc:
+            if self._retry is None:
+                raise
+            return await self._call_again(packed, exc)
+
+    async def _call_again(self, packed: bytes, failed: Exception) -> Any:
+        """``call`` after its first attempt failed with ``failed``: the rest of the attempts
+        the connections' ``retry`` allows, with its back-off (``failed`` counts as the first)."""
+        first = [failed]
+
+        async def attempt() -> Any:
+            if first:
+                raise first.pop()  # the failure already met: counted, backed off from
+            try:
+                return await self._call_once(packed)
+            except (*HUNG, PipelineClosedError) as exc:
+                raise Hung(exc) from exc  # not one redis-py's retry retries
+
+        try:
+            return await self._retry.call_with_retry(attempt, _nothing)
+        except Hung as exc:
+            raise exc.error from None
+
+    async def _call_once(self, packed: bytes) -> Any:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop or self._generation != fork_generation():
+            # a forked child (or another event loop) never touches the connections it finds
+            self._forget(loop)
+        keep = KEEP.get()
+        try:
+            if self._queued >= DEPTH:
+                await self._wait_for_room()
+            if self.closed:
+                raise PipelineClosedError("the pipeline is closed")
+            link = self._pick()
+            if link is None:
+                link = await self._open()
+                if link.dead:  # failed as it opened (its error went to the calls it had)
+                    raise redis.exceptions.ConnectionError("the pipeline's connection closed")
+        except asyncio.CancelledError as cancelled:
+            if keep:
+                raise Cancelled(cancelled, packed, False, None) from None
+            raise
+        future: asyncio.Future[Any] = loop.create_future()
+        if keep:  # where the reply goes if the caller is cancelled before it is read
+            late: asyncio.Future[Any] = loop.create_future()
+            late.add_done_callback(_retrieved)
+            self._late[future] = late
+        link.outgoing.append((packed, future))
+        link.wake.set()
+        self._queued += 1
+        try:
+            return await future
+        except asyncio.CancelledError as cancelled:
+            if not keep:
+                raise
+            raise await self._cancelled(cancelled, link, packed, future) from None
+        finally:
+            if keep:
+                self._late.pop(future, None)
+            self._queued -= 1
+            if self._room is not None and self._queued < DEPTH:
+                self._make_room()
+
+    async def _cancelled(
+        self,
+        cancelled: asyncio.CancelledError,
+        link: _Link,
+        packed: bytes,
+        future: asyncio.Future[Any],
+    ) -> Cancelled:
+        """What a caller cancelled under ``KEEP`` raises: a call not yet written is dropped
+        (the writer skips a cancelled one); else its reply, still read in turn, is awaited
+        (bounded) and handed up."""
+        if future.done() and not future.cancelled():
+            return Cancelled(cancelled, packed, True, future)  # answered as it was cancelled
+        late = self._late.get(future)
+        if late is None or any(queued is future for _, queued in link.outgoing):
+            return Cancelled(cancelled, packed, False, None)  # the writer skips it
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait({late}, timeout=CANCEL_GRACE)
+        if late.done() and not late.exception() and late.result() is _UNSENT:
+            return Cancelled(cancelled, packed, False, None)  # dropped by the writer
+        return Cancelled(cancelled, packed, True, late if late.done() else None)
+
+    def _hand_late(
+        self, future: asyncio.Future[Any], reply: Any, error: BaseException | None
+    ) -> None:
+        """Hand the reply (or error) of a cancelled caller's call to it (under ``KEEP``)."""
+        late = self._late.pop(future, None)
+        if late is None or late.done():
+            return
+        if error is None:
+            late.set_result(reply)
+        else:
+            late.set_exception(error)
+
+    async def _wait_for_room(self) -> None:
+        """Wait until fewer than ``DEPTH`` calls are queued (woken in turn, never polled)."""
+        if self._room is None:
+            self._room = deque()
+        while self._queued >= DEPTH:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._room.append(waiter)
+            try:
+                await waiter
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._make_room()  # pass the turn on
+                raise
+
+    def _make_room(self) -> None:
+        room = self._room
+        while room:
+            waiter = room.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    @property
+    def connections(self) -> int:
+        """Connections open now (for tests and benchmarks)."""
+        return len(self._links) + len(self._draining)
+
+    def _pick(self) -> _Link | None:
+        """The live connection with the fewest calls queued, or ``None`` when another one
+        should be opened first (none yet); starts opening one more in the background when
+        every open one is busy."""
+        links = self._links
+        if not links:
+            return None
+        best = links[0]
+        if len(links) > 1:
+            for link in links[1:]:
+                if link.load < best.load:
+                    best = link
+        if best.load >= SPREAD and len(links) < self._width and self._opening is None:
+            self._start_opening()
+        return best
+
+    async def _open(self) -> _Link:
+        """A connection to queue on: the one being opened, or a new one."""
+        if self._opening is None:
+            self._start_opening()
+        assert self._opening is not None
+        try:
+            return await asyncio.shield(self._opening)
+        except Exception as exc:
+            raise _copy(exc) from None  # each waiter its own (see _copy)
+
+    def _start_opening(self) -> None:
+        loop = asyncio.get_running_loop()
+        opening: asyncio.Future[_Link] = loop.create_future()
+        self._opening = opening
+
+        async def open_one() -> None:
+            try:
+                conn = await self._pool.get_connection(*self._checkout)
+                if self.closed:
+                    await self._pool.release(conn)
+                    raise PipelineClosedError("the pipeline is closed")
+            except BaseException as exc:
+                self._opening = None
+                if not isinstance(exc, Exception):
+                    opening.cancel()
+                    raise
+                opening.set_exception(exc)
+                opening.exception()  # retrieved: only the callers waiting need it
+                return
+            self._retry = getattr(conn, "retry", None)
+            link = _Link(conn)
+            link.writer = loop.create_task(self._write(link), name="redlease-pipeline-writer")
+            link.reader = loop.create_task(self._read(link), name="redlease-pipeline-reader")
+            self._links.append(link)
+            self._opening = None
+            opening.set_result(link)
+
+        task = loop.create_task(open_one(), name="redlease-pipeline-open")
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _write(self, link: _Link) -> None:
+        """Send everything queued on ``link`` in one write, batch after batch."""
+        conn, pending = link.conn, link.pending
+        try:
+            while True:
+                if not link.outgoing:
+                    link.wake.clear()
+                    await link.wake.wait()
+                    continue
+                if not conn.is_connected:  # never let redis-py reconnect it under the reader
+                    raise redis.exceptions.ConnectionError("pipeline connection closed")
+                if not pending and conn.health_check_interval:
+                    await conn.check_health()  # PING while no reply is due (the reader idles)
+                batch, link.outgoing = link.outgoing, []
+                # a call cancelled before it is written is never sent
+                live = [(packed, future) for packed, future in batch if not future.done()]
+                if len(live) < len(batch) and self._late:
+                    for _, future in batch:
+                        if future.done():
+                            self._hand_late(future, _UNSENT, None)
+                if not live:
+                    continue
+                pending.extend(future for _, future in live)
+                link.readable.set()
+                await conn.send_packed_command([packed for packed, _ in live], check_health=False)
+        except BaseException as exc:
+            self._fail(link, exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    async def _read(self, link: _Link) -> None:
+        """Read ``link``'s replies in order and hand each to its caller (unless cancelled)."""
+        conn, pending = link.conn, link.pending
+        try:
+            while True:
+                if not pending:
+                    link.readable.clear()
+                    await link.readable.wait()
+                    continue
+                try:
+                    reply = await conn.read_response()
+                except redis.exceptions.ResponseError as exc:  # an error reply, read whole
+                    future = pending.popleft()
+                    if not future.done():
+                        future.set_exception(exc)
+                    elif self._late:
+                        self._hand_late(future, None, exc)
+                    if link.draining and not link.load:
+                        self._retire(link)
+                        return
+                    continue
+                future = pending.popleft()
+                if not future.done():
+                    future.set_result(reply)
+                elif self._late:
+                    self._hand_late(future, reply, None)
+                if link.draining and not link.load:
+                    self._retire(link)
+                    return
+        except BaseException as exc:
+            self._fail(link, exc)
+            if not isinstance(exc, Exception):
+                raise
+
+    def _fail(self, link: _Link, exc: BaseException) -> None:
+        """Fail every call queued on ``link`` with (a copy of) ``exc`` and retire it. After a
+        connection error or a timeout the other connections most likely died with it (a
+        restart, a cut, a hung server): the idle ones go at once, the busy ones take no new
+        call and go once their replies are read, so that a call's second try goes to a fresh
+        connection."""
+        if link.dead:
+            return
+        self._retire(link)
+        error = exc if isinstance(exc, Exception) else PipelineClosedError("pipeline stopped")
+        sent, unsent = list(link.pending), [future for _, future in link.outgoing]
+        link.pending.clear()
+        link.outgoing.clear()
+        for future in (*sent, *unsent):
+            if not future.done():
+                future.set_exception(_copy(error))
+            elif self._late:
+                if future in unsent:
+                    self._hand_late(future, _UNSENT, None)
+                else:
+                    self._hand_late(future, None, _copy(error))
+        if not isinstance(error, PipelineClosedError):
+            suspect, self._links = self._links, []
+            for other in suspect:
+                if other.load:
+                    other.draining = True
+                    self._draining.append(other)
+                else:
+                    self._retire(other)
+
+    def _retire(self, link: _Link) -> None:
+        """Stop ``link``'s tasks, then disconnect it and give it back to the pool."""
+        link.dead = True
+        for links in (self._links, self._draining):
+            with contextlib.suppress(ValueError):
+                links.remove(link)
+        current = asyncio.current_task()
+        tasks = [t for t in (link.writer, link.reader) if t is not None]
+        for task in tasks:
+            if task is not current:
+                task.cancel()
+        others = [t for t in tasks if t is not current]
+
+        async def retire() -> None:
+            if others:
+                await asyncio.wait(others, timeout=RETIRE_GRACE)
+            try:
+                await link.conn.disconnect(nowait=True)
+            finally:
+                await self._pool.release(link.conn)
+
+        task = asyncio.get_running_loop().create_task(retire(), name="redlease-pipeline-retire")
+        self._retiring.add(task)
+        task.add_done_callback(self._retired)
+
+    def _retired(self, task: asyncio.Task[None]) -> None:
+        self._retiring.discard(task)
+        if not task.cancelled():
+            task.exception()  # a failed disconnect is nothing to report
+
+    async def close(self) -> None:
+        """Fail what is still queued, stop the tasks, give every connection back."""
+        self.closed = True
+        if self._loop is not asyncio.get_running_loop() or self._generation != fork_generation():
+            self._forget(None)
+            return
+        for link in [*self._links, *self._draining]:
+            self._fail(link, PipelineClosedError("the pipeline is closed"))
+        if self._retiring:
+            await asyncio.wait(list(self._retiring), timeout=RETIRE_GRACE)
+
+    def _forget(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Drop every connection without touching it: they belong to a parent process, or
+        to another event loop (whose tasks would never run on this one)."""
+        self._generation = fork_generation()
+        self._loop = loop
+        self._links = []
+        self._draining = []
+        self._late = {}
+        self._opening = None
+        self._queued = 0
+        self._room = None
+        self._retiring = set()
+
+
+async def finish_on_pipeline(
+    send: Callable[[], Awaitable[T]],
+    packed: Callable[[], bytes],
+    then: Callable[[T], Awaitable[Any]],
+) -> T:
+    """``cancel.finish_despite_cancel`` for a call sent on the pipeline, without a task of its
+    own: ``send()`` runs in the caller's task under ``KEEP``, so a cancelled caller still gets
+    the outcome of its command (``packed()``) and runs ``then`` on the reply (bounded) before
+    the cancellation goes on; when the outcome is unknown (a connection lost, or cancelled
+    between two tries) the call is sent once more for it (every script is idempotent)."""
+    keep: contextvars.Token[bool] | None = KEEP.set(True)
+    try:
+        return await send()
+    except asyncio.CancelledError as cancelled:
+        assert keep is not None
+        KEEP.reset(keep)
+        keep = None
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(_settle(cancelled, send, packed, then), CANCEL_GRACE)
+        if isinstance(cancelled, Cancelled):
+            # a plain one: asyncio.timeout() recognises its own by the exact class
+            raise asyncio.CancelledError(*cancelled.args) from None
+        raise
+    finally:
+        if keep is not None:
+            KEEP.reset(keep)
+
+
+async def _settle(
+    cancelled: asyncio.CancelledError,
+    send: Callable[[], Awaitable[T]],
+    packed: Callable[[], bytes],
+    then: Callable[[T], Awaitable[Any]],
+) -> None:
+    """Run ``then`` on the outcome of a call whose caller was cancelled (see
+    ``finish_on_pipeline``)."""
+    if isinstance(cancelled, Cancelled):
+        if not cancelled.sent:
+            return  # never written: nothing to undo
+        if cancelled.packed != packed():
+            return  # another command of the call (SCRIPT LOAD, TYPE): its script did not run
+        outcome = cancelled.outcome
+        if outcome is not None:
+            error = outcome.exception()
+            if error is None:
+                await then(outcome.result())
+                return
+            if isinstance(error, HUNG) or not isinstance(error, redis.exceptions.ConnectionError):
+                return  # refused (nothing ran), or hung: as a call that raised
+    await then(await send())
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Mark an abandoned call's error as seen (no "exception never retrieved" warning)."""
+    if not future.cancelled():
+        future.exception()
+
+
+async def _nothing(_: Exception) -> None:
+    """What redis-py's retry does to a failed connection here: nothing (already retired)."""
+
+
+def _copy(exc: Exception) -> Exception:
+    """A fresh exception like ``exc`` for each failed caller (one instance raised in many
+    tasks would gather all their tracebacks)."""
+    try:
+        copy = type(exc)(*exc.args)
+    except Exception:
+        copy = redis.exceptions.ConnectionError(str(exc))
+    copy.__cause__ = exc.__cause__
+    return copy
