@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import re
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -228,6 +229,19 @@ def call_slots(client: Any) -> int:
     if not isinstance(most, int) or isinstance(most, bool) or most <= 0:
         return MAX_CALL_SLOTS
     return max(1, min(most - CALL_HEADROOM, MAX_CALL_SLOTS))
+
+
+def call_tokens(client: Any) -> queue.SimpleQueue[None] | None:
+    """A thread client's ``call_slots`` as tokens to take and give back (a ``SimpleQueue``:
+    a tenth of a ``BoundedSemaphore``'s cost per call); ``None`` where the pool sets no
+    useful bound."""
+    slots = call_slots(client)
+    if slots >= MAX_CALL_SLOTS:
+        return None
+    tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
+    for _ in range(slots):
+        tokens.put(None)
+    return tokens
 
 
 def is_cluster(client: Any) -> bool:

@@ -49,6 +49,9 @@ class ReleasePlan:
     owner: str
     hold: core.Hold
     op: Operation[int]
+    again: Callable[[], Operation[int]] | None = None
+    """``op`` made anew, with the same request id (``None``: a release that settles an
+    earlier one first, not to be made anew): how a cancelled release learns its outcome."""
 
 
 class LockBase:
@@ -210,7 +213,12 @@ class LockBase:
             )
         if hold.release_id is None:
             hold.release_id = next_request_id()
-        return ReleasePlan(owner=owner, hold=hold, op=self._release_op(owner, hold))
+        return ReleasePlan(
+            owner=owner,
+            hold=hold,
+            op=self._release_op(owner, hold),
+            again=lambda: self._release_op(owner, hold),
+        )
 
     def _released(self, plan: ReleasePlan, remaining: int) -> None:
         plan.hold.release_id = None

@@ -18,6 +18,7 @@ import redis
 
 import redlease
 from redlease import NotOwnedError, ServerUnavailableError
+from redlease.testing import TcpProxy
 
 from .helpers import eventually
 
@@ -283,6 +284,118 @@ async def test_cancelled_waiting_acquire_leaves_nothing(server, name):
             await task
         await holder.release()
         assert not await client.lock(name).locked()
+
+
+def _awaiting_reply(task: asyncio.Task[object]) -> bool:
+    """The task's await chain has reached the read of a direct call's reply (its command is
+    written): read from the task's own coroutines, never another thread's frames."""
+    coro: object = task.get_coro()
+    names: set[str] = set()
+    for _ in range(200):
+        code = getattr(coro, "cr_code", None)
+        if code is None:
+            return False
+        if code.co_name == "read_response" and "send_direct" in names:
+            return True
+        names.add(code.co_name)
+        coro = getattr(coro, "cr_await", None)
+    return False
+
+
+@pytest.mark.parametrize("reentry", [False, True], ids=["first", "reentry"])
+async def test_an_acquire_cancelled_awaiting_its_reply_reads_it_and_gives_it_back(
+    server, name, reentry
+):
+    """The direct call (no pipeline) keeps no task per call: a task cancelled after its
+    acquire went out still reads the reply on the same connection (no second connection, no
+    second send) and gives back the hold it brought, before the cancellation goes on."""
+    with TcpProxy(("127.0.0.1", server.port)) as proxy:
+        async with redlease.AsyncClient.from_url(proxy.url) as client:
+            lock = client.lock(name)
+            assert await lock.acquire()  # warms the connection (and the script cache)
+            await lock.release()
+            counts: list[int] = []
+            first_in, go = asyncio.Event(), asyncio.Event()
+
+            async def caller() -> None:
+                if reentry:
+                    assert await lock.acquire()
+                    first_in.set()
+                    await go.wait()
+                try:
+                    await lock.acquire()
+                finally:
+                    counts.append(await lock.hold_count())
+
+            opened = proxy.accepted
+            if not reentry:
+                proxy.freeze()
+            task = asyncio.create_task(caller())
+            if reentry:
+                await asyncio.wait_for(first_in.wait(), 10)
+                proxy.freeze()  # the first hold is in: its re-entry hangs
+                go.set()
+            await eventually(lambda: _awaiting_reply(task))
+            task.cancel()
+            await asyncio.sleep(0)  # the cancellation lands while the reply is held back
+            proxy.thaw()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert counts == [1 if reentry else 0]
+            assert proxy.accepted == opened, "the reply was not read on the same connection"
+            observer = redis.Redis(port=server.port)
+            try:
+                holds = {
+                    field: int(count)
+                    for field, count in observer.hgetall(name).items()
+                    if not field.startswith(b"redlease:")
+                }
+                assert list(holds.values()) == ([1] if reentry else []), holds
+            finally:
+                observer.close()
+
+
+async def test_a_release_cancelled_awaiting_its_reply_still_releases(server, name):
+    """A release cancelled after it went out reads its reply late on the same connection and
+    the hold table learns the outcome (no second send, no task of its own)."""
+    with TcpProxy(("127.0.0.1", server.port)) as proxy:
+        async with redlease.AsyncClient.from_url(proxy.url) as client:
+            lock = client.lock(name)
+            held, go = asyncio.Event(), asyncio.Event()
+            after: list[bool] = []
+
+            async def holder() -> None:
+                assert await lock.acquire()
+                held.set()
+                await go.wait()
+                try:
+                    await lock.release()
+                finally:
+                    after.append(lock.fencing_token is not None)  # the hold table, no call
+
+            task = asyncio.create_task(holder())
+            await asyncio.wait_for(held.wait(), 10)
+            opened = proxy.accepted
+            observer = redis.Redis(port=server.port)
+            scripts_run = _scripts_run(observer)
+            proxy.freeze()
+            go.set()
+            await eventually(lambda: _awaiting_reply(task))
+            task.cancel()
+            await asyncio.sleep(0)
+            proxy.thaw()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert after == [False]
+            assert proxy.accepted == opened, "the reply was not read on the same connection"
+            assert _scripts_run(observer) == scripts_run + 1, "the release was sent again"
+            observer.close()
+            assert not await lock.locked()
+
+
+def _scripts_run(observer: redis.Redis) -> int:
+    stats = observer.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
 
 
 async def test_cancelled_release_still_completes(server, name):

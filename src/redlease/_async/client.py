@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio  # async-only
 import contextlib
+import contextvars  # async-only
 import functools
 import inspect
 import threading
@@ -40,6 +41,7 @@ from .._owners import HANDOFF_WINDOW, TaskOwners, fork_generation
 
 # begin async-only
 # else sync
+# from .._connections import call_tokens
 # from .._owners import fork_safe
 # end async-only
 from .._urls import async_sentinel_master, checked_url, is_sentinel_url
@@ -62,7 +64,11 @@ from .rwlock import AsyncReadWriteLock
 from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from .shared import AsyncClosing
 from .subscriber import Subscriber, wait, wait_event
-from .transport import Pipeline, finish_on_pipeline  # async-only
+
+# begin async-only
+from .transport import KEEP, Cancelled, Pipeline, Progress, finish_kept, read_late, send_direct
+
+# end async-only
 from .watchdog import AsyncWatchdog
 
 T = TypeVar("T")
@@ -129,9 +135,10 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._idle.set()
         self._closing = asyncio.Event()  # set by close(): ends a back-off pause at once
         # else sync
-        # self._ops = threading.Condition()
+        # self._ops_mutex = threading.Lock()
         # """Guards ``_closed`` and ``_active``: the operations under way, which ``close()``
-        # stops and waits for."""
+        # stops and waits for (on ``_ops``)."""
+        # self._ops = threading.Condition(self._ops_mutex)
         # self._active = 0
         # self._closing = threading.Event()
         # """Set by ``close()``: ends a back-off pause at once."""
@@ -152,7 +159,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         # begin async-only
         self._slots = asyncio.Semaphore(call_slots(redis_client))
         # else sync
-        # self._slots = threading.BoundedSemaphore(call_slots(redis_client))
+        # self._slots = call_tokens(redis_client)
         # end async-only
         """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
 
@@ -404,9 +411,10 @@ class AsyncClient(ClientBase, AsyncClosing):
     #     """Fresh locks (a thread of the parent may have held one at the fork), and none of
     #     the parent's threads, whose locks could be held too."""
     #     self._start_mutex = threading.Lock()
-    #     self._ops = threading.Condition()
+    #     self._ops_mutex = threading.Lock()
+    #     self._ops = threading.Condition(self._ops_mutex)
     #     self._active = 0
-    #     self._slots = threading.BoundedSemaphore(call_slots(self.redis))
+    #     self._slots = call_tokens(self.redis)
     #     self._after_fork()
     # end async-only
 
@@ -426,9 +434,26 @@ class AsyncClient(ClientBase, AsyncClosing):
         if pipeline is not None and not pipeline.closed and replication is None and via is None:
             # the pipeline bounds its own queue and takes a few connections: no slot needed
             return await self._call_once_more(call, name, replication, via)
-        # end async-only
-        async with self._slots:  # a burst beyond the pool waits here, not in an error
+        try:
+            await self._slots.acquire()  # a burst beyond the pool waits here, not in an error
+        except asyncio.CancelledError as cancelled:
+            if KEEP.get():
+                raise Cancelled(cancelled, b"", False, None) from None  # nothing sent
+            raise
+        try:
             return await self._call_once_more(call, name, replication, via)
+        finally:
+            self._slots.release()
+        # else sync
+        # slots = self._slots
+        # if slots is None:  # the pool sets no bound
+        #     return self._call_once_more(call, name, replication, via)
+        # slots.get()  # a burst beyond the pool waits here, not in an error
+        # try:
+        #     return self._call_once_more(call, name, replication, via)
+        # finally:
+        #     slots.put(None)
+        # end async-only
 
     async def _call_once_more(
         self,
@@ -527,17 +552,39 @@ class AsyncClient(ClientBase, AsyncClosing):
             # a forked child never touches its parent's sockets
             spare = self._spare = []
             self._spare_generation = fork_generation()
+        # begin async-only
+        keep = KEEP.get()
+        progress = Progress()
         try:
             conn = spare.pop()
         except IndexError:
-            conn = await pool.get_connection(*packer.checkout)
+            try:
+                conn = await pool.get_connection(*packer.checkout)
+            except asyncio.CancelledError as cancelled:
+                if keep:
+                    raise Cancelled(cancelled, packed, False, None) from None
+                raise
 
         async def send() -> Any:
             try:
-                await conn.send_packed_command([packed])
-                return await conn.read_response()
+                return await send_direct(conn, packed, progress)
             except HUNG as exc:  # a hung server: redis-py's retry would only wait again
                 raise Hung(exc) from exc
+
+        # else sync
+        # try:
+        #     conn = spare.pop()
+        # except IndexError:
+        #     conn = pool.get_connection(*packer.checkout)
+        #
+        # def send() -> Any:
+        #     try:
+        #         conn.send_packed_command([packed])
+        #         return conn.read_response()
+        #     except HUNG as exc:  # a hung server: redis-py's retry would only wait again
+        #         raise Hung(exc) from exc
+        #
+        # end async-only
 
         async def failed(_: Exception) -> None:
             await conn.disconnect()
@@ -549,6 +596,8 @@ class AsyncClient(ClientBase, AsyncClosing):
             raise
         except BaseException as exc:
             # begin async-only
+            if keep and isinstance(exc, asyncio.CancelledError):
+                raise await self._kept(exc, conn, packed, progress) from None
             # nothing or half a reply read (or cancelled mid-read): never reuse it as it is
             await conn.disconnect(nowait=True)
             # else sync
@@ -565,6 +614,74 @@ class AsyncClient(ClientBase, AsyncClosing):
         return reply
 
     # begin async-only
+    async def _run_kept(
+        self,
+        op: Operation[T],
+        again: Callable[[], Operation[T]] | None,
+        name: str,
+        replication: Replication | None,
+        then: Callable[[T], Any],
+    ) -> T:
+        """``_run`` for an operation that finishes even when its caller is cancelled (a
+        release): ``then`` runs on its result before the cancellation goes on. Sent directly
+        or on the pipeline it needs no task of its own: its reply, read late, answers
+        ``again()`` (the operation made anew, same request ids); an outcome not known that
+        way is learnt by running ``again()`` (bounded; the server recognises a request that
+        already ran)."""
+        if again is None or replication is not None or self._packer is None:
+            return await finish_despite_cancel(self._run(op, name, replication), then)
+        keep: contextvars.Token[bool] | None = KEEP.set(True)
+        try:
+            return await self._run(op, name, replication)
+        except asyncio.CancelledError as cancelled:
+            assert keep is not None
+            KEEP.reset(keep)
+            keep = None
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                result = self._answered(again(), cancelled)
+                if result is None:
+                    result = (await asyncio.wait_for(self._run(again(), name), CANCEL_GRACE),)
+                then(result[0])
+            if isinstance(cancelled, Cancelled):
+                # a plain one: asyncio.timeout() recognises its own by the exact class
+                raise asyncio.CancelledError(*cancelled.args) from None
+            raise
+        finally:
+            if keep is not None:
+                KEEP.reset(keep)
+
+    def _answered(self, op: Operation[T], cancelled: asyncio.CancelledError) -> tuple[T] | None:
+        """The result of ``op`` when its first call's reply, read late, is what
+        ``cancelled`` carries and finishes it; else ``None``."""
+        if not isinstance(cancelled, Cancelled) or self._packer is None:
+            return None
+        outcome = cancelled.outcome
+        if outcome is None or outcome.exception() is not None:
+            return None
+        try:
+            request = op.send(None)
+            if not isinstance(request, Call) or self._packer.pack(request) != cancelled.packed:
+                return None
+            op.send(outcome.result())
+        except StopIteration as stop:
+            return (stop.value,)
+        finally:
+            op.close()
+        return None  # it has more to send: run anew
+
+    async def _kept(
+        self, cancelled: asyncio.CancelledError, conn: Any, packed: bytes, progress: Progress
+    ) -> Cancelled:
+        """What a direct call cancelled under ``KEEP`` raises: the reply, read late when the
+        caller was cancelled awaiting it; else whether its command may have gone out."""
+        outcome = await read_late(conn) if progress.reading else None
+        if outcome is not None and len(self._spare) < SPARE_CONNECTIONS:
+            self._spare.append(conn)  # read in step: as good as any
+        else:
+            await conn.disconnect(nowait=True)
+            await self.redis.connection_pool.release(conn)
+        return Cancelled(cancelled, packed, progress.written, outcome)
+
     async def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
         if call.undo is None:
             return await self._call(call, name, replication)
@@ -578,11 +695,11 @@ class AsyncClient(ClientBase, AsyncClosing):
         def send() -> Awaitable[Any]:
             return self._call(call, name, replication)
 
-        pipeline, packer = self._pipeline, self._packer
-        on_pipeline = replication is None and call.replication is None
-        if on_pipeline and pipeline is not None and packer is not None and not pipeline.closed:
-            # a cancelled caller's reply is still read there: no task of its own needed
-            return await finish_on_pipeline(send, lambda: packer.pack(call), take_back)
+        packer = self._packer
+        if replication is None and call.replication is None and packer is not None:
+            # on the pipeline or a direct call, a cancelled caller's reply is still read: no
+            # task of its own needed
+            return await finish_kept(send, lambda: packer.pack(call), take_back)
         return await finish_despite_cancel(send(), take_back)
 
     # end async-only
@@ -597,7 +714,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._active += 1
         self._idle.clear()
         # else sync
-        # with self._ops:
+        # with self._ops_mutex:
         #     if self._closed:
         #         op.close()
         #         raise ClientClosedError(name=name)
@@ -611,9 +728,9 @@ class AsyncClient(ClientBase, AsyncClosing):
             if not self._active:
                 self._idle.set()
             # else sync
-            # with self._ops:
+            # with self._ops_mutex:
             #     self._active -= 1
-            #     if not self._active:
+            #     if not self._active and self._closed:  # close() waits for it
             #         self._ops.notify_all()
             # end async-only
 

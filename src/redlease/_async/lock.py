@@ -12,7 +12,6 @@ from .._lockbase import AcquirePlan, LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError
 from ..options import Seconds
 from ..stats import Lease, LockStatistics
-from .cancel import finish_despite_cancel  # async-only
 from .shared import AsyncHeld, AsyncLockQueries
 
 if TYPE_CHECKING:
@@ -93,10 +92,17 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
     async def _release(self, *, retry: bool) -> None:
         plan = self._plan_release(self.client._owner(), retry=retry)
         try:
-            remaining = await finish_despite_cancel(
-                self.client._run(plan.op, self.name, self._replication),
+            # begin async-only
+            remaining = await self.client._run_kept(
+                plan.op,
+                plan.again,
+                self.name,
+                self._replication,
                 lambda remaining: self._released(plan, remaining),
             )
+            # else sync
+            # remaining = self.client._run(plan.op, self.name, self._replication)
+            # end async-only
         except BaseException as exc:
             self._release_failed(plan, exc)
             raise

@@ -17,7 +17,10 @@ ever be sent or read out of turn:
   sends its own (the connections' ``retry``), then once more by the client: every script is
   idempotent for a repeated request.
 
-The sync ``Client`` keeps one command per checked-out connection (``_send_packed``).
+Without the pipeline (the default) an ``AsyncClient`` sends one command per checked-out
+connection, in the caller's task (``send_direct``); a caller cancelled under ``KEEP`` after its
+command went out still reads the reply (``read_late``). The sync ``Client`` sends one command
+per checked-out connection (``_send_packed``).
 """
 
 from __future__ import annotations
@@ -25,11 +28,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import redis.exceptions
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout as async_timeout
+else:  # redis-py's own dependency there
+    from async_timeout import timeout as async_timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
 
 from .._connections import HUNG, Hung
 from .._owners import fork_generation
@@ -57,8 +66,9 @@ class PipelineClosedError(redis.exceptions.ConnectionError):
 
 
 KEEP: contextvars.ContextVar[bool] = contextvars.ContextVar("redlease_keep", default=False)
-"""Set (by ``finish_on_pipeline``) around a call whose outcome its caller must learn even when
-cancelled: the caller then gets a ``Cancelled`` that carries it."""
+"""Set (by ``finish_kept``) around a call whose outcome its caller must learn even when
+cancelled: the caller then gets a ``Cancelled`` that carries it (from the pipeline or from a
+direct call, ``send_direct``)."""
 
 
 class Cancelled(asyncio.CancelledError):
@@ -475,16 +485,17 @@ class Pipeline:
         self._retiring = set()
 
 
-async def finish_on_pipeline(
+async def finish_kept(
     send: Callable[[], Awaitable[T]],
     packed: Callable[[], bytes],
     then: Callable[[T], Awaitable[Any]],
 ) -> T:
-    """``cancel.finish_despite_cancel`` for a call sent on the pipeline, without a task of its
-    own: ``send()`` runs in the caller's task under ``KEEP``, so a cancelled caller still gets
-    the outcome of its command (``packed()``) and runs ``then`` on the reply (bounded) before
-    the cancellation goes on; when the outcome is unknown (a connection lost, or cancelled
-    between two tries) the call is sent once more for it (every script is idempotent)."""
+    """``cancel.finish_despite_cancel`` for a call sent on the pipeline or directly
+    (``send_direct``), without a task of its own: ``send()`` runs in the caller's task under
+    ``KEEP``, so a cancelled caller still gets the outcome of its command (``packed()``) and
+    runs ``then`` on the reply (bounded) before the cancellation goes on; when the outcome is
+    unknown (a connection lost, or cancelled between two tries) the call is sent once more for
+    it (every script is idempotent)."""
     keep: contextvars.Token[bool] | None = KEEP.set(True)
     try:
         return await send()
@@ -510,7 +521,7 @@ async def _settle(
     then: Callable[[T], Awaitable[Any]],
 ) -> None:
     """Run ``then`` on the outcome of a call whose caller was cancelled (see
-    ``finish_on_pipeline``)."""
+    ``finish_kept``)."""
     if isinstance(cancelled, Cancelled):
         if not cancelled.sent:
             return  # never written: nothing to undo
@@ -525,6 +536,72 @@ async def _settle(
             if isinstance(error, HUNG) or not isinstance(error, redis.exceptions.ConnectionError):
                 return  # refused (nothing ran), or hung: as a call that raised
     await then(await send())
+
+
+class Progress:
+    """How far a direct call got: ``written``, its command went out (in some try);
+    ``reading``, the try now running awaits the reply (the connection is in step)."""
+
+    __slots__ = ("reading", "written")
+
+    def __init__(self) -> None:
+        self.written = False
+        self.reading = False
+
+
+async def send_direct(conn: Any, packed: bytes, progress: Progress) -> Any:
+    """Write ``packed`` on ``conn`` (checked out by the caller) and return its reply, in the
+    caller's task: no task per command (redis-py's ``send_packed_command`` runs the write in
+    ``asyncio.wait_for`` when a ``socket_timeout`` is set, one task and one loop turn more per
+    call), and the socket timeout bounds the write only when it has to wait for room. A
+    cancellation leaves ``conn`` in step (the reply still to be read: ``read_late``)
+    once the command is written; any other failure disconnects it."""
+    progress.reading = False
+    if not conn.is_connected:
+        await conn.connect()
+    await conn.check_health()  # a PING when redis-py's health_check_interval is due
+    writer = getattr(conn, "_writer", None)  # an asyncio.StreamWriter
+    progress.written = True  # from here a cancellation may find the command sent
+    try:
+        if writer is None:
+            await conn.send_packed_command([packed], check_health=False)
+        else:
+            writer.write(packed)
+            if writer.transport.get_write_buffer_size():
+                # not all of it went out at once: wait for room, bounded as redis-py bounds it
+                async with async_timeout(conn.socket_timeout):
+                    await writer.drain()
+    except asyncio.TimeoutError:
+        await conn.disconnect(nowait=True)
+        raise redis.exceptions.TimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        await conn.disconnect(nowait=True)
+        raise redis.exceptions.ConnectionError(f"Error while writing to socket: {exc}") from exc
+    progress.reading = True
+    try:
+        return await conn.read_response(disconnect_on_error=False)
+    except redis.exceptions.ResponseError:
+        raise  # an error reply, read whole: the connection is in step
+    except Exception:
+        await conn.disconnect(nowait=True)
+        raise
+
+
+async def read_late(conn: Any) -> asyncio.Future[Any] | None:
+    """The reply of a direct call whose caller was cancelled while awaiting it (a done future:
+    the reply or an error reply), read on ``conn`` within ``CANCEL_GRACE``; ``None`` when it
+    could not be read (``conn`` is then disconnected)."""
+    outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    outcome.add_done_callback(_retrieved)
+    try:
+        async with async_timeout(CANCEL_GRACE):
+            outcome.set_result(await conn.read_response(disconnect_on_error=False))
+    except redis.exceptions.ResponseError as exc:
+        outcome.set_exception(exc)
+    except BaseException:
+        await conn.disconnect(nowait=True)
+        return None
+    return outcome
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

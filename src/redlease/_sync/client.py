@@ -24,7 +24,7 @@ from .._connections import (
     SHARDED_PROBE,
     TRANSLATED,
     Hung,
-    call_slots,
+    call_tokens,
     check_replicas,
     gives_back,
     key_type_shown,
@@ -105,9 +105,10 @@ class Client(ClientBase, Closing):
         self._start_mutex = threading.Lock()
         self._lines = Lines()
         """Each lock's local line: the client's own waiters, of which only the head asks."""
-        self._ops = threading.Condition()
+        self._ops_mutex = threading.Lock()
         """Guards ``_closed`` and ``_active``: the operations under way, which ``close()``
-        stops and waits for."""
+        stops and waits for (on ``_ops``)."""
+        self._ops = threading.Condition(self._ops_mutex)
         self._active = 0
         self._closing = threading.Event()
         """Set by ``close()``: ends a back-off pause at once."""
@@ -119,7 +120,7 @@ class Client(ClientBase, Closing):
         self._spare_generation = fork_generation()
         if isinstance(redis_client, redis.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
-        self._slots = threading.BoundedSemaphore(call_slots(redis_client))
+        self._slots = call_tokens(redis_client)
         """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
 
     @classmethod
@@ -318,9 +319,10 @@ class Client(ClientBase, Closing):
         """Fresh locks (a thread of the parent may have held one at the fork), and none of
         the parent's threads, whose locks could be held too."""
         self._start_mutex = threading.Lock()
-        self._ops = threading.Condition()
+        self._ops_mutex = threading.Lock()
+        self._ops = threading.Condition(self._ops_mutex)
         self._active = 0
-        self._slots = threading.BoundedSemaphore(call_slots(self.redis))
+        self._slots = call_tokens(self.redis)
         self._after_fork()
 
     def _call(
@@ -334,8 +336,14 @@ class Client(ClientBase, Closing):
         failed on a dead pooled connection (a restarted server) is sent once more at once.
         With ``replication`` the script and a ``WAIT`` go in one round trip."""
         replication = call.replication or replication
-        with self._slots:  # a burst beyond the pool waits here, not in an error
+        slots = self._slots
+        if slots is None:  # the pool sets no bound
             return self._call_once_more(call, name, replication, via)
+        slots.get()  # a burst beyond the pool waits here, not in an error
+        try:
+            return self._call_once_more(call, name, replication, via)
+        finally:
+            slots.put(None)
 
     def _call_once_more(
         self,
@@ -457,7 +465,7 @@ class Client(ClientBase, Closing):
     def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
         """Perform ``op``'s requests one by one until it returns; with ``replication`` every
         script waits for replica acknowledgements. ``close()`` stops it at its next wait."""
-        with self._ops:
+        with self._ops_mutex:
             if self._closed:
                 op.close()
                 raise ClientClosedError(name=name)
@@ -465,9 +473,9 @@ class Client(ClientBase, Closing):
         try:
             return self._drive(op, name, replication)
         finally:
-            with self._ops:
+            with self._ops_mutex:
                 self._active -= 1
-                if not self._active:
+                if not self._active and self._closed:  # close() waits for it
                     self._ops.notify_all()
 
     def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
