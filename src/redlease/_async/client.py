@@ -418,7 +418,7 @@ class AsyncClient(ClientBase, AsyncClosing):
     #     self._after_fork()
     # end async-only
 
-    async def _call(
+    def _call(
         self,
         call: Call,
         name: str | None,
@@ -427,13 +427,27 @@ class AsyncClient(ClientBase, AsyncClosing):
     ) -> Any:
         """Run one script. Every script is idempotent for a repeated request, so a call that
         failed on a dead pooled connection (a restarted server) is sent once more at once.
-        With ``replication`` the script and a ``WAIT`` go in one round trip."""
+        With ``replication`` the script and a ``WAIT`` go in one round trip. The dispatchers
+        on the way to the socket (this one, ``_send``, ``_send_packed``, ``_perform``) return
+        what their callee returns, unawaited: on asyncio, one coroutine less per call."""
         replication = call.replication or replication
         # begin async-only
         pipeline = self._pipeline
         if pipeline is not None and not pipeline.closed and replication is None and via is None:
             # the pipeline bounds its own queue and takes a few connections: no slot needed
-            return await self._call_once_more(call, name, replication, via)
+            return self._call_once_more(call, name, replication, via)
+        # end async-only
+        return self._call_in_slot(call, name, replication, via)
+
+    async def _call_in_slot(
+        self,
+        call: Call,
+        name: str | None,
+        replication: Replication | None,
+        via: redis.asyncio.Redis | None,
+    ) -> Any:
+        """``_call`` within the client's call slots."""
+        # begin async-only
         try:
             await self._slots.acquire()  # a burst beyond the pool waits here, not in an error
         except asyncio.CancelledError as cancelled:
@@ -513,18 +527,25 @@ class AsyncClient(ClientBase, AsyncClosing):
         if pool is not None:  # None for a RedisCluster (a pool per node) and on close
             await pool.disconnect(inuse_connections=False)
 
-    async def _send(
+    def _send(
         self,
         call: Call,
         name: str | None,
         replication: Replication | None,
         via: redis.asyncio.Redis,
     ) -> Any:
+        """The script call's reply."""
         if replication is None and self._packer is not None and via is self.redis:
-            return await self._send_packed(self._packer.pack(call))
-        sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
+            return self._send_packed(self._packer.pack(call))
         if replication is None:
-            return await via.evalsha(sha, numkeys, *args)
+            return via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+        return self._send_replicated(call, name, replication, via)
+
+    async def _send_replicated(
+        self, call: Call, name: str | None, replication: Replication, via: redis.asyncio.Redis
+    ) -> Any:
+        """The script and a ``WAIT`` for replicas in one round trip."""
+        sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
         pipe = via.pipeline(transaction=False)
         pipe.evalsha(sha, numkeys, *args)
         pipe.wait(replication.replicas, replication.timeout_ms)
@@ -538,13 +559,18 @@ class AsyncClient(ClientBase, AsyncClosing):
         else:
             await via.script_load(script.source)
 
-    async def _send_packed(self, packed: bytes) -> Any:
-        """A command packed by redlease, on a connection it keeps between calls; a dead
-        connection is retried as redis-py's own commands are (the connection's ``retry``)."""
+    def _send_packed(self, packed: bytes) -> Any:
+        """A command packed by redlease: on the pipeline when it is on, else
+        ``_send_checked_out``."""
         # begin async-only
         if self._pipeline is not None and not self._pipeline.closed:
-            return await self._pipeline.call(packed)  # on asyncio, shared connections
+            return self._pipeline.call(packed)  # on asyncio, shared connections
         # end async-only
+        return self._send_checked_out(packed)
+
+    async def _send_checked_out(self, packed: bytes) -> Any:
+        """A command packed by redlease, on a connection it keeps between calls; a dead
+        connection is retried as redis-py's own commands are (the connection's ``retry``)."""
         pool, packer = self.redis.connection_pool, self._packer
         assert packer is not None  # only called when the hot path is on
         spare = self._spare
@@ -682,9 +708,11 @@ class AsyncClient(ClientBase, AsyncClosing):
             await self.redis.connection_pool.release(conn)
         return Cancelled(cancelled, packed, progress.written, outcome)
 
-    async def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
+    def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
+        """The reply of ``call``; a call with an ``undo`` finishes even when its caller is
+        cancelled, and is undone."""
         if call.undo is None:
-            return await self._call(call, name, replication)
+            return self._call(call, name, replication)
         undo = call.undo
 
         async def take_back(reply: Any) -> None:
@@ -693,14 +721,15 @@ class AsyncClient(ClientBase, AsyncClosing):
                 await self._call(back, name)
 
         def send() -> Awaitable[Any]:
-            return self._call(call, name, replication)
+            sent: Awaitable[Any] = self._call(call, name, replication)
+            return sent
 
         packer = self._packer
         if replication is None and call.replication is None and packer is not None:
             # on the pipeline or a direct call, a cancelled caller's reply is still read: no
             # task of its own needed
-            return await finish_kept(send, lambda: packer.pack(call), take_back)
-        return await finish_despite_cancel(send(), take_back)
+            return finish_kept(send, lambda: packer.pack(call), take_back)
+        return finish_despite_cancel(send(), take_back)
 
     # end async-only
 

@@ -334,8 +334,20 @@ class Client(ClientBase, Closing):
     ) -> Any:
         """Run one script. Every script is idempotent for a repeated request, so a call that
         failed on a dead pooled connection (a restarted server) is sent once more at once.
-        With ``replication`` the script and a ``WAIT`` go in one round trip."""
+        With ``replication`` the script and a ``WAIT`` go in one round trip. The dispatchers
+        on the way to the socket (this one, ``_send``, ``_send_packed``, ``_perform``) return
+        what their callee returns, unawaited: on asyncio, one coroutine less per call."""
         replication = call.replication or replication
+        return self._call_in_slot(call, name, replication, via)
+
+    def _call_in_slot(
+        self,
+        call: Call,
+        name: str | None,
+        replication: Replication | None,
+        via: redis.Redis | None,
+    ) -> Any:
+        """``_call`` within the client's call slots."""
         slots = self._slots
         if slots is None:  # the pool sets no bound
             return self._call_once_more(call, name, replication, via)
@@ -402,11 +414,18 @@ class Client(ClientBase, Closing):
         replication: Replication | None,
         via: redis.Redis,
     ) -> Any:
+        """The script call's reply."""
         if replication is None and self._packer is not None and via is self.redis:
             return self._send_packed(self._packer.pack(call))
-        sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
         if replication is None:
-            return via.evalsha(sha, numkeys, *args)
+            return via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+        return self._send_replicated(call, name, replication, via)
+
+    def _send_replicated(
+        self, call: Call, name: str | None, replication: Replication, via: redis.Redis
+    ) -> Any:
+        """The script and a ``WAIT`` for replicas in one round trip."""
+        sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
         pipe = via.pipeline(transaction=False)
         pipe.evalsha(sha, numkeys, *args)
         pipe.wait(replication.replicas, replication.timeout_ms)
@@ -421,6 +440,11 @@ class Client(ClientBase, Closing):
             via.script_load(script.source)
 
     def _send_packed(self, packed: bytes) -> Any:
+        """A command packed by redlease: on the pipeline when it is on, else
+        ``_send_checked_out``."""
+        return self._send_checked_out(packed)
+
+    def _send_checked_out(self, packed: bytes) -> Any:
         """A command packed by redlease, on a connection it keeps between calls; a dead
         connection is retried as redis-py's own commands are (the connection's ``retry``)."""
         pool, packer = self.redis.connection_pool, self._packer
