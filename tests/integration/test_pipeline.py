@@ -17,7 +17,7 @@ from redis.backoff import NoBackoff
 from redlease import AsyncClient, ServerUnavailableError, WrongTypeError
 from redlease._async.cancel import CANCEL_GRACE
 from redlease.errors import LeaseLostError
-from redlease.testing import RedisServer
+from redlease.testing import RedisServer, TcpProxy
 
 TASKS = 1000
 MOST_CONNECTIONS = 8  # every connection of the client: pipeline, pub/sub and watchdog
@@ -337,3 +337,26 @@ async def test_health_checks_go_between_batches(private_server):
             assert _in_step(client)
     finally:
         await client.close()
+
+
+async def test_a_hung_server_fails_the_calls_waiting_for_replies(private_server):
+    """A server that stops answering (the network freezes) fails every call awaiting its
+    reply with a timeout (the pool's socket timeout), and the pipeline serves again once the
+    network heals."""
+    with TcpProxy(("127.0.0.1", private_server.port)) as proxy:
+        client = AsyncClient.from_url(proxy.url, pipeline=True, socket_timeout=0.5)
+        try:
+            warm = client.lock("pipeline:hung:warm")
+            assert await warm.acquire()
+            await warm.release()
+            proxy.freeze()
+            calls = [client.lock(f"pipeline:hung:{i}").acquire() for i in range(20)]
+            results = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), WAIT)
+            assert all(isinstance(r, ServerUnavailableError) for r in results), results
+            assert all("timed out" in str(r) or "Timeout" in str(r) for r in results), results
+            proxy.thaw()
+            again = client.lock("pipeline:hung:after")
+            assert await again.acquire()
+            await again.release()
+        finally:
+            await client.close()
