@@ -31,7 +31,9 @@ contention
     by different processes (a release round trip, the wake-up and the winning acquire).
     ``same %`` is how often the releasing process took the lock straight back (barging);
     ``cmds/CS`` is the server's ``total_commands_processed`` per critical section (Lua-internal
-    commands included), which shows wasted retries and wake-ups.
+    commands included) over the window only (read by a probe as the window opens and closes:
+    no connection handshakes, script loads or last releases), which shows wasted retries and
+    wake-ups.
     Throughput, shares and hand-offs count holds acquired inside the window; waits, lost
     updates and overlaps count every hold, including the last one of each process that started
     waiting inside the window and finished just after it.
@@ -689,12 +691,17 @@ def _run_contention(
             w.start()
         all_ready = _wait_ready(workers, ready)
         probe = redis.Redis.from_url(server.url)
-        commands_before = _commands_processed(probe)
         # all begin 50 ms from now; -1 calls the run off (a failed worker's error comes back)
         start_at.value = time.monotonic_ns() + 50_000_000 if all_ready else -1
         go.set()
         start_ns = start_at.value
         end_ns = start_ns + int(s.duration * 1e9)
+        commands = 0  # the server's commands in the window (each probe counted by the next)
+        if all_ready:
+            time.sleep(max(0.0, (start_ns - time.monotonic_ns()) / 1e9))
+            commands = -_commands_processed(probe) - 1
+            time.sleep(max(0.0, (end_ns - time.monotonic_ns()) / 1e9))
+            commands += _commands_processed(probe)
         collected: list[tuple[int, list[Hold], str | None]] = []
         deadline = time.monotonic() + s.duration + grace + 30
         while len(collected) < procs and time.monotonic() < deadline:
@@ -709,7 +716,6 @@ def _run_contention(
                 w.terminate()
                 w.join(timeout=5)
         final = int(probe.get(counter) or 0)
-        commands = _commands_processed(probe) - commands_before - 2  # not the two probes
         probe.close()
 
     errors = [f"pid {pid}: {err}" for pid, _, err in collected if err]
@@ -742,7 +748,7 @@ def _run_contention(
             share_min=min(per_pid.values()) / len(window),
             share_max=max(per_pid.values()) / len(window),
             same_owner=1 - len(handoffs) / len(pairs) if pairs else math.nan,
-            commands_per_cs=commands / len(every),
+            commands_per_cs=commands / len(window),
             wait_median_ms=statistics.median(waits),
             wait_max_ms=max(waits),
             lost=len(every) - final,
@@ -806,7 +812,10 @@ def section_contention(ctx: Context) -> None:
     )
     note("fair share is 100/procs %; lost = critical sections - final counter")
     note("same % = holds taken straight back by the process that released (no hand-off)")
-    note("cmds/CS = commands the server ran per critical section, Lua-internal included")
+    note(
+        "cmds/CS = commands the server ran per critical section in the window, Lua-internal"
+        " included (the GET and SET of the counter are 2 of them)"
+    )
     for text in dict.fromkeys(notes):
         note(text)
 
