@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio  # async-only
 import contextlib
-import contextvars  # async-only
 import functools
 import inspect
 import threading
@@ -66,7 +65,16 @@ from .shared import AsyncClosing
 from .subscriber import Subscriber, wait, wait_event
 
 # begin async-only
-from .transport import KEEP, Cancelled, Pipeline, Progress, finish_kept, read_late, send_direct
+from .transport import (
+    KEEP,
+    Cancelled,
+    Pipeline,
+    Progress,
+    finish_kept,
+    read_late,
+    run_kept,
+    send_direct,
+)
 
 # end async-only
 from .watchdog import AsyncWatchdog
@@ -656,25 +664,15 @@ class AsyncClient(ClientBase, AsyncClosing):
         already ran)."""
         if again is None or replication is not None or self._packer is None:
             return await finish_despite_cancel(self._run(op, name, replication), then)
-        keep: contextvars.Token[bool] | None = KEEP.set(True)
-        try:
-            return await self._run(op, name, replication)
-        except asyncio.CancelledError as cancelled:
-            assert keep is not None
-            KEEP.reset(keep)
-            keep = None
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                result = self._answered(again(), cancelled)
-                if result is None:
-                    result = (await asyncio.wait_for(self._run(again(), name), CANCEL_GRACE),)
-                then(result[0])
-            if isinstance(cancelled, Cancelled):
-                # a plain one: asyncio.timeout() recognises its own by the exact class
-                raise asyncio.CancelledError(*cancelled.args) from None
-            raise
-        finally:
-            if keep is not None:
-                KEEP.reset(keep)
+        remade = again
+
+        async def settle(cancelled: asyncio.CancelledError) -> None:
+            result = self._answered(remade(), cancelled)
+            if result is None:
+                result = (await self._run(remade(), name),)
+            then(result[0])
+
+        return await run_kept(lambda: self._run(op, name, replication), settle)
 
     def _answered(self, op: Operation[T], cancelled: asyncio.CancelledError) -> tuple[T] | None:
         """The result of ``op`` when its first call's reply, read late, is what

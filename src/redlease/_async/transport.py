@@ -496,6 +496,16 @@ async def finish_kept(
     runs ``then`` on the reply (bounded) before the cancellation goes on; when the outcome is
     unknown (a connection lost, or cancelled between two tries) the call is sent once more for
     it (every script is idempotent)."""
+    return await run_kept(send, lambda cancelled: _settle(cancelled, send, packed, then))
+
+
+async def run_kept(
+    send: Callable[[], Awaitable[T]],
+    settle: Callable[[asyncio.CancelledError], Awaitable[Any]],
+) -> T:
+    """Await ``send()`` under ``KEEP``; if the caller is cancelled, ``settle`` the cancellation
+    (what it carries: see ``Cancelled``) within ``CANCEL_GRACE``, its errors suppressed, then
+    let the cancellation go on."""
     keep: contextvars.Token[bool] | None = KEEP.set(True)
     try:
         return await send()
@@ -504,7 +514,7 @@ async def finish_kept(
         KEEP.reset(keep)
         keep = None
         with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(_settle(cancelled, send, packed, then), CANCEL_GRACE)
+            await asyncio.wait_for(settle(cancelled), CANCEL_GRACE)
         if isinstance(cancelled, Cancelled):
             # a plain one: asyncio.timeout() recognises its own by the exact class
             raise asyncio.CancelledError(*cancelled.args) from None
