@@ -593,6 +593,7 @@ async def send_direct(conn: Any, packed: bytes, progress: Progress) -> Any:
     except redis.exceptions.ResponseError:
         raise  # an error reply, read whole: the connection is in step
     except Exception:
+        progress.reading = False  # nothing more to read on it (a retry may follow)
         await conn.disconnect(nowait=True)
         raise
 
