@@ -302,13 +302,15 @@ def _awaiting_reply(task: asyncio.Task[object]) -> bool:
     return False
 
 
+@pytest.mark.parametrize("cancels", [1, 2], ids=["cancelled", "cancelled-twice"])
 @pytest.mark.parametrize("reentry", [False, True], ids=["first", "reentry"])
 async def test_an_acquire_cancelled_awaiting_its_reply_reads_it_and_gives_it_back(
-    server, name, reentry
+    server, name, reentry, cancels
 ):
     """The direct call (no pipeline) keeps no task per call: a task cancelled after its
     acquire went out still reads the reply on the same connection (no second connection, no
-    second send) and gives back the hold it brought, before the cancellation goes on."""
+    second send), even when cancelled again meanwhile, and gives back the hold it brought,
+    before the cancellation goes on."""
     with TcpProxy(("127.0.0.1", server.port)) as proxy:
         async with redlease.AsyncClient.from_url(proxy.url) as client:
             lock = client.lock(name)
@@ -336,8 +338,9 @@ async def test_an_acquire_cancelled_awaiting_its_reply_reads_it_and_gives_it_bac
                 proxy.freeze()  # the first hold is in: its re-entry hangs
                 go.set()
             await eventually(lambda: _awaiting_reply(task))
-            task.cancel()
-            await asyncio.sleep(0)  # the cancellation lands while the reply is held back
+            for _ in range(cancels):
+                task.cancel()
+                await asyncio.sleep(0)  # the cancellation lands while the reply is held back
             proxy.thaw()
             with pytest.raises(asyncio.CancelledError):
                 await task

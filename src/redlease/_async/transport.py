@@ -576,15 +576,18 @@ async def send_direct(conn: Any, packed: bytes, progress: Progress) -> Any:
         if writer is None:
             await conn.send_packed_command([packed], check_health=False)
         else:
-            writer.write(packed)
+            writer.write(packed)  # all of it is on its way: the transport sends what it holds
+            progress.reading = True
             if writer.transport.get_write_buffer_size():
                 # not all of it went out at once: wait for room, bounded as redis-py bounds it
                 async with async_timeout(conn.socket_timeout):
                     await writer.drain()
     except asyncio.TimeoutError:
+        progress.reading = False
         await conn.disconnect(nowait=True)
         raise redis.exceptions.TimeoutError("Timeout writing to socket") from None
     except OSError as exc:
+        progress.reading = False
         await conn.disconnect(nowait=True)
         raise redis.exceptions.ConnectionError(f"Error while writing to socket: {exc}") from exc
     progress.reading = True
@@ -600,18 +603,27 @@ async def send_direct(conn: Any, packed: bytes, progress: Progress) -> Any:
 
 async def read_late(conn: Any) -> asyncio.Future[Any] | None:
     """The reply of a direct call whose caller was cancelled while awaiting it (a done future:
-    the reply or an error reply), read on ``conn`` within ``CANCEL_GRACE``; ``None`` when it
-    could not be read (``conn`` is then disconnected)."""
-    outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    the reply or an error reply), read on ``conn`` within ``CANCEL_GRACE`` whatever further
+    cancellations come meanwhile (as a task of its own would have); ``None`` when it could not
+    be read (``conn`` is then disconnected)."""
+    loop = asyncio.get_running_loop()
+    outcome: asyncio.Future[Any] = loop.create_future()
     outcome.add_done_callback(_retrieved)
-    try:
-        async with async_timeout(CANCEL_GRACE):
-            outcome.set_result(await conn.read_response(disconnect_on_error=False))
-    except redis.exceptions.ResponseError as exc:
-        outcome.set_exception(exc)
-    except BaseException:
-        await conn.disconnect(nowait=True)
-        return None
+    deadline = loop.time() + CANCEL_GRACE
+    while not outcome.done():
+        try:
+            async with async_timeout(max(0.0, deadline - loop.time())):
+                outcome.set_result(await conn.read_response(disconnect_on_error=False))
+        except redis.exceptions.ResponseError as exc:
+            outcome.set_exception(exc)
+        except asyncio.CancelledError:
+            if loop.time() < deadline:
+                continue  # cancelled again: the read resumes where it stopped
+            await conn.disconnect(nowait=True)
+            return None
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            return None
     return outcome
 
 
