@@ -83,6 +83,10 @@ class ClientBase(StateViews):
         self._owns_redis = False
         self._sentinels: list[Any] = []  # clients of the sentinels, closed with the client
         self._closed = False
+        self._script_loads: dict[str, int] = {}
+        """SCRIPT LOADs this client made, per script (SHA-1): see ``_load_once``."""
+        self._script_loading: dict[str, Any] = {}
+        """The load of each script under way: an event set when it ends."""
 
     @property
     def id(self) -> str:

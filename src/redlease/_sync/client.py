@@ -314,6 +314,7 @@ class Client(ClientBase, Closing):
         # the parent's watchdog and subscriber are not the child's: start fresh ones on demand
         self._subscriber = None
         self._watchdog = None
+        self._script_loading.clear()  # a load of the parent's is not the child's to wait for
 
     def _fresh_after_fork(self) -> None:
         """Fresh locks (a thread of the parent may have held one at the fork), and none of
@@ -366,12 +367,13 @@ class Client(ClientBase, Closing):
     ) -> Any:
         """``_call``'s body: sent once more after a connection error."""
         for attempt in (1, 2):
+            loads = self._script_loads.get(call.script.sha, 0)
             try:
                 try:
                     return self._send(call, name, replication, via or self.redis)
                 except redis.exceptions.NoScriptError:
-                    # a restarted server has an empty script cache
-                    self._load(call.script, via or self.redis)
+                    # a fresh or restarted server has an empty script cache
+                    self._load_once(call.script, via or self.redis, loads)
                     return self._send(call, name, replication, via or self.redis)
             except CONNECTION_ERRORS as exc:
                 if attempt == 2 or isinstance(exc, NOT_RETRIED):
@@ -431,6 +433,27 @@ class Client(ClientBase, Closing):
         pipe.wait(replication.replicas, replication.timeout_ms)
         reply, acked = pipe.execute()
         return check_replicas(reply, int(acked), replication, name)
+
+    def _load_once(self, script: Script, via: redis.Redis, loads: int) -> None:
+        """Load ``script`` after its call met ``NOSCRIPT``, unless another call loaded it since
+        this one was sent (``loads``: the loads the client had made of it then) or is loading
+        it now (then wait for that one): a burst of calls on an empty script cache (a fresh or
+        restarted server, a failover) sends one ``SCRIPT LOAD``, not one per call."""
+        sha = script.sha
+        mine = threading.Event()
+        under_way = self._script_loading.setdefault(sha, mine)
+        if under_way is not mine:
+            under_way.wait()  # ends as that load ends, whatever its outcome
+            if self._script_loads.get(sha, 0) == loads:
+                self._load(script, via)  # that one failed: this call's own try
+            return
+        try:
+            if self._script_loads.get(sha, 0) == loads:
+                self._load(script, via)
+                self._script_loads[sha] = loads + 1
+        finally:
+            del self._script_loading[sha]
+            mine.set()
 
     def _load(self, script: Script, via: redis.Redis) -> None:
         """SCRIPT LOAD, on the connections the script's EVALSHA went through."""
