@@ -13,9 +13,10 @@ contention
     Commands per critical section in steady state: ``procs`` processes loop acquire, GET and
     SET a counter, release; ``INFO commandstats`` is reset after a warm-up and read 2 s later.
 gc
-    1,000 asyncio tasks on distinct names through one ``AsyncClient(pipeline=True)``: cycles per
-    second with the garbage collector on and off, and the collections of each generation with
-    the time they took (``gc.callbacks``).
+    1,000 asyncio tasks on distinct names through one ``AsyncClient(pipeline=True)``, and through
+    redis.asyncio (``benchmarks/pipeline.py``'s two subjects): cycles per second and CPU per
+    cycle with the garbage collector on and off, the time it took (``gc.callbacks``), and the
+    GC-tracked objects each task keeps alive while its call is in flight.
 """
 
 from __future__ import annotations
@@ -26,8 +27,10 @@ import gc
 import multiprocessing as mp
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
+import pipeline  # benchmarks/pipeline.py: the pipelined subjects
 import redis
 
 import redlease
@@ -126,21 +129,31 @@ def section_contention(url: str, procs: int) -> None:
     probe.close()
 
 
-async def _pipelined(url: str, tasks: int, seconds: float) -> tuple[float, dict[int, list[float]]]:
-    client = redlease.AsyncClient.from_url(url, pipeline=True)
+async def _pipelined(
+    make: Callable[[str, str], Any], url: str, tasks: int, seconds: float, enabled: bool
+) -> tuple[float, float, dict[int, list[float]], float]:
+    """``tasks`` tasks cycling through one subject of ``benchmarks/pipeline.py``: (cycles per
+    second, the process's CPU per cycle, the collections of each generation with their time,
+    GC-tracked objects alive per task in flight beyond those before it started)."""
+    subject = make(url, f"anatomy:{uuid.uuid4().hex[:8]}")
     stop = False
     cycles = 0
 
     async def worker(i: int) -> None:
         nonlocal cycles
-        lock = client.lock(f"anatomy:gc:{i}")
+        cycle = subject.cycle(i)
         while not stop:
-            await lock.acquire()
-            await lock.release()
+            await cycle()
             cycles += 1
 
+    gc.collect()
+    before = len(gc.get_objects())
     running = [asyncio.create_task(worker(i)) for i in range(tasks)]
     await asyncio.sleep(1.0)
+    gc.collect()  # only what is alive (reachable) counts
+    in_flight = (len(gc.get_objects()) - before) / tasks
+    if not enabled:
+        gc.disable()
     collections: dict[int, list[float]] = {0: [0, 0.0], 1: [0, 0.0], 2: [0, 0.0]}
     began = [0.0]
 
@@ -153,29 +166,46 @@ async def _pipelined(url: str, tasks: int, seconds: float) -> tuple[float, dict[
             entry[1] += time.perf_counter() - began[0]
 
     gc.callbacks.append(watch)
-    first, started = cycles, time.perf_counter()
-    await asyncio.sleep(seconds)
-    rate = (cycles - first) / (time.perf_counter() - started)
-    gc.callbacks.remove(watch)
+    try:
+        first, started, cpu = cycles, time.perf_counter(), time.process_time()
+        await asyncio.sleep(seconds)
+        counted = cycles - first
+        rate = counted / (time.perf_counter() - started)
+        cpu_per_cycle = (time.process_time() - cpu) / max(1, counted)
+    finally:
+        gc.callbacks.remove(watch)
+        gc.enable()
     stop = True
     await asyncio.gather(*running)
-    await client.close()
-    return rate, collections
+    await subject.close()
+    return rate, cpu_per_cycle, collections, in_flight
 
 
 def section_gc(url: str, tasks: int = 1000, seconds: float = 3.0) -> None:
-    print(f"{tasks:,} asyncio tasks on distinct names, AsyncClient(pipeline=True), {seconds} s")
-    for enabled in (True, False):
-        if not enabled:
-            gc.disable()
-        try:
-            rate, collections = asyncio.run(_pipelined(url, tasks, seconds))
-        finally:
-            gc.enable()
-        spent = sum(t for _, t in collections.values())
-        shown = ", ".join(f"gen{g} {n:.0f} ({t:.2f} s)" for g, (n, t) in collections.items())
-        state = "gc on " if enabled else "gc off"
-        print(f"  {state} {rate:8,.0f} cycles/s; collections: {shown}; {spent:.2f} s in all")
+    """redlease's pipeline and redis.asyncio (``benchmarks/pipeline.py``'s subjects), each
+    with the garbage collector on and off: how much of a cycle the collector takes, and how
+    many GC-tracked objects each task keeps alive while its call is in flight (what every
+    collection of the young generations has to scan and promote)."""
+    print(f"{tasks:,} asyncio tasks on distinct names, {seconds} s per run")
+    for label, make in (
+        ("redlease pipeline", pipeline._Redlease),
+        ("redis.asyncio", pipeline._Peer),
+    ):
+        for enabled in (True, False):
+            rate, cpu, collections, in_flight = asyncio.run(
+                _pipelined(make, url, tasks, seconds, enabled)
+            )
+            spent = sum(t for _, t in collections.values())
+            shown = ", ".join(
+                f"gen{g} {n / max(1, rate * seconds) * 1000:.2f}"
+                for g, (n, _) in collections.items()
+            )
+            state = "gc on " if enabled else "gc off"
+            print(
+                f"  {label:<18} {state} {rate:8,.0f} cycles/s, {cpu * 1e6:6.1f} us CPU per cycle"
+                f" ({spent / max(1, rate * seconds) * 1e6:5.1f} us collecting); tracked objects"
+                f" per task in flight {in_flight:5.1f}; collections per 1,000 cycles: {shown}"
+            )
 
 
 def main() -> None:
