@@ -593,7 +593,8 @@ class AsyncClient(ClientBase, AsyncClosing):
                 await self._load(script, via)
                 self._script_loads[sha] = loads + 1
         finally:
-            del self._script_loading[sha]
+            if self._script_loading.get(sha) is mine:  # (a fork in between cleared it)
+                del self._script_loading[sha]
             mine.set()
 
     async def _load(self, script: Script, via: redis.asyncio.Redis) -> None:
