@@ -188,8 +188,8 @@ def section_gc(url: str, tasks: int = 1000, seconds: float = 3.0) -> None:
     collection of the young generations has to scan and promote)."""
     print(f"{tasks:,} asyncio tasks on distinct names, {seconds} s per run")
     for label, make in (
-        ("redlease pipeline", pipeline._Redlease),
-        ("redis.asyncio", pipeline._Peer),
+        ("redlease pipeline", pipeline.RedleaseSubject),
+        ("redis.asyncio", pipeline.PeerSubject),
     ):
         for enabled in (True, False):
             rate, cpu, collections, in_flight = asyncio.run(

@@ -22,7 +22,8 @@ ratio is redlease's median over the peer's. ``connections`` is the most server c
 subject had open at once, sampled with ``CLIENT LIST`` from a separate probe connection
 (itself not counted) every ``SAMPLE_EVERY`` seconds.
 
-``measure(url)`` is the entry point for other scripts (``bench.py``'s ``scale`` section).
+``measure(url)`` is the entry point for other scripts (``bench.py``'s ``scale`` section);
+``anatomy.py`` runs the two subjects (``RedleaseSubject``, ``PeerSubject``) itself.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ STOP_GRACE = 30.0
 Cycle = Callable[[], Awaitable[None]]
 
 
-class _Subject:
+class Subject:
     """A contestant: makes one task's cycle, and is closed after its round."""
 
     label = ""
@@ -76,7 +77,7 @@ class _Subject:
         raise NotImplementedError
 
 
-class _Redlease(_Subject):
+class RedleaseSubject(Subject):
     label = "redlease AsyncClient(pipeline=True)"
 
     def __init__(self, url: str, run: str) -> None:
@@ -97,7 +98,7 @@ class _Redlease(_Subject):
         await self.client.close()
 
 
-class _Peer(_Subject):
+class PeerSubject(Subject):
     label = "redis.asyncio"
 
     def __init__(self, url: str, run: str) -> None:
@@ -130,7 +131,7 @@ async def _connections(probe: redis.asyncio.Redis) -> int:
 
 
 async def _round(
-    subject: _Subject, probe: redis.asyncio.Redis, tasks: int, seconds: float
+    subject: Subject, probe: redis.asyncio.Redis, tasks: int, seconds: float
 ) -> tuple[float, int]:
     """(cycles per second, most connections at once) of ``tasks`` tasks for ``seconds``."""
     done = [0]
@@ -185,7 +186,7 @@ async def _measure(url: str, tasks: int, seconds: float, rounds: int) -> dict[st
     most: dict[str, int] = {"redlease": 0, "peer": 0}
     try:
         for number in range(rounds):
-            for key, make in (("redlease", _Redlease), ("peer", _Peer)):
+            for key, make in (("redlease", RedleaseSubject), ("peer", PeerSubject)):
                 subject = make(url, f"{number}:{uuid.uuid4().hex[:8]}")
                 try:
                     rate, connections = await _round(subject, probe, tasks, seconds)

@@ -573,8 +573,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         # else sync
         # mine = threading.Event()
         # end async-only
-        under_way = self._script_loading.setdefault(sha, mine)
-        if under_way is not mine:
+        while (under_way := self._script_loading.setdefault(sha, mine)) is not mine:
             # begin async-only
             try:
                 await under_way.wait()  # ends as that load ends, whatever its outcome
@@ -585,11 +584,8 @@ class AsyncClient(ClientBase, AsyncClosing):
             # else sync
             # under_way.wait()  # ends as that load ends, whatever its outcome
             # end async-only
-            if self._script_loads.get(sha, 0) == loads:
-                await self._load(script, via)  # that one failed: this call's own try
-            return
         try:
-            if self._script_loads.get(sha, 0) == loads:
+            if self._script_loads.get(sha, 0) == loads:  # none loaded it since (or it failed)
                 await self._load(script, via)
                 self._script_loads[sha] = loads + 1
         finally:

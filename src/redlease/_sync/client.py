@@ -441,14 +441,10 @@ class Client(ClientBase, Closing):
         restarted server, a failover) sends one ``SCRIPT LOAD``, not one per call."""
         sha = script.sha
         mine = threading.Event()
-        under_way = self._script_loading.setdefault(sha, mine)
-        if under_way is not mine:
+        while (under_way := self._script_loading.setdefault(sha, mine)) is not mine:
             under_way.wait()  # ends as that load ends, whatever its outcome
-            if self._script_loads.get(sha, 0) == loads:
-                self._load(script, via)  # that one failed: this call's own try
-            return
         try:
-            if self._script_loads.get(sha, 0) == loads:
+            if self._script_loads.get(sha, 0) == loads:  # none loaded it since (or it failed)
                 self._load(script, via)
                 self._script_loads[sha] = loads + 1
         finally:
