@@ -5,6 +5,7 @@ every hold is checked.
     python benchmarks/chaos.py --quick              # every scenario, short runs (under 2 min)
     python benchmarks/chaos.py --scenario kill --scenario pause
     python benchmarks/chaos.py --server valkey --workers 6
+    python benchmarks/chaos.py --scenario failover-rmw --seed 1 --seed 2 --seed 3
 
 Each scenario starts its own servers (``redlease.testing.RedisServer`` on free loopback ports):
 one for the lock and one for the protected resource, so that a fault of the lock server does
@@ -40,6 +41,16 @@ failover            master + replica, clients behind a proxy; replication stalls
                     holder resumes 0.2 s later
 failover-confirmed  the same with replica-confirmed writes (replicas=1): the stopped holder's
                     hold was confirmed by the replica before replication stalled
+failover-rmw        one run per seed (``--seed``; default 1 2 3, quick 1 2): master + replica,
+                    clients behind a proxy, every worker contending for the lock with a fenced
+                    read-modify-write in each hold; at moments drawn from the seed, replication
+                    stalls (a few ms to 0.4 L: the replica misses the last hand-overs while its
+                    copy of the holds and of the line stays alive), the master is killed, the
+                    replica promoted and every client moved to it; two times in three a holder
+                    is caught between its fenced read and its write and kept stopped across the
+                    failover, then writes late: after 0.05-0.5 L, or (half of those) while a
+                    holder of the new master with a token as high is between its own read and
+                    write (the first such holder within 0.05-0.5 L)
 reply-drop          replies to acquires and releases are dropped after the server ran them
                     (once: redlease sends again; twice in a row: the worker calls again)
 pubsub-delay        the workers' pub/sub connections (only those) go through a proxy that
@@ -52,8 +63,12 @@ reentry-drop        every hold is re-entered (acquire twice, release twice); rep
 Measured per scenario: overlapping holds; lost updates on the unfenced and on the fenced
 resource; fenced writes refused as stale; leases lost and how many of those the holder was
 told of (``on_lease_lost`` or ``LeaseLostError`` from release); the longest stretch with a
-waiter but no holder; recovery (from each fault to the next hold of another worker). Then
-each goal is marked PASS or FAIL. The exit status is 0 only when every goal passes.
+waiter but no holder; recovery (from each fault to the next hold of another worker); fencing
+tokens handed out twice (two holds with one token, any scenario). For failover-rmw, per seed:
+tokens handed out twice, fenced writes accepted, the fenced counter at the end (the resource
+lists the holds that wrote it) and lost fenced updates (an accepted write missing from it; how
+many of those had a token that another hold had too). Then each goal is marked PASS or FAIL.
+The exit status is 0 only when every goal passes.
 """
 
 from __future__ import annotations
@@ -374,10 +389,15 @@ class Settings:
 class Run:
     """One scenario: its servers and proxies, its worker processes, the faults injected."""
 
-    def __init__(self, settings: Settings, scenario: Scenario, workdir: Path) -> None:
+    def __init__(
+        self, settings: Settings, scenario: Scenario, workdir: Path, seed: int | None = None
+    ) -> None:
         self.s = settings
         self.scenario = scenario
         self.workdir = workdir
+        self.seed = seed
+        self.rng = random.Random(seed)
+        """Where the fault's timing comes from (a seeded scenario: one run per seed)."""
         self.mpc: Any = mp.get_context(settings.start_method)
         self.lock_server = RedisServer(settings.binary).start()
         self.resource_server = RedisServer(settings.binary).start()
@@ -421,7 +441,8 @@ class Run:
         return self.resource_server.url
 
     def log_path(self, index: int) -> Path:
-        return self.workdir / f"{self.scenario.name}-{index}.jsonl"
+        seed = "" if self.seed is None else f"-{self.seed}"
+        return self.workdir / f"{self.scenario.name}{seed}-{index}.jsonl"
 
     # workers
 
@@ -531,6 +552,16 @@ class Run:
         with contextlib.suppress(OSError, ValueError, KeyError, IndexError):
             first = self.log_path(index).read_text().splitlines()[0]
             return str(json.loads(first)[key])
+        return None
+
+    def last_begin(self, index: int) -> dict[str, Any] | None:
+        """The last hold worker ``index`` logged as begun (its token, its number ``n``)."""
+        with contextlib.suppress(OSError):
+            for line in reversed(self.log_path(index).read_text().splitlines()):
+                with contextlib.suppress(ValueError):
+                    rec = json.loads(line)
+                    if rec.get("k") == "begin":
+                        return dict(rec)
         return None
 
     def finish(self) -> None:
@@ -693,17 +724,126 @@ def inject_failover(run: Run) -> None:
         run.faults.append(
             Fault("failover", index, t0, cut_at, destroys_state=True, since=stalled_at)
         )
-        # a new replica for the new master (replica-confirmed writes need one)
-        run.old_servers.append(old_master)
-        run.old_proxies.append(run.link)
-        run.lock_server = new_master
-        run.probe.close()
-        run.probe = redis.Redis.from_url(new_master.url, socket_timeout=2)
-        run.link = TcpProxy(new_master).start()
-        run.replica = RedisServer(run.s.binary, replica_of=run.link).start()
-        with contextlib.suppress(TimeoutError):
-            run.replica.wait_replica_synced(timeout=30)
-        run.faults[-1].note = f"new replica in sync {time.monotonic() - t0:.2f} s after"
+        run.faults[-1].note = _replace_replica(run, old_master, new_master, t0)
+
+
+def _replace_replica(run: Run, old_master: RedisServer, new_master: RedisServer, t0: float) -> str:
+    """After a failover: the promoted replica is the lock server, with a new replica of its
+    own (replica-confirmed writes need one, the next failover too); says when it was in sync."""
+    assert run.link is not None
+    run.old_servers.append(old_master)
+    run.old_proxies.append(run.link)
+    run.lock_server = new_master
+    run.probe.close()
+    run.probe = redis.Redis.from_url(new_master.url, socket_timeout=2)
+    run.link = TcpProxy(new_master).start()
+    run.replica = RedisServer(run.s.binary, replica_of=run.link).start()
+    with contextlib.suppress(TimeoutError):
+        run.replica.wait_replica_synced(timeout=30)
+    return f"new replica in sync {time.monotonic() - t0:.2f} s after"
+
+
+STALLS = ((0.0, 0.03), (0.03, 0.4))
+"""failover-rmw: how long replication stalls before the master dies, in leases: as often a
+short stall (the replica misses the last hand-overs or so) as a longer one (a few dozen); never
+so long that the replica's copy of the last holds and of the line has run out."""
+SINCE_MARGIN = 0.01
+"""failover-rmw: a hold is counted as taken on the master alone (lost at the failover) only if
+it began this long after replication stalled: its copy may have passed the link just before."""
+
+
+def inject_failover_rmw(run: Run) -> None:
+    """Failovers to a replica that is behind, under contention, with fenced read-modify-writes.
+
+    Drawn from the run's seed for each failover: when it comes; for how long replication
+    stalls before the master dies (``STALLS``: the holds, hand-overs and tokens of that
+    stretch exist on the old master alone, while the replica still has the holds and the line
+    as they were, alive); whether a holder is caught between its fenced read and its write and
+    kept stopped across the failover, and for how long after it (0.05 to 0.5 L), so that it
+    writes late with its token. Then the old master is killed (SIGKILL), the replica promoted
+    (``REPLICAOF NO ONE``), the clients' proxy moved to it and every connection cut."""
+    assert run.vip is not None
+    lease = run.s.lease
+    rng = run.rng
+    first = run.started_at + min(1.0, run.s.duration / 5)
+    last = max(first, run.end_at - 3 * lease)
+    plan = sorted(rng.uniform(first, last) for _ in range(run.s.repeats))
+    draws = [
+        (
+            rng.uniform(*rng.choice(STALLS)) * lease,
+            rng.random() < 2 / 3,
+            rng.uniform(0.05, 0.5) * lease,
+            rng.random() < 0.5,
+        )
+        for _ in plan
+    ]  # drawn first: a seed gives the same plan whatever the timing of the run
+    for at, (stall, catch, across, between) in zip(plan, draws, strict=True):
+        run.sleep_until(at)
+        if time.monotonic() > run.end_at - 2 * lease:
+            run.notes.append("failover-rmw: no time left for the next failover")
+            break
+        assert run.link is not None and run.replica is not None
+        run.link.freeze()  # from now on the replica misses every write
+        stalled_at = time.monotonic()
+        time.sleep(stall)  # the fault itself: writes on the master alone
+        index = run.trap() if catch else None
+        old_master, new_master = run.lock_server, run.replica
+        old_master.kill()
+        t0 = time.monotonic()
+        new_master.promote()
+        run.vip.retarget(new_master)
+        run.vip.cut()
+        cut_at = time.monotonic()
+        where = f"stall {stall * 1000:.0f} ms"
+        if index is not None and between:
+            where += ", " + _write_between(run, index, time.monotonic() + across)
+        elif index is not None:
+            time.sleep(across)  # the fault itself: the holder stopped across the failover
+            run.resume(index)
+            where += f", worker {index} stopped mid-write until {across * 1000:.0f} ms after"
+        fault = Fault(
+            "failover",
+            index,
+            t0,
+            cut_at,
+            where,
+            destroys_state=True,
+            since=stalled_at + SINCE_MARGIN,
+        )
+        run.faults.append(fault)
+        fault.note += "; " + _replace_replica(run, old_master, new_master, t0)
+
+
+def _write_between(run: Run, index: int, until: float) -> str:
+    """Let the stopped holder ``index`` (token T, taken on the old master) write while a holder
+    of the new master is between its fenced read and its write: the first one, before
+    ``until``, whose token is not below T (a lower one was refused at its read). With a token
+    above T, the late write is refused; with T itself (handed out twice), both writes are
+    accepted and the second overwrites the first: a lost update. Says what happened."""
+    mine = run.last_begin(index)
+    token = int(mine["token"]) if mine else 0
+    tries = 0
+    while time.monotonic() < until and tries < 200:
+        tries += 1
+        other = run.trap(timeout=max(0.01, until - time.monotonic()))
+        if other is None:
+            break
+        theirs = run.last_begin(other)
+        if theirs is None or int(theirs["token"]) < token:
+            run.resume(other)
+            continue
+        run.resume(index)  # its writes land now, between the other's read and write
+        deadline = time.monotonic() + 2.0
+        while run.holding[index] == READ_DONE and time.monotonic() < deadline:
+            time.sleep(0.001)
+        run.resume(other)
+        same = "the same token" if int(theirs["token"]) == token else "a higher token"
+        return (
+            f"worker {index} stopped mid-write, then wrote while worker {other} ({same}) was "
+            "between its read and its write"
+        )
+    run.resume(index)
+    return f"worker {index} stopped mid-write, then wrote late (no holder with a token as high)"
 
 
 def setup_reply_drop(run: Run) -> None:
@@ -823,6 +963,8 @@ class Scenario:
     """The workers re-enter every hold."""
     quick_duration: float = 0.0
     """Seconds it runs at least, even with ``--quick`` (a fault that needs many tries)."""
+    seeded: bool = False
+    """Run once per seed (``--seed``): its faults are drawn from ``Run.rng``."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -853,6 +995,16 @@ SCENARIOS: dict[str, Scenario] = {
             setup=setup_failover,
             replicas=1,
             allows_overlap=True,
+        ),
+        Scenario(
+            "failover-rmw",
+            "fenced read-modify-writes, failovers to a replica behind",
+            inject_failover_rmw,
+            setup=setup_failover,
+            allows_overlap=True,
+            repeats_quick=2,
+            quick_duration=8.0,
+            seeded=True,
         ),
         Scenario(
             "reply-drop",
@@ -913,6 +1065,19 @@ class Result:
     available: bool = True
     started_at: float = 0.0
     end_at: float = 0.0
+    seed: int | None = None
+    repeated_tokens: int = 0
+    """Holds whose fencing token an earlier hold already had (a token handed out twice)."""
+    accepted_fenced: int = 0
+    """Fenced writes the resource accepted."""
+    final_counter: int | None = None
+    """Writes the fenced resource's final value counts (it lists the holds that wrote it)."""
+    lost_same_token: int = 0
+    """Lost fenced updates whose writer's token another hold had too."""
+
+    @property
+    def name(self) -> str:
+        return self.scenario.name if self.seed is None else f"{self.scenario.name} s{self.seed}"
 
 
 def read_logs(run: Run) -> tuple[list[Hold], list[Fail]]:
@@ -1004,6 +1169,7 @@ def analyze(run: Run) -> Result:
         list(run.notes),
         started_at=run.started_at,
         end_at=run.end_at,
+        seed=run.seed,
     )
     # overlaps: holds whose intervals intersect another worker's; and for how long
     open_holds: list[Hold] = []
@@ -1026,9 +1192,28 @@ def analyze(run: Run) -> Result:
     finally:
         resource.close()
     r.lost_unfenced = len({h.id for h in holds if h.unfenced == "ok"} - _ids(final_unfenced))
+    # a fencing token handed out twice: two holds (of any workers) with one token
+    by_token: dict[int, list[Hold]] = {}
+    for h in holds:
+        if h.token > 0:
+            by_token.setdefault(h.token, []).append(h)
+    twice = {t: hs for t, hs in by_token.items() if len(hs) > 1}
+    r.repeated_tokens = sum(len(hs) - 1 for hs in twice.values())
+    for token, hs in sorted(twice.items())[:3]:
+        r.notes.append(
+            f"token {token} handed out {len(hs)} times: "
+            + ", ".join(
+                f"hold {h.id} at +{h.start - run.started_at:.3f} s (fenced {h.fenced})" for h in hs
+            )
+        )
     if HAS_FENCING:
-        r.lost_fenced = len({h.id for h in holds if h.fenced == "ok"} - _ids(final_fenced))
+        accepted = {h.id for h in holds if h.fenced == "ok"}
+        lost_ids = accepted - _ids(final_fenced)
+        r.lost_fenced = len(lost_ids)
         r.stale = sum(h.fenced == "stale" for h in holds)
+        r.accepted_fenced = len(accepted)
+        r.final_counter = len(_ids(final_fenced))
+        r.lost_same_token = sum(1 for h in holds if h.id in lost_ids and h.token in twice)
     # leases lost for certain: overtaken, stopped or cut off past the lease, or held while
     # the server lost its state
     lost: set[str] = set(superseded)
@@ -1098,6 +1283,10 @@ def analyze(run: Run) -> Result:
 # --- output -----------------------------------------------------------------------------------
 
 
+DEFAULT_SEEDS = (1, 2, 3)
+QUICK_SEEDS = (1, 2)
+"""Seeds of the seeded scenarios when ``--seed`` is not given."""
+
 MARKDOWN = False
 """Print tables as Markdown (``--markdown``), ready for the README."""
 
@@ -1145,17 +1334,18 @@ def result_rows(results: Sequence[Result]) -> list[list[object]]:
     rows: list[list[object]] = []
     for r in results:
         if not r.available:
-            rows.append([r.scenario.name, *["n/a"] * 9, "not available"])
+            rows.append([r.name, *["n/a"] * (len(HEADERS) - 2), "not available"])
             continue
         rows.append(
             [
-                r.scenario.name,
+                r.name,
                 len(r.holds),
                 r.overlaps,
                 r.overlap_time,
                 r.lost_unfenced,
                 r.lost_fenced,
                 r.stale,
+                r.repeated_tokens,
                 f"{r.told_of_lost}/{r.leases_lost}",
                 r.longest_gap,
                 r.recovery,
@@ -1173,6 +1363,7 @@ HEADERS = [
     "lost upd. unfenced",
     "lost upd. fenced",
     "stale writes refused",
+    "tokens twice",
     "lost leases told/lost",
     "longest no-holder s",
     "recovery s",
@@ -1195,13 +1386,24 @@ def goals(results: Sequence[Result], lease: float) -> list[Goal]:
     def add(text: str, rs: Sequence[Result], value: str, ok: bool | None) -> None:
         if not rs:
             value, ok = "n/a", None
-        out.append(Goal(text, [r.scenario.name for r in rs], value, ok))
+        out.append(Goal(text, list(dict.fromkeys(r.scenario.name for r in rs)), value, ok))
 
     if HAS_FENCING:
         lost = sum(r.lost_fenced or 0 for r in done)
         add("zero lost updates with fencing, every scenario", done, str(lost), lost == 0)
     else:
         add("zero lost updates with fencing, every scenario", [], "n/a", None)
+    twice = sum(r.repeated_tokens for r in done)
+    add("no fencing token handed out twice, every scenario", done, str(twice), twice == 0)
+    if HAS_FENCING:
+        rmw = [r for r in done if r.scenario.seeded]
+        off = [r.name for r in rmw if r.final_counter != r.accepted_fenced]
+        add(
+            "fenced counter across failovers = the writes it accepted, every seed",
+            rmw,
+            f"{len(off)} seed(s) off" + (f" ({', '.join(off)})" if off else ""),
+            not off,
+        )
     strict = [r for r in done if not r.scenario.allows_overlap]
     bad = sum(r.overlaps + r.lost_unfenced for r in strict)
     add(
@@ -1261,6 +1463,56 @@ def goals(results: Sequence[Result], lease: float) -> list[Goal]:
         worst < lease / 2,
     )
     return out
+
+
+def print_rmw_table(results: Sequence[Result]) -> None:
+    """The fenced read-modify-writes across failovers, one row per seed."""
+    rows: list[list[object]] = []
+    for r in results:
+        if not (r.available and r.scenario.seeded):
+            continue
+        failovers = [f for f in r.faults if f.kind == "failover"]
+        stopped = sum(f.worker is not None for f in failovers)
+        rows.append(
+            [
+                r.name,
+                f"{len(failovers)} ({stopped})",
+                len(r.holds),
+                r.repeated_tokens,
+                r.accepted_fenced,
+                r.final_counter,
+                r.lost_fenced,
+                r.lost_same_token,
+                r.stale,
+                r.overlaps,
+                f"{r.told_of_lost}/{r.leases_lost}",
+            ]
+        )
+    if rows:
+        print_table(
+            "Fenced read-modify-writes across failovers (per seed)",
+            [
+                "run",
+                "failovers (holder stopped)",
+                "holds",
+                "tokens twice",
+                "fenced writes accepted",
+                "final counter",
+                "lost fenced updates",
+                "of which same token",
+                "stale refused",
+                "overlapping holds",
+                "lost leases told/lost",
+            ],
+            rows,
+        )
+    for r in results:  # the two figures that must be 0, one line per seed
+        if r.available and r.scenario.seeded:
+            print(
+                f"  {r.name}: tokens handed out twice {r.repeated_tokens}, "
+                f"lost fenced updates {r.lost_fenced} "
+                f"(final counter {r.final_counter}, accepted writes {r.accepted_fenced})"
+            )
 
 
 def print_goals(items: Sequence[Goal]) -> bool:
@@ -1332,21 +1584,25 @@ def print_notes(results: Sequence[Result]) -> None:
             if odd and not f.kind.startswith(NETWORK_BLIPS)
         ]
         for text in notes:
-            print(f"  {r.scenario.name}: {text}")
+            print(f"  {r.name}: {text}")
 
 
 # --- main -------------------------------------------------------------------------------------
 
 
-def run_scenario(settings: Settings, scenario: Scenario, workdir: Path) -> Result:
+def run_scenario(
+    settings: Settings, scenario: Scenario, workdir: Path, seed: int | None = None
+) -> Result:
     if scenario.replicas and not HAS_REPLICAS:
-        return Result(scenario, available=False, notes=["replicas= not supported by Client"])
+        return Result(
+            scenario, available=False, notes=["replicas= not supported by Client"], seed=seed
+        )
     repeats = scenario.repeats_quick if settings.quick else max(3, scenario.repeats_quick + 1)
     duration = settings.duration
     if settings.quick:
         duration = max(duration, scenario.quick_duration)
     local = Settings(**{**settings.__dict__, "repeats": repeats, "duration": duration})
-    run = Run(local, scenario, workdir)
+    run = Run(local, scenario, workdir, seed)
     try:
         if scenario.setup is not None:
             scenario.setup(run)
@@ -1372,7 +1628,7 @@ def choose_server(wanted: str | None) -> ServerBinary:
     sys.exit(f"no server matches {wanted!r} (found: {', '.join(b.label for b in servers)})")
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[Settings, list[str]]:
+def parse_args(argv: Sequence[str] | None) -> tuple[Settings, list[str], list[int]]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument(
         "--quick", action="store_true", help="short runs, one or two faults each (under 2 min)"
@@ -1391,6 +1647,13 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, list[str]]:
     p.add_argument(
         "--start-method", default="spawn", choices=mp.get_all_start_methods(), help="(spawn)"
     )
+    p.add_argument(
+        "--seed",
+        type=int,
+        action="append",
+        help="a seed of the seeded scenarios (failover-rmw), one run each (repeatable; "
+        f"default {' '.join(map(str, DEFAULT_SEEDS))}, quick {' '.join(map(str, QUICK_SEEDS))})",
+    )
     p.add_argument("--verbose", action="store_true", help="show the workers' redlease logs")
     p.add_argument("--markdown", action="store_true", help="print the tables as Markdown")
     a = p.parse_args(argv)
@@ -1407,11 +1670,12 @@ def parse_args(argv: Sequence[str] | None) -> tuple[Settings, list[str]]:
         start_method=a.start_method,
         verbose=a.verbose,
     )
-    return settings, a.scenario or list(SCENARIOS)
+    seeds = a.seed or list(QUICK_SEEDS if a.quick else DEFAULT_SEEDS)
+    return settings, a.scenario or list(SCENARIOS), seeds
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    settings, names = parse_args(argv)
+    settings, names, seeds = parse_args(argv)
     print(
         f"redlease chaos check{' (quick)' if settings.quick else ''}: {settings.binary.label}, "
         f"{settings.workers} workers, lease {settings.lease:g} s, critical section "
@@ -1424,15 +1688,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[Result] = []
     with tempfile.TemporaryDirectory(prefix="redlease-chaos-") as tmp:
         for name in names:
-            t0 = time.monotonic()
-            result = run_scenario(settings, SCENARIOS[name], Path(tmp))
-            results.append(result)
-            print(f"  {name}: {len(result.holds)} holds in {time.monotonic() - t0:.1f} s")
+            scenario = SCENARIOS[name]
+            for seed in seeds if scenario.seeded else [None]:
+                t0 = time.monotonic()
+                result = run_scenario(settings, scenario, Path(tmp), seed)
+                results.append(result)
+                print(
+                    f"  {result.name}: {len(result.holds)} holds in {time.monotonic() - t0:.1f} s"
+                )
     print_table(
         f"Faults (lease L = {settings.lease:g} s; {settings.workers} workers)",
         HEADERS,
         result_rows(results),
     )
+    print_rmw_table(results)
     ok = print_goals(goals(results, settings.lease))
     print_notes(results)
     print(f"\n{'PASS' if ok else 'FAIL'}: done in {time.monotonic() - started:.0f} s")
