@@ -110,6 +110,7 @@ class LockBase:
                 blocking=blocking,
                 timeout=wait,
                 wait_id=next_request_id(),
+                token=(self._token(owner) or 0) if held else 0,
                 fair=self._fair,
                 handover=chosen is None,  # the watchdog lengthens a hand-over's short lease
                 on_gone=lambda: gone.append(True),
@@ -245,6 +246,7 @@ class LockBase:
             owner,
             held=hold.count,
             request_id=hold.release_id,
+            token=hold.token,
             # a fair lock always hands over to the first waiter in line
             handoff_ms=self._state.handoff_ms
             or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),

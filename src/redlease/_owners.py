@@ -66,13 +66,24 @@ def next_owner_id() -> int:
 
 
 _request_ids = itertools.count(1)
+_request_prefix = os.urandom(8).hex()
+
+
+def _fresh_request_ids() -> None:
+    global _request_ids, _request_prefix
+    _request_ids = itertools.count(1)
+    _request_prefix = os.urandom(8).hex()
+
+
+os.register_at_fork(after_in_child=_fresh_request_ids)
 
 
 def next_request_id() -> str:
-    """The id of a release call, kept for its retries: the server remembers an owner's last
-    final release by it, so it need only differ between one owner's releases (owners are
-    never shared between processes), which a process-wide counter does without a syscall."""
-    return str(next(_request_ids))
+    """The id of one call (a release, an acquire's wait), kept for its retries: 64 random
+    bits per process (drawn again in a forked child) and a counter. Receipts of a lock are
+    shared by every owner of its name, so an id must never be minted twice in any process on
+    any host: a per-process counter alone repeats in every worker."""
+    return f"{_request_prefix}{next(_request_ids):x}"
 
 
 class ThreadOwners:

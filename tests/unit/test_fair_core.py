@@ -172,7 +172,7 @@ def test_the_watchdog_renews_a_redisson_fair_hold_with_the_plain_renewal() -> No
     ((batch, call),) = RenewalPolicy(30.0).calls([hold])
     assert batch == [hold]
     assert call.script is scripts.LOCK_RENEW and call.keys == (KEYS.name,)
-    assert call.args == (30000, OWNER)
+    assert call.args == (30000, OWNER, 1)  # the owner field, then its token
 
 
 # --- the core's loop with this layout -------------------------------------------------------
@@ -226,11 +226,11 @@ def test_a_late_grant_is_given_back_with_the_fair_release() -> None:
 
 
 def test_release_and_status_with_the_layout() -> None:
-    op = lock.release(KEYS, OWNER, held=1, request_id="r", handoff_ms=1000, layout=LAYOUT)
+    op = lock.release(KEYS, OWNER, held=1, request_id="r", token=7, handoff_ms=1000, layout=LAYOUT)
     call = step(op, first=True)
     assert call.script is fair.REDISSON_FAIR_RELEASE  # no hand-off window in this layout
     assert finish(op, [1, 0]) == 0
-    op = lock.release(KEYS, OWNER, held=1, request_id="r", layout=LAYOUT)
+    op = lock.release(KEYS, OWNER, held=1, request_id="r", token=7, layout=LAYOUT)
     step(op, first=True)
     with pytest.raises(LeaseLostError):
         finish(op, [-1, 0])

@@ -85,11 +85,12 @@ def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
         WAIT,
         KEYS.handover_prefix,
         "publish",
+        0,  # no token: a first acquire, or a re-entry that does not name its hold's
     )
     assert queue in (0, 1)
 
 
-def assert_release_call(call: object, *, held: int) -> str:
+def assert_release_call(call: object, *, held: int, token: int | None = None) -> str:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_RELEASE
     assert call.keys == (
@@ -100,7 +101,9 @@ def assert_release_call(call: object, *, held: int) -> str:
         KEYS.deadlines,
         KEYS.fence,
     )
-    owner, count, request_id, handoff_ms, publish, handover, unsure, outsiders_ms = call.args
+    owner, count, request_id, handoff_ms, publish, handover, unsure, outsiders_ms, got = call.args
+    if token is not None:
+        assert got == token  # the token of the hold it releases
     assert unsure == 0
     assert outsiders_ms == 0  # no hand-over, so no outsiders' turn either
     assert handover == KEYS.handover_prefix
@@ -319,13 +322,13 @@ def test_late_grant_with_timeout_exhausted_fails() -> None:
 def test_acquire_undo_releases_only_a_counted_grant() -> None:
     _, call = start(FakeClock(), held=0)
     assert call.undo is not None
-    assert_release_call(call.undo([GRANTED, 1, 30000, 5]), held=1)
+    assert_release_call(call.undo([GRANTED, 1, 30000, 5]), held=1, token=5)
     assert call.undo([HELD, 0, 5000, 5]) is None
     assert call.undo([LOST, 0, -2, 5]) is None
     assert call.undo([GRANTED, 3, 30000, 5]) is None  # not the hold this request counted
 
     _, call = start(FakeClock(), held=4)
-    assert_release_call(call.undo([GRANTED, 5, 30000, 5]), held=5)
+    assert_release_call(call.undo([GRANTED, 5, 30000, 5]), held=5, token=5)
     assert call.undo([GRANTED, 4, 30000, 5]) is None
     assert call.undo([LOST, 2, 100, 5]) is None
 
@@ -337,9 +340,9 @@ def test_undo_accepts_reply_values_as_bytes() -> None:
 
 
 def test_only_the_acquire_call_has_an_undo() -> None:
-    assert next(release(KEYS, OWNER, held=1, request_id="r")).undo is None
+    assert next(release(KEYS, OWNER, held=1, request_id="r", token=5)).undo is None
     assert next(status(KEYS)).undo is None
-    assert release_call(KEYS, OWNER, 1, request_id="x").undo is None
+    assert release_call(KEYS, OWNER, 1, request_id="x", token=5).undo is None
 
 
 replies = st.one_of(
@@ -411,22 +414,22 @@ def test_acquire_never_waits_past_its_deadline(
 
 
 def test_release_returns_remaining_holds() -> None:
-    op = release(KEYS, OWNER, held=3, request_id="req-9", handoff_ms=50)
+    op = release(KEYS, OWNER, held=3, request_id="req-9", token=5, handoff_ms=50)
     call = next(op)
-    assert call == release_call(KEYS, OWNER, 3, request_id="req-9", handoff_ms=50)
+    assert call == release_call(KEYS, OWNER, 3, request_id="req-9", token=5, handoff_ms=50)
     handover = KEYS.handover_prefix
-    assert call.args == (OWNER, 3, "req-9", 50, "publish", handover, 0, OUTSIDERS_TURN_MS)
+    assert call.args == (OWNER, 3, "req-9", 50, "publish", handover, 0, OUTSIDERS_TURN_MS, 5)
     assert finish(op, [codes.RELEASED, 2]) == 2
 
 
 def test_final_release_returns_zero() -> None:
-    op = release(KEYS, OWNER, held=1, request_id="r")
+    op = release(KEYS, OWNER, held=1, request_id="r", token=5)
     next(op)
     assert finish(op, [b"1", b"0"]) == 0
 
 
 def test_release_of_a_lost_hold_raises() -> None:
-    op = release(KEYS, OWNER, held=1, request_id="r")
+    op = release(KEYS, OWNER, held=1, request_id="r", token=5)
     next(op)
     with pytest.raises(LeaseLostError) as info:
         op.send([LOST, 0])

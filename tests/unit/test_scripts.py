@@ -51,7 +51,7 @@ def test_every_lua_file_is_a_loaded_script_and_names_are_unique() -> None:
 
 # --- the header comment ---------------------------------------------------------------------
 
-_ENTRY = re.compile(r"\b(KEYS|ARGV)\[(\d+)(?:\.\.n(?:\+(\d+))?)?\]")
+_ENTRY = re.compile(r"\b(KEYS|ARGV)\[(\d+)(?:\.\.(\d*)n(?:\+(\d+))?)?\]")
 
 
 def _header(text: str) -> list[str]:
@@ -63,17 +63,18 @@ def _header(text: str) -> list[str]:
     return lines
 
 
-def _documented(text: str, which: str) -> tuple[list[int], int | None]:
-    """Fixed indices documented for KEYS/ARGV, and the ``+k`` of a variadic ``[i..n+k]``."""
+def _documented(text: str, which: str) -> tuple[list[int], tuple[int, int] | None]:
+    """Fixed indices documented for KEYS/ARGV, and the ``(m, k)`` of a variadic
+    ``[i..mn+k]`` (``m`` entries per lock)."""
     fixed: list[int] = []
-    variadic: int | None = None
+    variadic: tuple[int, int] | None = None
     for line in _header(text):
         m = _ENTRY.match(line)
         if m is None or m.group(1) != which:
             continue
         if ".." in line.split()[0]:
             assert variadic is None, f"two variadic {which} entries"
-            variadic = int(m.group(3) or 0)
+            variadic = (int(m.group(3) or 1), int(m.group(4) or 0))
             # A range must follow the fixed entries without a gap.
             assert int(m.group(2)) == len(fixed) + 1
         else:
@@ -88,7 +89,7 @@ def header_arity(name: str, n: int) -> tuple[int, int]:
     counts = []
     for which in ("KEYS", "ARGV"):
         fixed, variadic = _documented(text, which)
-        counts.append(len(fixed) if variadic is None else n + variadic)
+        counts.append(len(fixed) if variadic is None else variadic[0] * n + variadic[1])
     return counts[0], counts[1]
 
 
@@ -132,7 +133,7 @@ def _core_calls() -> list[tuple[Call, int]]:
     reentry = lock.acquire(KEYS, OWNER, held=2, lease=0.5, blocking=True, timeout=1.0, wait_id="w")
     next(reentry)  # listen first (Subscribe, only if live)
     calls.append((reentry.send(False), 1))
-    calls.append((next(lock.release(KEYS, OWNER, held=1, request_id="r")), 1))
+    calls.append((next(lock.release(KEYS, OWNER, held=1, request_id="r", token=7)), 1))
     calls.append((next(lock.force_release(KEYS)), 1))
     calls.append((next(lock.status(KEYS)), 1))
     calls.append((lock.leave_call(KEYS, OWNER, "w", "w30000"), 1))
@@ -168,11 +169,11 @@ def test_calls_match_the_script_headers(call: Call, n: int) -> None:
 
 def test_known_arities() -> None:
     """The brief's table, so that a header edit alone cannot change the interface silently."""
-    assert header_arity("lock_acquire", 1) == (4, 9)
-    assert header_arity("lock_release", 1) == (6, 8)
+    assert header_arity("lock_acquire", 1) == (4, 10)
+    assert header_arity("lock_release", 1) == (6, 9)
     assert header_arity("lock_force_release", 1) == (2, 2)
     assert header_arity("lock_status", 1) == (2, 0)
-    assert header_arity("lock_renew", 4) == (4, 5)
+    assert header_arity("lock_renew", 4) == (4, 9)
 
 
 def test_watchdog_uses_the_renew_script() -> None:

@@ -58,7 +58,8 @@ def test_one_call_for_a_few_locks() -> None:
     assert batch == holds
     assert call.script is scripts.LOCK_RENEW
     assert call.keys == ("lock-0000", "lock-0001", "lock-0002")
-    assert call.args == (30000, "owner-0:0", "owner-1:1", "owner-2:2")
+    # the owner fields, then the token of each hold
+    assert call.args == (30000, "owner-0:0", "owner-1:1", "owner-2:2", *(h.token for h in holds))
     assert call.undo is None
 
 
@@ -73,7 +74,9 @@ def test_calls_cover_all_holds_in_batches(n: int, timeout: float) -> None:
     for batch, call in out:
         assert 1 <= len(batch) <= BATCH
         assert call.keys == tuple(h.keys.name for h in batch)
-        lease_ms, *owners = call.args
+        lease_ms, *rest = call.args
+        owners, tokens = rest[: len(batch)], rest[len(batch) :]
+        assert tokens == [h.token for h in batch]
         assert isinstance(lease_ms, int)
         # The lease in ms is rounded up, never down (a renewal must not shorten the lease).
         assert timeout * 1000 <= lease_ms <= timeout * 1000 + 1

@@ -99,10 +99,13 @@ class RedissonFairLayout(Layout):
         timeout: float | None,
         fair: bool,
         handover: bool,
+        token: int = 0,
     ) -> Call:
         undo = grant_undo(
             held,
-            lambda count: self.release_call(keys, owner, count, request_id=uuid.uuid4().hex),
+            lambda count, granted: self.release_call(
+                keys, owner, count, request_id=uuid.uuid4().hex, token=granted
+            ),
         )
         return Call(
             REDISSON_FAIR_ACQUIRE,
@@ -118,6 +121,7 @@ class RedissonFairLayout(Layout):
         held: int,
         *,
         request_id: str,
+        token: int = 0,
         handoff_ms: int = 0,
         unsure: bool = False,
     ) -> Call:

@@ -90,13 +90,14 @@ class Acquired:
     token: int
 
 
-def grant_undo(held: int, give_back: Callable[[int], Call]) -> Callable[[Any], Call | None]:
-    """An acquire call's ``undo``: the hold it made (``give_back(count)``), if it made one."""
+def grant_undo(held: int, give_back: Callable[[int, int], Call]) -> Callable[[Any], Call | None]:
+    """An acquire call's ``undo``: the hold it made (``give_back(count, token)``; 0 for a
+    reply without a token), if it made one."""
 
     def undo(reply: Any) -> Call | None:
         code, count = int(reply[0]), int(reply[1])
         if code == codes.GRANTED and count == held + 1:
-            return give_back(count)
+            return give_back(count, int(reply[3]) if len(reply) > 3 else 0)
         return None
 
     return undo
@@ -111,9 +112,13 @@ def _acquire_call(
     wait_id: str,
     fair: bool = False,
     handover: bool = False,
+    token: int = 0,
 ) -> Call:
     undo = grant_undo(
-        held, lambda count: release_call(keys, owner, count, request_id=uuid.uuid4().hex)
+        held,
+        lambda count, granted: release_call(
+            keys, owner, count, request_id=uuid.uuid4().hex, token=granted
+        ),
     )
     return Call(
         scripts.LOCK_ACQUIRE,
@@ -128,6 +133,7 @@ def _acquire_call(
             wait_id,
             keys.handover_prefix,
             keys.pubsub.command,
+            token,
         ),
         undo=undo,
     )
@@ -146,11 +152,14 @@ def release_call(
     held: int,
     *,
     request_id: str,
+    token: int,
     handoff_ms: int = 0,
     unsure: bool = False,
 ) -> Call:
-    """The release script call; ``handoff_ms`` hands a freed lock to the first waiter;
-    ``unsure``: the owner's last re-entry may have landed unseen (its count may be one more)."""
+    """The release script call; ``token``: the owner's hold's (the release acts on no other
+    hold; 0: not known, as a Redlock owner's on each master); ``handoff_ms`` hands a freed
+    lock to the first waiter; ``unsure``: the owner's last re-entry may have landed unseen
+    (its count may be one more)."""
     return Call(
         scripts.LOCK_RELEASE,
         (keys.name, keys.channel, keys.receipts, keys.queue, keys.deadlines, keys.fence),
@@ -163,6 +172,7 @@ def release_call(
             keys.handover_prefix,
             int(unsure),
             OUTSIDERS_TURN_MS if handoff_ms > 0 else 0,
+            token,
         ),
     )
 
@@ -200,10 +210,14 @@ class Layout:
         timeout: float | None,
         fair: bool,
         handover: bool,
+        token: int = 0,
     ) -> Call:
         """One try (its ``undo`` gives back a hold it made); ``queue``: take a place in line
-        if the lock cannot be had; ``timeout``: the whole acquire's, as the caller gave it."""
-        return _acquire_call(keys, owner, held, lease, queue, wait_id, fair=fair, handover=handover)
+        if the lock cannot be had; ``timeout``: the whole acquire's, as the caller gave it;
+        ``token``: the token of the hold a re-entry joins (0 on a first acquire)."""
+        return _acquire_call(
+            keys, owner, held, lease, queue, wait_id, fair=fair, handover=handover, token=token
+        )
 
     def release_call(
         self,
@@ -212,11 +226,18 @@ class Layout:
         held: int,
         *,
         request_id: str,
+        token: int,
         handoff_ms: int = 0,
         unsure: bool = False,
     ) -> Call:
         return release_call(
-            keys, owner, held, request_id=request_id, handoff_ms=handoff_ms, unsure=unsure
+            keys,
+            owner,
+            held,
+            request_id=request_id,
+            token=token,
+            handoff_ms=handoff_ms,
+            unsure=unsure,
         )
 
     def leave_call(
@@ -253,6 +274,7 @@ def acquire(
     blocking: bool,
     timeout: float | None,
     wait_id: str,
+    token: int = 0,
     fair: bool = False,
     handover: bool = False,
     clock: Callable[[], float] = time.monotonic,
@@ -274,6 +296,9 @@ def acquire(
     own deadline. A waiter rides out a server outage of up to ``OUTAGE_TOLERANCE``; a retried
     request never counts a second hold. Giving up leaves the line.
 
+    ``token`` is the fencing token of the hold a re-entry joins (``held > 0``): the server
+    counts the re-entry only on that hold, never on another hold of the same owner field (a
+    stale copy after a failover); when it is not there, the acquire goes on as a first one.
     ``wait_id`` is unique to this call: the server records it in the caller's place in line
     and in a hold it makes for the call, and a hand-over message echoes it, so a message that
     arrives late (after this call got the lock by its own re-check, or gave up) is never taken
@@ -310,12 +335,15 @@ def acquire(
                 timeout=timeout,
                 fair=fair,
                 handover=handover,
+                token=token,
             )
         except ReplicaError as exc:
             # not confirmed by enough replicas: a failover could lose it, so give it back
             reply = exc.reply
             if isinstance(reply, list) and int(reply[0]) == codes.GRANTED and reply[1] == held + 1:
-                yield layout.release_call(keys, owner, held + 1, request_id=uuid.uuid4().hex)
+                yield layout.release_call(
+                    keys, owner, held + 1, request_id=uuid.uuid4().hex, token=int(reply[3])
+                )
             raise
         except ServerUnavailableError:
             pause = outage.failed(listening=subscribed)
@@ -338,10 +366,14 @@ def acquire(
                 return Acquired(
                     count=count, ttl=ttl_ms / 1000, requested_at=sent_at, token=int(reply[3])
                 )
-            yield layout.release_call(keys, owner, count, request_id=uuid.uuid4().hex)
+            yield layout.release_call(
+                keys, owner, count, request_id=uuid.uuid4().hex, token=int(reply[3])
+            )
             ttl_ms = 0
             late.came()
         elif code == codes.LOST:
+            if count == 0:
+                token = 0  # (the hold there, if any, is not the caller's: a first acquire now)
             held = gone.follow(
                 count,
                 lambda: LeaseLostError(
@@ -391,6 +423,7 @@ def release(
     *,
     held: int,
     request_id: str,
+    token: int,
     handoff_ms: int = 0,
     unsure: bool = False,
     layout: Layout = REDLEASE,
@@ -399,7 +432,13 @@ def release(
     ``unsure``: a re-entry whose outcome is unknown may have counted one hold more, which
     goes too (the caller was told that acquire failed)."""
     reply = yield layout.release_call(
-        keys, owner, held, request_id=request_id, handoff_ms=handoff_ms, unsure=unsure
+        keys,
+        owner,
+        held,
+        request_id=request_id,
+        token=token,
+        handoff_ms=handoff_ms,
+        unsure=unsure,
     )
     code, remaining = int(reply[0]), int(reply[1])
     if code != codes.RELEASED:

@@ -275,7 +275,7 @@ def acquire(
     outage_since: float | None = None
     backoffs = 0
     while True:
-        give_back = release_call(keys, owner, held + 1, request_id=request_id())
+        give_back = release_call(keys, owner, held + 1, request_id=request_id(), token=0)
         call = acquire_call(keys, owner, held, lease)
         sent_at = clock()
         replies = yield Fanout((call,) * n, master_timeout, on_cancel=(give_back,) * n)
@@ -385,7 +385,7 @@ def release(
     """
     n = len(masters)
     need = quorum(n)
-    call = release_call(keys, owner, held, request_id=request_id)
+    call = release_call(keys, owner, held, request_id=request_id, token=0)
     replies = yield Fanout((call,) * n, master_timeout)
     released: list[int] = []
     failed: list[int] = []

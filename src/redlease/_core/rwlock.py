@@ -242,7 +242,8 @@ def release_undo(keys: RwLayout, side: str, owner: str, held: int) -> Callable[[
     """What gives back the hold that an acquire try made for a caller who no longer wants
     it (it was cancelled with the reply on its way)."""
     return grant_undo(
-        held, lambda count: keys.release_call(side, owner, count, request_id=uuid.uuid4().hex)
+        held,
+        lambda count, _token: keys.release_call(side, owner, count, request_id=uuid.uuid4().hex),
     )
 
 

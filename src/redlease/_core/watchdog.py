@@ -75,7 +75,7 @@ class RenewalPolicy:
                     call = Call(
                         scripts.LOCK_RENEW,
                         tuple(h.keys.name for h in batch),
-                        (lease_ms, *owners),
+                        (lease_ms, *owners, *(h.token for h in batch)),
                         replication=replication,
                     )
                 out.append((batch, call))

@@ -21,6 +21,10 @@
 --          its client listens on the prefix followed by its client id
 -- ARGV[9]  'spublish' for a client on sharded pub/sub (SHARDNUMSUB counts its listeners),
 --          else 'publish'
+-- ARGV[10] the fencing token of the caller's hold (0 on a first acquire; 0 on a re-entry:
+--          the caller does not know it, as a Redlock owner on each master): a re-entry joins
+--          only the hold with that token, never another hold of the same owner field (a stale
+--          copy after a failover to a replica that missed the owner's release and new acquire)
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
@@ -29,31 +33,68 @@
 --              (-1: no expiry), token the last fencing token handed out
 --              (a hand-over with a token no higher was made before this reply: not for the
 --              caller's wait from now on). A queueing caller now has a place in line.
---  -1 LOST     the caller believed it held the lock, but its hold is gone
--- A retried request (the reply was lost, the same request arrives again) finds the count one
--- above what the caller believes and answers GRANTED without counting a second hold; the
--- caller's place in line, if any, goes (every way out of a wait leaves the line).
--- Fencing: a new hold's token is max(last token + 1, server time in microseconds), so tokens
--- keep increasing even after the server lost its data (a restart without persistence), as long
--- as the server's clock does not step back past tokens already handed out. The hold's token is
--- kept in the lock hash (field "redlease:fence"), which Redisson ignores.
+--  -1 LOST     the caller believed it held the lock, but its hold is gone (hold_count is
+--              the owner's count on the server, 0 when the hold there is another one: its
+--              token is not the caller's)
+-- Retries: a first acquire (ARGV[3] = 0) that finds its owner's field takes that hold as its
+-- own retry (the reply was lost, the same request arrives again: GRANTED with the TTL on the
+-- key, no second hold counted) only if the hold records this very call's wait id. A hold of
+-- the owner made for another call (a wait that gave up and could not give it back, a stale
+-- copy after a failover) is re-leased to this call: count 1, a fresh token, this call's wait
+-- id and lease. A re-entry's retry finds the count one above what the caller believes (same
+-- token). Either way the caller's place in line, if any, goes (every way out of a wait leaves
+-- the line).
+-- Fencing: every token any path hands out is max(last token + 1, hold's token + 1, server
+-- time in microseconds) and the counter is set to it, so tokens keep increasing even after the
+-- server lost its data (a restart without persistence, a failover to a replica that missed the
+-- last grants), as long as the server's clock does not step back past tokens already handed
+-- out. The hold's token is kept in the lock hash (field "redlease:fence"), which Redisson
+-- ignores.
 -- Hot path: a caller that finds the lock held runs hmget, time and zadd, no more.
 -- A line has no TTL: a dead waiter's place goes when its turn comes or a free lock meets it.
 local place = ARGV[2] .. ' ' .. ARGV[7] .. ' ' .. ARGV[6]
 local expected = tonumber(ARGV[3])
-local fields = redis.call('hmget', KEYS[1], ARGV[2], 'redlease:fence', 'redlease:lease')
+local mine = tonumber(ARGV[10] or '0')
+local fields = redis.call('hmget', KEYS[1], ARGV[2], 'redlease:fence', 'redlease:lease',
+  'redlease:wait')
 local count = tonumber(fields[1] or '0')
+local fence = tonumber(fields[2] or '0')
+local lease = tonumber(ARGV[1])
 local function last_token()
   return tonumber(fields[2] or redis.call('get', KEYS[4]) or '0')
 end
-if count == expected + 1 then
+local function new_token() -- above the counter and the hold's token, not below the clock
+  local now = redis.call('time')
+  local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  local last = tonumber(redis.call('set', KEYS[4], token, 'get') or '0')
+  if last >= token then -- the counter ran ahead of the clock: go on from it
+    token = last + 1
+    redis.call('set', KEYS[4], token)
+  end
+  return token
+end
+if expected == 0 and count > 0 then
   redis.call('zrem', KEYS[2], place)
-  return {1, count, redis.call('pttl', KEYS[1]), tonumber(fields[2] or '0')}
+  if count == 1 and fields[4] == ARGV[7] then -- made for this very call: its retry
+    return {1, 1, redis.call('pttl', KEYS[1]), fence}
+  end
+  -- a hold of this owner made for another call: re-leased to this one
+  local token = new_token()
+  redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[7],
+    'redlease:lease', lease)
+  redis.call('pexpire', KEYS[1], lease)
+  return {1, 1, lease, token}
+end
+if expected > 0 and count > 0 and mine ~= 0 and fence ~= mine then
+  return {-1, 0, redis.call('pttl', KEYS[1]), 0} -- another hold than the caller's
+end
+if expected > 0 and count == expected + 1 then
+  redis.call('zrem', KEYS[2], place)
+  return {1, count, redis.call('pttl', KEYS[1]), fence}
 end
 if count ~= expected then
   return {-1, count, redis.call('pttl', KEYS[1]), 0}
 end
-local lease = tonumber(ARGV[1])
 local function now_ms()
   local now = redis.call('time')
   return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -118,10 +159,7 @@ if count == 0 then
       redis.call('zrem', KEYS[2], head)
     end
   end
-  local now = redis.call('time')
-  local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1,
-    tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  redis.call('set', KEYS[4], token)
+  local token = new_token()
   redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[7],
     'redlease:lease', lease)
   redis.call('pexpire', KEYS[1], lease)
@@ -137,4 +175,4 @@ if ttl < lease then
   redis.call('pexpire', KEYS[1], lease)
   ttl = lease
 end
-return {1, count + 1, ttl, tonumber(fields[2] or '0')}
+return {1, count + 1, ttl, fence}

@@ -17,18 +17,27 @@
 -- ARGV[7]  1 when the owner's last re-entrant acquire had an unknown outcome (its reply was
 --          lost), so the count may be one above what it believes: that hold goes too; else 0
 -- ARGV[8]  how long an outsiders' turn lasts, ms (0: never; see below)
+-- ARGV[9]  the fencing token of the caller's hold (0: the caller does not know it, as a
+--          Redlock owner on each master): a release acts only on the hold with that token,
+--          never on another hold of the same owner field (a stale copy after a failover)
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains (the caller's count less one); 0 means the lock
 --               was freed and waiters woken
---  -1 LOST      the caller's hold is gone (lease expired, force-released); nothing changed
+--  -1 LOST      the caller's hold is gone (lease expired, force-released, or the hold there
+--               has another token); nothing changed
 -- Receipts: a retry of a final release that already ran answers RELEASED again and changes
--- nothing. The request ids of the last RECEIPTS final releases travel with the lock from
--- holder to holder (field "redlease:released" of the lock hash, which a hand-over copies);
--- a release that frees the lock writes them to KEYS[3] for 30 s (RECEIPT_MS). So a retry is
--- recognised for 30 s, or until 16 more final releases ran, whichever ends first.
+-- nothing. Request ids are unique across processes and hosts, so only the release that made
+-- a receipt is answered by it. The request ids of the last RECEIPTS final releases travel
+-- with the lock from holder to holder (field "redlease:released" of the lock hash, which a
+-- hand-over copies); a release that frees the lock writes them, with those still in KEYS[3]
+-- (a free-lock acquire or a Redisson holder in between starts a hash without them), to KEYS[3]
+-- for 30 s (RECEIPT_MS). So a retry is recognised for 30 s, or until 16 more final releases
+-- ran, whichever ends first, whatever path the holds in between took; only a hold handed
+-- over that then ends by expiry (its holder died) takes the receipts it carries with it.
 -- Hand-off: when a waiter is in line, the freed lock goes to the first one (by arrival), and
 -- only its client is woken, on its client's own channel (ARGV[6]), so no other process wakes:
--- it is handed the lock outright: it holds it, with a fencing token one above the releaser's
+-- it is handed the lock outright: it holds it, with a fresh fencing token (above the counter
+-- and the releaser's token, not below the server clock in microseconds: see lock_acquire.lua)
 -- and the lease of its place (the window, which its watchdog lengthens, or the waiter's own;
 -- field "redlease:lease" is then the lease it will have: see lock_acquire.lua), and the
 -- message is
@@ -48,7 +57,8 @@
 -- handing it on, and for ARGV[8] ms (field "redlease:outsiders" of KEYS[5]) redlease callers
 -- leave a free lock alone (lock_acquire.lua answers -2, "another's turn"), so an outsider
 -- woken by the "0" takes it.
--- Hot path (a hand-over): hmget, zpopmin, del, hset, pexpire, set, publish.
+-- Hot path (a hand-over): hmget, zpopmin, del, time, set (the counter), hset, pexpire,
+-- publish.
 if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[5] must be publish or spublish')
 end
@@ -58,6 +68,10 @@ local expected = tonumber(ARGV[2])
 local fields = redis.call('hmget', KEYS[1], ARGV[1], 'redlease:handed', 'redlease:fence',
   'redlease:released')
 local count = tonumber(fields[1] or '0')
+local mine = tonumber(ARGV[9] or '0')
+if count > 0 and mine ~= 0 and tonumber(fields[3] or '0') ~= mine then
+  count = 0 -- another hold of the same owner field: not the caller's
+end
 if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) then
   if expected > 1 then
     redis.call('hset', KEYS[1], ARGV[1], expected - 1)
@@ -74,14 +88,16 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
   -- (on Redis 6.2 the wake-up below is sent by pcall: a denied one leaves the release done and
   -- the waiters to re-check on their own, within 5 s, never a lock deleted and an error told)
   local kept = {ARGV[3]} -- this request's id, then those that came with the lock
-  for rid in string.gmatch(fields[4] or '', '%S+') do
-    if #kept == RECEIPTS then
-      break
+  local function keep(list)
+    for rid in string.gmatch(list or '', '%S+') do
+      if #kept == RECEIPTS then
+        break
+      end
+      kept[#kept + 1] = rid
     end
-    kept[#kept + 1] = rid
   end
-  local receipts = table.concat(kept, ' ')
-  local token = tonumber(fields[3] or redis.call('get', KEYS[6]) or '0')
+  keep(fields[4])
+  local fence = tonumber(fields[3] or '0')
   redis.call('del', KEYS[1])
   local function client_of(place)
     return string.match(place, '^(%S*):%d+ ') or ''
@@ -155,17 +171,24 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
     -- (a place of the releasing owner itself is left over from a wait whose end was never
     -- heard by the server: dropped, never handed back to its own releaser)
     if owner and owner ~= ARGV[1] and lease > 0 and (lease <= window or live(channel)) then
-      token = token + 1
+      local now = redis.call('time')
+      local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+      local last = tonumber(redis.call('set', KEYS[6], token, 'get') or '0')
+      if last >= token then -- the counter ran ahead of the clock: go on from it
+        token = last + 1
+        redis.call('set', KEYS[6], token)
+      end
       redis.call('hset', KEYS[1], owner, 1, 'redlease:fence', token, 'redlease:wait', wait,
-        'redlease:lease', bound, 'redlease:handed', checked, 'redlease:released', receipts)
+        'redlease:lease', bound, 'redlease:handed', checked, 'redlease:released',
+        table.concat(kept, ' '))
       redis.call('pexpire', KEYS[1], lease)
-      redis.call('set', KEYS[6], token)
       redis.pcall(ARGV[5], channel, owner .. string.format(' %d %d ', token, lease) .. wait)
       return {1, 0}
     end
   end
   redis.pcall(ARGV[5], KEYS[2], '0')
-  redis.call('set', KEYS[3], receipts, 'px', 30000)
+  keep(redis.call('get', KEYS[3])) -- older receipts, from before a free-lock acquire
+  redis.call('set', KEYS[3], table.concat(kept, ' '), 'px', 30000)
   return {1, 0}
 end
 if count > 0 and count == expected - 1 then

@@ -1,14 +1,21 @@
 -- Renew the leases of many held locks in one call (the watchdog's batch).
 -- KEYS[1..n]  lock keys
 -- ARGV[1]     lease in milliseconds
--- ARGV[2..n+1] owner field for each key, in the same order
+-- ARGV[2..2n+1] the owner field for each key, in the same order (ARGV[2] to ARGV[n+1]), then
+--             the fencing token of each owner's hold, in the same order (ARGV[n+2] on; 0: not
+--             known, as a Redlock owner's on each master: the owner field alone decides)
 -- Reply       array of n integers: 1 renewed (or already longer), 0 the hold is gone
--- A renewal never creates a key, so it cannot revive a released lock, and never shortens a
--- longer lease that a hold asked for.
+-- A renewal never creates a key, so it cannot revive a released lock, never shortens a
+-- longer lease that a hold asked for, and never renews another hold of the same owner field
+-- than the one with the owner's token (a stale copy after a failover to a replica that missed
+-- the owner's release and its next acquire).
 local lease = tonumber(ARGV[1])
+local n = #KEYS
 local out = {}
-for i = 1, #KEYS do
-  if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then
+for i = 1, n do
+  local fields = redis.call('hmget', KEYS[i], ARGV[i + 1], 'redlease:fence')
+  local token = tonumber(ARGV[n + i + 1] or '0')
+  if fields[1] and (token == 0 or tonumber(fields[2] or '0') == token) then
     if redis.call('pttl', KEYS[i]) < lease then
       redis.call('pexpire', KEYS[i], lease)
     end
