@@ -6,17 +6,42 @@ from ._connections import log
 from ._core import semaphore as core
 from ._core.semaphore import PendingUndo
 from .errors import LeaseLostError
+from .events import Listeners, LockEvent
 
 
-def report_expired(expired: list[PendingUndo]) -> None:
-    """Log the undos given up: their permits may be taken until a lease ends, or for good."""
+def report_may_stay_taken(listeners: Listeners | None, pending: PendingUndo, why: str) -> None:
+    """Say (WARNING, and a ``permits_may_stay_taken`` event) that the undo ``pending`` cannot
+    tell whether its request took permits: they may stay taken. Never counted as done."""
+    until = "for good" if pending.counting else "until their lease ends"
+    log.warning(
+        "semaphore %r: %s; the permits of that abandoned request may stay taken (%s)",
+        pending.name,
+        why,
+        until,
+    )
+    if listeners:
+        listeners.send(LockEvent("permits_may_stay_taken", pending.name, None))
+
+
+def report_expired(listeners: Listeners | None, expired: list[PendingUndo]) -> None:
+    """Report the undos given up: the server was not reached within their window."""
     for pending in expired:
-        log.error(
-            "semaphore %r: gave up giving back the permits of an abandoned request (the server "
-            "was unreachable for %.0f s); they may stay taken",
-            pending.name,
-            core.UNSURE_FOR,
+        report_may_stay_taken(
+            listeners,
+            pending,
+            "gave up giving back the permits of an abandoned request (the server was not "
+            f"reached within {core.WINDOWS.unsure_for:.0f} s of the request's first send)",
         )
+
+
+def report_unsettled(listeners: Listeners | None, pending: PendingUndo, now: float) -> None:
+    """Report an undo that reached the server too late to tell whether its request ran."""
+    report_may_stay_taken(
+        listeners,
+        pending,
+        f"the undo of an abandoned request landed {now - pending.since:.1f} s after the request "
+        "was first sent, when its receipt may be gone: it cannot tell whether the request ran",
+    )
 
 
 def report_lost(gone: list[tuple[core.Permit, LeaseLostError]]) -> None:

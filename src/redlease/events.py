@@ -3,6 +3,9 @@
 ``client.add_listener(fn)`` calls ``fn(event)`` for every acquisition, release, failed
 acquisition (timed out or would block), failed renewal and lost lease of that client's locks,
 in the thread (or task) where it happened; the watchdog's events come from the watchdog.
+A semaphore whose abandoned request (an acquire or a drain whose replies were lost) could not
+be confirmed undone sends ``permits_may_stay_taken``: its permits may stay taken (a counting
+semaphore's for good, a lease semaphore's until their lease ends).
 A listener must be quick and must not raise (an exception is logged and ignored).
 """
 
@@ -16,7 +19,14 @@ from typing import Literal
 
 __all__ = ["EventKind", "Listener", "LockEvent"]
 
-EventKind = Literal["acquired", "acquire_failed", "released", "renewal_failed", "lease_lost"]
+EventKind = Literal[
+    "acquired",
+    "acquire_failed",
+    "released",
+    "renewal_failed",
+    "lease_lost",
+    "permits_may_stay_taken",
+]
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,7 @@ class LockEvent:
     """The owner's holds after the event (``acquired``, ``released``)."""
     fencing_token: int | None = None
     error: BaseException | None = None
-    """Why (``renewal_failed``, ``lease_lost``)."""
+    """Why (``renewal_failed``, ``lease_lost``, ``permits_may_stay_taken``)."""
 
 
 Listener = Callable[[LockEvent], None]

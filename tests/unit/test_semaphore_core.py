@@ -132,9 +132,44 @@ def test_scripts_publish_only_on_the_channel_key(script: scripts.Script) -> None
 
 
 def test_receipt_lifetime_is_passed_not_written_in_the_scripts() -> None:
-    assert core.release_call(SEM, 1, "r").args[-2] == core.RECEIPT_MS
-    assert core.lease_release_call(LSEM, core.new_permit_id(), "r").args[-2] == core.RECEIPT_MS
-    assert next(latch.count_down(LATCH)).args == (core.RECEIPT_MS, "publish")
+    assert core.release_call(SEM, 1, "r").args[-2] == core.receipt_ms()
+    assert core.lease_release_call(LSEM, core.new_permit_id(), "r").args[-2] == core.receipt_ms()
+    assert next(latch.count_down(LATCH)).args == (core.receipt_ms(), "publish")
+    assert next(latch.delete(LATCH)).args == (core.receipt_ms(), "publish")
+    assert core.acquire_call(SEM, OWNER, 1, "r", register=False).args[-1] == core.receipt_ms()
+    assert core.undo_call(SEM, 1, "r").args[1] == core.receipt_ms()
+    assert next(core.drain_permits(SEM, "r")).args == (core.receipt_ms(),)
+    assert next(core.add_permits(SEM, 1)).args[2] == core.receipt_ms()
+    assert next(core.lease_add_permits(LSEM, 1)).args[2] == core.receipt_ms()
+    assert core.release_many_call(LSEM, [core.new_permit_id()], ["r"]).args[0] == core.receipt_ms()
+    for call in (
+        next(core.try_set_permits(SEM, 2)),
+        next(core.lease_try_set_permits(LSEM, 2)),
+        next(latch.try_set_count(LATCH, 2)),
+    ):
+        assert call.args[-1] == core.receipt_ms()
+
+
+def test_receipts_outlive_the_clients_window_by_a_margin() -> None:
+    """Issue #23, defect 6: a receipt lives from when its request RAN, the client's retries
+    and undos are sent within ``unsure_for`` of its FIRST send (before it ran): the receipt's
+    life covers that window with a margin, and a reply read within ``conclusive_for`` (the
+    life less the drift allowance) still proves what the receipt says."""
+    windows = core.WINDOWS
+    assert windows.receipt_ms == round((windows.unsure_for + windows.margin) * 1000)
+    assert windows.margin > 0 and windows.unsure_for < windows.conclusive_for
+    assert windows.conclusive_for < windows.receipt_ms / 1000
+    assert core.receipt_ms() == windows.receipt_ms
+    small = core.Windows(unsure_for=2.0, margin=1.0)
+    assert small.receipt_ms == 3000 and small.conclusive_for == 3.0 - drift(3.0)
+
+
+def test_the_receipt_lifetime_follows_the_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(core, "WINDOWS", core.Windows(unsure_for=2.0, margin=0.5))
+    assert core.undo_call(SEM, 1, "r").args[1] == 2500
+    assert next(latch.count_down(LATCH)).args[0] == 2500
+    table = core.PermitTable()
+    assert table.undo_later(core.undo_call(SEM, 1, "r"), "jobs", 10.0).until == 12.0
 
 
 # --- keys and names -------------------------------------------------------------------------
@@ -289,7 +324,7 @@ def test_an_abandoned_acquire_is_undone_by_its_request_id() -> None:
             take.keys[3],
         )
     )
-    assert undo.args == (2, core.RECEIPT_MS, "publish")
+    assert undo.args == (2, core.receipt_ms(), "publish")
     assert header_arity("semaphore_undo", 1) == (3, 3)
     assert header_arity("semaphore_acquire", 1) == (4, 4)
     op = core.acquire(SEM, OWNER, permits=1, timeout=0, request_id="r1")
@@ -425,6 +460,133 @@ def test_outage_is_ridden_out_only_while_listening() -> None:
     assert sleeps >= OUTAGE_TOLERANCE / 0.6
 
 
+def _lost_try_then_outage(clock: FakeClock, unsure: core.Unsure) -> Any:
+    """A waiting acquire (listening) whose try at ``clock.now`` got no reply."""
+    op = core.acquire(SEM, OWNER, permits=1, timeout=None, clock=clock, unsure=unsure)
+    step(op, first=True)
+    assert isinstance(step(op, True), Call)  # already listening: the first try
+    assert isinstance(step(op, [core.SHORT, 0, 1]), WaitWake)
+    clock.advance(3.0)
+    assert isinstance(step(op, True), Call)  # woken: this try's reply is lost
+    assert unsure.since == clock.now and unsure.tries == 1
+    return op
+
+
+def test_a_try_whose_reply_was_lost_is_sent_again_only_within_its_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #23, class (c): a try whose reply was lost may have been granted; a retry is
+    recognised by its receipt only while that lives. The wait loop rides out the outage but
+    sends no try after the first half of the window (the undo has the other half), even when
+    it would ride out a longer outage, then raises; ``unsure.since`` is the lost try's send
+    time, for the undo."""
+    monkeypatch.setattr(core, "WINDOWS", core.Windows(unsure_for=4.0, margin=1.0))
+    assert OUTAGE_TOLERANCE > 2.0
+    clock = FakeClock()
+    unsure = core.Unsure()
+    op = _lost_try_then_outage(clock, unsure)
+    lost_at = clock.now
+    last_sent = lost_at
+    with pytest.raises(ServerUnavailableError):
+        for _ in range(10_000):
+            request = op.throw(ServerUnavailableError("down"))
+            assert isinstance(request, Sleep)
+            clock.advance(request.seconds)
+            assert isinstance(step(op, None), Call)
+            last_sent = clock.now
+            clock.advance(0.1)  # each try takes a while to fail
+    assert unsure.since == lost_at
+    assert lost_at + 1.0 < last_sent <= lost_at + 2.0  # rode it out, within the half window
+    assert clock.now - lost_at < OUTAGE_TOLERANCE
+
+
+def test_a_retry_answered_after_the_receipt_may_be_gone_proves_nothing() -> None:
+    """A retry of a lost try answering "not granted" read after the lost try's receipt may
+    have expired cannot tell whether that try took the permits: the acquire raises (and is
+    undone, which reports it) instead of counting it as "not granted" and waiting on."""
+    clock = FakeClock()
+    unsure = core.Unsure()
+    op = _lost_try_then_outage(clock, unsure)
+    lost_at = clock.now
+    assert isinstance(op.throw(ServerUnavailableError("down")), Sleep)
+    clock.advance(0.1)
+    assert isinstance(step(op, None), Call)  # the retry, answered very late
+    clock.advance(core.WINDOWS.conclusive_for + 1)
+    with pytest.raises(ServerUnavailableError, match="no longer knowable"):
+        step(op, [core.SHORT, 0, 1])
+    assert unsure.since == lost_at
+    # answered in time, the same reply settles it: the wait goes on, nothing is unknown
+    clock = FakeClock()
+    unsure = core.Unsure()
+    op = _lost_try_then_outage(clock, unsure)
+    assert isinstance(op.throw(ServerUnavailableError("down")), Sleep)
+    clock.advance(0.1)
+    assert isinstance(step(op, None), Call)
+    assert isinstance(step(op, [core.SHORT, 0, 1]), WaitWake)
+    assert unsure.since is None
+
+
+def test_a_single_try_answered_late_is_still_its_own_answer() -> None:
+    clock = FakeClock()
+    unsure = core.Unsure()
+    op = core.acquire(SEM, OWNER, permits=1, timeout=0, clock=clock, unsure=unsure)
+    step(op, first=True)
+    clock.advance(core.WINDOWS.receipt_ms)  # a hung server answers very late
+    assert finish(op, [core.SHORT, 0, 1]) is False
+    assert unsure.since is None
+
+
+def test_a_drain_records_its_first_send_until_answered() -> None:
+    clock = FakeClock()
+    unsure = core.Unsure()
+    op = core.drain_permits(SEM, "r", unsure, clock)
+    step(op, first=True)
+    assert unsure.since == clock.now
+    assert finish(op, 3) == 3 and unsure.since is None
+
+
+def test_an_undo_that_found_nothing_too_late_cannot_tell() -> None:
+    """Issue #23, defect 6: an undo that found no receipt proves its acquire never ran only
+    while that receipt would have lived; read later, it proves nothing (reported by the
+    shells as "may stay taken", never counted as done). One that gave permits back, and a
+    lease give-back (the permit itself is the record), always tell."""
+    windows = core.WINDOWS
+    undo = core.pending_undo(core.undo_call(SEM, 1, "r"), "jobs", 100.0)
+    assert undo.counting and undo.until == 100.0 + windows.unsure_for
+    assert core.undo_settled(undo, [0, 3], 100.0 + windows.unsure_for)
+    assert core.undo_settled(undo, [0, 3], 100.0 + windows.conclusive_for)
+    assert not core.undo_settled(undo, [0, 3], 100.0 + windows.conclusive_for + 0.01)
+    assert core.undo_settled(undo, [1, 3], 100.0 + 10 * windows.receipt_ms)
+    give_back = core.pending_undo(
+        core.give_back_call(LSEM, [core.new_permit_id()]), "workers", 100.0
+    )
+    assert not give_back.counting
+    assert core.undo_settled(give_back, [0, 3], 100.0 + 10 * windows.receipt_ms)
+
+
+def test_a_permit_granted_with_less_left_than_asked_is_lost_by_what_was_left() -> None:
+    """Convention 2 of issue #23: a try retried after a lost reply finds its permit granted
+    earlier, with less of the lease left than was asked; when renewal cannot reach the
+    server, the client counts that permit lost when what was left ran out, not a whole
+    lease later. Once renewed, the renewal's lease counts."""
+    table = core.PermitTable()
+    short = table.granted(
+        LSEM, core.Granted(core.new_permit_id(), 4.0, 0.0), watched=True, listener=None
+    )
+    full = table.granted(
+        LSEM, core.Granted(core.new_permit_id(), 30.0, 0.0), watched=True, listener=None
+    )
+    assert table.renewal_failed([short, full], 3.9, 30.0) == []
+    gone = table.renewal_failed([short, full], 4.0, 30.0)
+    assert [record for record, _ in gone] == [short]
+    renewed = table.granted(
+        LSEM, core.Granted(core.new_permit_id(), 4.0, 0.0), watched=True, listener=None
+    )
+    table.renewed([renewed], [1], 1.0)
+    assert table.renewal_failed([renewed], 30.9, 30.0) == []
+    assert len(table.renewal_failed([renewed], 31.0, 30.0)) == 1
+
+
 def test_latch_wait_returns_at_zero_and_leaves_on_timeout() -> None:
     clock = FakeClock()
     op = latch.wait(LATCH, OWNER, timeout=1.0, clock=clock)
@@ -481,7 +643,10 @@ def test_pending_undos_are_kept_until_sent_or_too_old() -> None:
     assert table.undo_round(5.0) == ([(first, first.call), (second, second.call)], [])
     table.undo_done(first)
     assert table.undo_round(5.0) == ([(second, second.call)], [])
-    assert table.undo_round(10.0 + core.UNSURE_FOR + 1) == ([], [second])  # its receipt is gone
+    assert table.undo_round(10.0 + core.WINDOWS.unsure_for + 1) == (
+        [],
+        [second],
+    )  # its receipt is gone
     assert table.undos_pending == 0
 
 
@@ -498,7 +663,7 @@ def test_a_retried_release_sends_the_same_request_id() -> None:
     other = core.new_permit_id()
     table.granted(LSEM, core.Granted(other, 30.0, 0.0), watched=True, listener=None)
     table.begin_release(other, 4.0)
-    table.begin_release(permit, 5.0 + core.UNSURE_FOR)  # the other one's is too old now
+    table.begin_release(permit, 5.0 + core.WINDOWS.unsure_for)  # the other one's is too old now
     assert table.get(other) is None
 
 
@@ -532,7 +697,7 @@ class PermitTableMachine(RuleBasedStateMachine):
         permit = data.draw(st.sampled_from(sorted(self.held)))
         request_id = self.table.begin_release(permit, self.now)
         for other, (_, sent_at) in list(self.releasing.items()):
-            if other != permit and self.now - sent_at > core.UNSURE_FOR:
+            if other != permit and self.now - sent_at > core.WINDOWS.unsure_for:
                 del self.releasing[other], self.held[other]  # too old: forgotten
         if permit in self.releasing:  # a retry of a release whose outcome is unknown
             assert request_id == self.releasing[permit][0]
@@ -637,7 +802,7 @@ def test_add_and_set_carry_their_arguments_and_report_the_bound() -> None:
     add = core.add_permits(SEM, -3, "req")
     call = step(add, first=True)
     assert call.keys == (SEM.name, SEM.total, SEM.channel, SEM.receipt("req"))
-    assert call.args == (-3, "publish", core.RECEIPT_MS, 2**53 - 1)
+    assert call.args == (-3, "publish", core.receipt_ms(), 2**53 - 1)
     assert finish(add, [-3, -1, 1]) == -3
     op = core.set_permits(SEM, 2)
     call = step(op, first=True)

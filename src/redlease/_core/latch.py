@@ -23,7 +23,7 @@ from .keys import CLASSIC, PubSub, hash_slot, same_slot_key
 from .lock import PLACE_MS
 from .requests import Call, Operation
 from .scripts import Script
-from .semaphore import RECEIPT_MS, leave_call, wait_loop
+from .semaphore import leave_call, receipt_ms, wait_loop
 
 LATCH_TRY_SET = Script.load("latch_try_set")
 LATCH_COUNT_DOWN = Script.load("latch_count_down")
@@ -97,8 +97,16 @@ class LatchStatistics:
     """The latch key's expiry (``None``: none, or open)."""
 
 
-def try_set_count(keys: LatchKeys, count: int) -> Operation[bool]:
-    reply = yield Call(LATCH_TRY_SET, (keys.name, keys.channel), (count, keys.pubsub.command))
+def try_set_count(keys: LatchKeys, count: int, *, request_id: str | None = None) -> Operation[bool]:
+    """Arm the latch with ``count`` if it is open; ``False`` when it is armed. A retry of the
+    request (same id) that armed it answers ``True`` again and arms nothing (even if the latch
+    was counted down to zero meanwhile)."""
+    request_id = request_id or uuid.uuid4().hex
+    reply = yield Call(
+        LATCH_TRY_SET,
+        (keys.name, keys.channel, keys.receipt(request_id)),
+        (count, keys.pubsub.command, receipt_ms()),
+    )
     return bool(int(reply))
 
 
@@ -109,7 +117,7 @@ def count_down(keys: LatchKeys, *, request_id: str | None = None) -> Operation[i
     reply = yield Call(
         LATCH_COUNT_DOWN,
         (keys.name, keys.channel, keys.receipt(request_id)),
-        (RECEIPT_MS, keys.pubsub.command),
+        (receipt_ms(), keys.pubsub.command),
     )
     return int(reply)
 
@@ -122,7 +130,7 @@ def delete(keys: LatchKeys, *, request_id: str | None = None) -> Operation[bool]
     reply = yield Call(
         LATCH_DELETE,
         (keys.name, keys.channel, keys.receipt(request_id)),
-        (RECEIPT_MS, keys.pubsub.command),
+        (receipt_ms(), keys.pubsub.command),
     )
     return bool(int(reply))
 

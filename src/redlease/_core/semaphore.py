@@ -16,13 +16,15 @@ Two kinds, both in Redisson's data layout so that Java and Python clients share 
   ``{<name>}:timeout`` of permit id -> lease end (ms, server clock). A permit whose lease ran out
   is given back by the next caller, so a crashed holder's permits come back by themselves.
 
-Every acquire, add and release carries a request id (or, for a lease permit, its id; a
-release of several permits, one per permit) so that a request retried after a lost reply
-takes, adds or gives back nothing twice; setting the permits in all is the same however often
-it is sent. An acquire that ends in an error with its outcome unknown is undone by its request
-id (``undo_call``): its permits come back if it ran, and a late copy of it takes none. An undo
-that cannot reach the server is kept and retried by the client's watchdog
-(``PermitTable.undo_later``).
+Every acquire, drain, add, release and "set if never set" carries a request id (or, for a
+lease permit, its id; a release of several permits, one per permit) so that a request retried
+after a lost reply takes, adds, gives back or sets nothing twice; setting the permits in all
+is the same however often it is sent. An acquire or a drain that ends in an error with its
+outcome unknown is undone by its request id (``undo_call``): its permits come back if it ran,
+and a late copy of it takes none. An undo that cannot reach the server is kept and retried by
+the client's watchdog (``PermitTable.undo_later``). Receipts outlive every retry and undo the
+client sends (``Windows``); an undo that cannot tell whether its request ran is reported by
+the shells, never counted as done.
 """
 
 from __future__ import annotations
@@ -52,8 +54,77 @@ from .scripts import Script
 
 R = TypeVar("R")
 
-RECEIPT_MS = 30_000
-"""How long a granted acquire or a done release stays recognisable to a retry."""
+
+@dataclass(frozen=True)
+class Windows:
+    """How long a request whose outcome is not known stays resolvable, in one place.
+
+    A request (an acquire, a drain, a release, an add, a count-down...) leaves a receipt on
+    the server when it runs, so that a retry or an undo of it is recognised. The client sends
+    retries and undos of a request only within ``unsure_for`` seconds of its FIRST send, and
+    every receipt lives ``receipt_ms``: ``unsure_for`` plus ``margin`` (a retry or undo still
+    on its way at the end of the window, the server's clock running faster than the
+    client's). Since a request runs after it is sent, its receipt outlives every retry and
+    undo the client sends of it. Tests lower these through ``WINDOWS``; everything reads it
+    when it needs it.
+    """
+
+    unsure_for: float = 45.0
+    """Seconds after the first send of a request during which it may be sent again or undone."""
+    margin: float = 15.0
+    """How much longer than ``unsure_for`` a receipt lives."""
+
+    @property
+    def receipt_ms(self) -> int:
+        """How long a receipt (or an undo's tombstone) lives on the server, ms."""
+        return round((self.unsure_for + self.margin) * 1000)
+
+    @property
+    def conclusive_for(self) -> float:
+        """How long after a request's first send a reply read by the client still proves what
+        the receipt says: "no receipt" then means the request never ran (or was undone). The
+        receipt's life less the drift allowance (the server's clock may run faster)."""
+        life = self.receipt_ms / 1000
+        return life - drift(life)
+
+
+WINDOWS = Windows()
+"""The windows in force (production values; a test may replace it)."""
+
+
+def receipt_ms() -> int:
+    """How long a receipt is kept, ms (``WINDOWS.receipt_ms``): what every script is sent."""
+    return WINDOWS.receipt_ms
+
+
+@dataclass
+class Unsure:
+    """When a request whose outcome is not known was first sent (client clock), shared by
+    the operation that sends it and the shell that undoes it. ``since`` is ``None`` while
+    every try sent has been answered; it is set (before the send) by the first try whose
+    reply has not come, and cleared by a reply that settles the outcome."""
+
+    since: float | None = None
+    tries: int = 0
+    """Tries sent since ``since`` (the first included)."""
+
+    def sending(self, now: float) -> None:
+        if self.since is None:
+            self.since = now
+        self.tries += 1
+
+    def answered(self) -> None:
+        self.since, self.tries = None, 0
+
+    def retry_until(self) -> float:
+        """The latest time a try of the request may be sent again (``inf``: nothing unknown):
+        the first half of its window, so that its undo has the other half at least."""
+        return math.inf if self.since is None else self.since + WINDOWS.unsure_for / 2
+
+    def conclusive(self, now: float) -> bool:
+        """Whether a reply read at ``now`` still proves what a receipt of this request says."""
+        return self.since is None or now - self.since <= WINDOWS.conclusive_for
+
 
 BATCH = 256
 """Permits of one semaphore renewed by one script call."""
@@ -319,6 +390,7 @@ def wait_loop(
     *,
     timeout: float | None,
     clock: Callable[[], float] = time.monotonic,
+    retry_until: Callable[[], float] | None = None,
 ) -> Operation[R | None]:
     """Try, and while time is left wait for a wake-up and try again; ``None`` on timeout.
 
@@ -330,7 +402,9 @@ def wait_loop(
     the first failed try, which is then repeated at once (a wake-up between the two would be
     missed). Every wait is bounded by the hint, our own deadline and ``RECHECK``, so a lost
     message costs at most ``RECHECK``. A waiter that has listened rides out a server outage of
-    up to ``OUTAGE_TOLERANCE``. ``timeout=0`` tries once. Giving up runs ``leave``.
+    up to ``OUTAGE_TOLERANCE``, but never sends a try after ``retry_until()`` (a request whose
+    outcome is unknown past its window: see ``Windows``). ``timeout=0`` tries once. Giving up
+    runs ``leave``.
     """
     deadline = None if timeout is None else clock() + timeout
     blocking = timeout is None or timeout > 0
@@ -341,7 +415,7 @@ def wait_loop(
             result, hint = yield from attempt(blocking)
         except ServerUnavailableError:
             pause = outage.failed(listening=subscribed)
-            if pause is None:
+            if pause is None or (retry_until is not None and clock() + pause >= retry_until()):
                 raise
             yield Sleep(pause)
             continue
@@ -370,9 +444,16 @@ def leave_call(waiters: str, owner: str) -> Call:
 # --- the counting semaphore -----------------------------------------------------------------
 
 
-def try_set_permits(keys: SemaphoreKeys, permits: int) -> Operation[bool]:
+def try_set_permits(
+    keys: SemaphoreKeys, permits: int, request_id: str | None = None
+) -> Operation[bool]:
+    """Set the permits if they were never set; ``False`` when they were. A retry of the
+    request (same id) that set them answers ``True`` again."""
+    request_id = request_id or new_request_id()
     reply = yield Call(
-        SEMAPHORE_TRY_SET, (keys.name, keys.total, keys.channel), (permits, keys.pubsub.command)
+        SEMAPHORE_TRY_SET,
+        (keys.name, keys.total, keys.channel, keys.receipt(request_id)),
+        (permits, keys.pubsub.command, receipt_ms()),
     )
     return bool(int(reply))
 
@@ -386,7 +467,7 @@ def add_permits(keys: SemaphoreKeys, permits: int, request_id: str | None = None
     reply = yield Call(
         SEMAPHORE_ADD,
         (keys.name, keys.total, keys.channel, keys.receipt(request_id)),
-        (permits, keys.pubsub.command, RECEIPT_MS, limits.MAX_COUNT),
+        (permits, keys.pubsub.command, receipt_ms(), limits.MAX_COUNT),
     )
     if len(reply) > 2 and int(reply[2]) == TOO_MANY:
         raise _past_bound(keys.name, f"add_permits({permits})", int(reply[0]), "added")
@@ -414,10 +495,19 @@ def set_permits(keys: SemaphoreKeys, permits: int) -> Operation[int]:
     return int(reply[0])
 
 
-def drain_permits(keys: SemaphoreKeys, request_id: str) -> Operation[int]:
+def drain_permits(
+    keys: SemaphoreKeys,
+    request_id: str,
+    unsure: Unsure | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Operation[int]:
     """Take every permit free now; returns how many (a retry after a lost reply answers the
-    same count: the request's receipt keeps it)."""
-    reply = yield Call(SEMAPHORE_DRAIN, (keys.name, keys.receipt(request_id)), (RECEIPT_MS,))
+    same count: the request's receipt keeps it). ``unsure`` records its first send, for the
+    undo a caller sends when this raises."""
+    unsure = Unsure() if unsure is None else unsure
+    unsure.sending(clock())
+    reply = yield Call(SEMAPHORE_DRAIN, (keys.name, keys.receipt(request_id)), (receipt_ms(),))
+    unsure.answered()
     return int(reply)
 
 
@@ -425,7 +515,7 @@ def release_call(keys: SemaphoreKeys, permits: int, request_id: str) -> Call:
     return Call(
         SEMAPHORE_RELEASE,
         (keys.name, keys.total, keys.channel, keys.receipt(request_id)),
-        (permits, RECEIPT_MS, keys.pubsub.command),
+        (permits, receipt_ms(), keys.pubsub.command),
     )
 
 
@@ -435,7 +525,7 @@ def undo_call(keys: SemaphoreKeys, permits: int, request_id: str) -> Call:
     return Call(
         SEMAPHORE_UNDO,
         (keys.name, keys.channel, keys.receipt(request_id)),
-        (permits, RECEIPT_MS, keys.pubsub.command),
+        (permits, receipt_ms(), keys.pubsub.command),
     )
 
 
@@ -453,7 +543,7 @@ def acquire_call(
     return Call(
         SEMAPHORE_ACQUIRE,
         (keys.name, keys.total, keys.waiters, keys.receipt(request_id)),
-        (permits, owner, PLACE_MS if register else 0, RECEIPT_MS),
+        (permits, owner, PLACE_MS if register else 0, receipt_ms()),
         undo=undo,
     )
 
@@ -471,28 +561,44 @@ def acquire(
     permits: int,
     timeout: float | None,
     request_id: str | None = None,
+    unsure: Unsure | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> Operation[bool]:
     """Take ``permits`` at once, waiting up to ``timeout`` (``None``: as long as it takes).
 
     One request id serves every try of this call, so a try retried after a lost reply finds
     its receipt and takes nothing twice. A caller that sees this raise anything but
-    ``InvalidArgumentError`` sends ``undo_call`` with that request id (the shells do).
-    ``permits=0`` succeeds at once and sends nothing (Redisson's ``tryAcquire(0)``).
+    ``InvalidArgumentError`` sends ``undo_call`` with that request id (the shells do), and
+    ``unsure.since`` says when the first try whose outcome is unknown was sent: its undo must
+    land within ``WINDOWS.unsure_for`` of it. Tries are sent again only in the first half of
+    that window (``Unsure.retry_until``), and a "not granted" read after the receipt of a lost
+    try may have gone proves nothing: the call then raises ``ServerUnavailableError`` (and is
+    undone). ``permits=0`` succeeds at once and sends nothing (Redisson's ``tryAcquire(0)``).
     """
     if permits == 0:
         return True
     request_id = request_id or new_request_id()
+    tracked = Unsure() if unsure is None else unsure
 
     def attempt(register: bool) -> Generator[Any, Any, tuple[bool | None, float]]:
+        tracked.sending(clock())
         reply = yield acquire_call(keys, owner, permits, request_id, register)
         code = int(reply[0])
         if code == GRANTED:
             return True, 0.0
-        if code == TOO_MANY:
-            raise _too_many(keys.name, permits, int(reply[2]))
         if code == UNDONE:  # this request id was given up already: it can never be granted
             return False, 0.0
+        if tracked.tries > 1 and not tracked.conclusive(clock()):
+            # an earlier try's reply was lost, and its receipt may be gone by now: it may
+            # have taken the permits, and this answer cannot tell
+            raise ServerUnavailableError(
+                f"semaphore {keys.name!r}: the outcome of a try of this acquire whose reply "
+                "was lost is no longer knowable (its receipt may be gone)",
+                name=keys.name,
+            )
+        tracked.answered()
+        if code == TOO_MANY:
+            raise _too_many(keys.name, permits, int(reply[2]))
         return None, math.inf
 
     result = yield from wait_loop(
@@ -502,6 +608,7 @@ def acquire(
         attempt,
         timeout=timeout,
         clock=clock,
+        retry_until=tracked.retry_until,
     )
     return bool(result)
 
@@ -580,11 +687,16 @@ class Granted:
         return [Granted(p, self.ttl, self.requested_at) for p in self.ids]
 
 
-def lease_try_set_permits(keys: LeaseSemaphoreKeys, permits: int) -> Operation[bool]:
+def lease_try_set_permits(
+    keys: LeaseSemaphoreKeys, permits: int, request_id: str | None = None
+) -> Operation[bool]:
+    """Set the permits if they were never set; ``False`` when they were. A retry of the
+    request (same id) that set them answers ``True`` again."""
+    request_id = request_id or new_request_id()
     reply = yield Call(
         LEASE_SEMAPHORE_TRY_SET,
-        (keys.name, keys.leases, keys.channel),
-        (permits, keys.pubsub.command),
+        (keys.name, keys.leases, keys.channel, keys.receipt(request_id)),
+        (permits, keys.pubsub.command, receipt_ms()),
     )
     return bool(int(reply))
 
@@ -593,7 +705,7 @@ def lease_release_call(keys: LeaseSemaphoreKeys, permit: str, request_id: str) -
     return Call(
         LEASE_SEMAPHORE_RELEASE,
         (keys.name, keys.leases, keys.channel, keys.receipt(request_id)),
-        (bytes.fromhex(permit), RECEIPT_MS, keys.pubsub.command),
+        (bytes.fromhex(permit), receipt_ms(), keys.pubsub.command),
     )
 
 
@@ -606,7 +718,7 @@ def lease_add_permits(
     reply = yield Call(
         LEASE_SEMAPHORE_ADD,
         (keys.name, keys.channel, keys.receipt(request_id)),
-        (permits, keys.pubsub.command, RECEIPT_MS, limits.MAX_COUNT),
+        (permits, keys.pubsub.command, receipt_ms(), limits.MAX_COUNT),
     )
     if int(reply[1]) == TOO_MANY:
         raise _past_bound(keys.name, f"add_permits({permits})", int(reply[0]), "added")
@@ -640,7 +752,7 @@ def release_many_call(
         LEASE_SEMAPHORE_RELEASE_MANY,
         (keys.name, keys.leases, keys.channel, *(keys.receipt(r) for r in request_ids)),
         (
-            RECEIPT_MS,
+            receipt_ms(),
             keys.pubsub.command,
             "1" if all_or_none else "0",
             *(bytes.fromhex(p) for p in permits),
@@ -908,6 +1020,10 @@ class Permit:
     releasing: bool = False
     """Set from when its release is sent until that release's outcome is known (it may have
     run even if its reply never came), so that renewal neither renews it nor calls it lost."""
+    lease_left: float | None = None
+    """The lease the server said was left at the grant, from ``renewed_at`` (a try retried
+    after a lost reply finds its permit granted earlier, with less left than was asked);
+    ``None`` once renewed (then it has at least the renewal's lease)."""
 
 
 def lost_error(permit: Permit, why: str) -> LeaseLostError:
@@ -920,16 +1036,37 @@ def lost_error(permit: Permit, why: str) -> LeaseLostError:
 
 @dataclass(frozen=True, eq=False)
 class PendingUndo:
-    """An undo (or give-back) that could not reach the server: retried until ``until``."""
+    """An undo (or give-back) of an abandoned request that could not reach the server:
+    retried until ``until``, ``WINDOWS.unsure_for`` after the request's first send."""
 
     call: Call
     name: str
+    since: float
+    """When the request it undoes was first sent with its outcome unknown (client clock)."""
     until: float
 
+    @property
+    def counting(self) -> bool:
+        """A counting semaphore's undo (its permits have no lease: taken, they stay taken for
+        good); else a lease semaphore's give-back (they come back when their lease ends)."""
+        return self.call.script is SEMAPHORE_UNDO
 
-UNSURE_FOR = RECEIPT_MS / 1000
-"""How long a release or an undo whose outcome is unknown is worth retrying: after that its
-receipt is gone and a retry can no longer tell whether it ran."""
+
+def pending_undo(call: Call, name: str, since: float) -> PendingUndo:
+    """The undo ``call`` of a request first sent at ``since``: sent within its window."""
+    return PendingUndo(call=call, name=name, since=since, until=since + WINDOWS.unsure_for)
+
+
+def undo_settled(pending: PendingUndo, reply: Any, now: float) -> bool:
+    """Whether ``reply`` (read at ``now``) to ``pending`` tells for sure that nothing of the
+    request it undoes stays taken. A counting semaphore's undo that found the grant's receipt
+    gave the permits back; one that found none proves the acquire never ran (or was undone
+    already) only while that receipt would still be there: read later, it cannot tell, and the
+    permits may stay taken for good. A lease give-back always tells (a permit stays in the
+    leases for as long as it is held)."""
+    if not pending.counting or int(reply[0]) == 1:
+        return True
+    return now - pending.since <= WINDOWS.conclusive_for
 
 
 class PermitTable:
@@ -968,6 +1105,7 @@ class PermitTable:
             watched=watched,
             renewed_at=granted.requested_at,
             listeners=[listener] if listener is not None else [],
+            lease_left=granted.ttl,
         )
         self._permits[granted.permit_id] = record
         self._lost.pop(granted.permit_id, None)
@@ -983,7 +1121,7 @@ class PermitTable:
         """``begin_release`` for several permits given back together: their request ids."""
         starting = set(permits)
         for stale, (_, sent_at) in list(self._releases.items()):
-            if now - sent_at > UNSURE_FOR and stale not in starting:
+            if now - sent_at > WINDOWS.unsure_for and stale not in starting:
                 del self._releases[stale]  # too old to be recognised: resolved by its lease
                 record = self._permits.get(stale)
                 if record is not None and record.releasing:
@@ -1045,15 +1183,19 @@ class PermitTable:
         self._releases.clear()
         self._undos.clear()
 
-    def undo_later(self, call: Call, name: str, now: float) -> PendingUndo:
-        """Keep an undo that could not be sent now, for the watchdog to retry."""
-        pending = PendingUndo(call=call, name=name, until=now + UNSURE_FOR)
+    def undo_later(self, call: Call, name: str, since: float) -> PendingUndo:
+        """Keep an undo that could not be sent now, for the watchdog to retry within the
+        window of its request, first sent at ``since``."""
+        return self.keep_undo(pending_undo(call, name, since))
+
+    def keep_undo(self, pending: PendingUndo) -> PendingUndo:
+        """``undo_later`` for an undo already made."""
         self._undos.append(pending)
         return pending
 
     def undo_round(self, now: float) -> tuple[list[tuple[PendingUndo, Call]], list[PendingUndo]]:
-        """The undos to retry this round, and those dropped now: past their time, they can no
-        longer tell whether their request ran."""
+        """The undos to retry this round, and those dropped now: past their window, they could
+        no longer tell whether their request ran (its permits may stay taken)."""
         expired = [u for u in self._undos if now > u.until]
         self._undos = [u for u in self._undos if now <= u.until]
         return [(u, u.call) for u in self._undos], expired
@@ -1087,7 +1229,7 @@ class PermitTable:
         gone = []
         for record, ok in zip(batch, reply, strict=True):
             if int(ok):
-                record.renewed_at = sent_at
+                record.renewed_at, record.lease_left = sent_at, None
             elif not record.releasing:
                 error = lost_error(record, "renewal found it gone")
                 if self.lost(record, error):
@@ -1101,7 +1243,8 @@ class PermitTable:
         certainly gone; returns them (now recorded as lost)."""
         gone = []
         for record in batch:
-            if not record.releasing and now - record.renewed_at >= lease:
+            left = lease if record.lease_left is None else min(lease, record.lease_left)
+            if not record.releasing and now - record.renewed_at >= left:
                 error = lost_error(record, "not renewed for a whole lease")
                 if self.lost(record, error):
                     gone.append((record, error))

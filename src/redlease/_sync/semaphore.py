@@ -23,7 +23,12 @@ from .._core.semaphore import (
     SemaphoreStatistics,
 )
 from .._owners import fork_generation
-from .._semaphorebase import report_expired, report_lost
+from .._semaphorebase import (
+    report_expired,
+    report_lost,
+    report_may_stay_taken,
+    report_unsettled,
+)
 from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError, RedleaseError
 from ..options import Seconds
 from .shared import Held
@@ -75,8 +80,14 @@ class Semaphore(Held):
         count = core.permits_arg(permits)
         wait = core.wait_timeout(timeout)
         request_id = core.new_request_id()
+        unsure = core.Unsure()  # when a try whose outcome is unknown was first sent
         op = core.acquire(
-            self._keys, self.client._owner(), permits=count, timeout=wait, request_id=request_id
+            self._keys,
+            self.client._owner(),
+            permits=count,
+            timeout=wait,
+            request_id=request_id,
+            unsure=unsure,
         )
         try:
             return self.client._run(op, self.name)
@@ -84,7 +95,7 @@ class Semaphore(Held):
             raise
         except BaseException:  # the outcome is unknown: it may have taken the permits
             undo = core.undo_call(self._keys, count, request_id)
-            keeper(self.client).undo(undo, self.name)
+            keeper(self.client).undo(undo, self.name, unsure.since)
             raise
 
     def release(self, permits: int = 1) -> None:
@@ -101,11 +112,13 @@ class Semaphore(Held):
         """Take every permit free now and return how many (Redisson's ``drainPermits``); give
         them back with ``release(n)``."""
         request_id = core.new_request_id()
+        unsure = core.Unsure()
+        op = core.drain_permits(self._keys, request_id, unsure)
         try:
-            return self.client._run(core.drain_permits(self._keys, request_id), self.name)
+            return self.client._run(op, self.name)
         except BaseException:  # the outcome is unknown: it may have taken the permits
             undo = core.undo_call(self._keys, 0, request_id)  # (the count is in the receipt)
-            keeper(self.client).undo(undo, self.name)
+            keeper(self.client).undo(undo, self.name, unsure.since)
             raise
 
     def available(self) -> int:
@@ -215,7 +228,8 @@ class LeaseSemaphore:
         except InvalidArgumentError:
             raise
         except BaseException:  # the outcome is unknown: it may hold the permits
-            keeper(self.client).undo(core.give_back_call(self._keys, ids), self.name)
+            # (a give-back needs no receipt: a permit stays in the leases while it is held)
+            keeper(self.client).undo(core.give_back_call(self._keys, ids), self.name, None)
             raise
         if granted is None:
             return None
@@ -386,20 +400,37 @@ class PermitKeeper:
         with self.mutex:
             self.table.lease_set(permit, held, sent_at)
 
-    def undo(self, call: Call, name: str) -> None:
+    def undo(self, call: Call, name: str, since: float | None = None) -> None:
         """Send an undo now; one that cannot reach the server
-        is retried by the watchdog."""
+        is retried by the watchdog within the window of the request it undoes, first sent at
+        ``since`` (``None``: no try's outcome is unknown, or no receipt is involved: now). One
+        that cannot tell whether its request ran is reported: its permits may stay taken."""
         client = self._client()
+        pending = core.pending_undo(call, name, time.monotonic() if since is None else since)
         if client is None or client._closed:
+            if since is not None and pending.counting:  # (a lease ends by itself)
+                report_may_stay_taken(
+                    None if client is None else client._state.listeners,
+                    pending,
+                    "the client was closed before an abandoned request could be undone",
+                )
             return
         try:
-            client._call(call, name)
+            reply = client._call(call, name)
         except RedleaseError as exc:
             log.warning("undo of an abandoned request on %r failed, retrying later: %s", name, exc)
             with self.mutex:
-                self.table.undo_later(call, name, time.monotonic())
+                self.table.keep_undo(pending)
             client._state.add_renewal_source(self)
             client._watch()
+            return
+        self._undo_answered(pending, reply)
+
+    def _undo_answered(self, pending: PendingUndo, reply: Any) -> None:
+        now = time.monotonic()
+        if not core.undo_settled(pending, reply, now):
+            client = self._client()
+            report_unsettled(None if client is None else client._state.listeners, pending, now)
 
     def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
         """Forget a released permit; the error its release reports, if any."""
@@ -415,7 +446,7 @@ class PermitKeeper:
             record = self.table.get(permit)
             if ok:
                 if record is not None:
-                    record.renewed_at = sent_at
+                    record.renewed_at, record.lease_left = sent_at, None
                 return None
             lost = self.table.take_lost(permit)
             ours = self.table.released(permit) is not None
@@ -427,15 +458,20 @@ class PermitKeeper:
         with self.mutex:
             undos, expired = self.table.undo_round(time.monotonic())
             calls = list(PermitTable.calls(self.table.watched(), lease))
-        report_expired(expired)
+        if expired:
+            client = self._client()
+            report_expired(None if client is None else client._state.listeners, expired)
         return [*calls, *undos]
 
     def renewal_done(self, batch: Any, reply: Any, sent_at: float) -> None:
         with self.mutex:
             if isinstance(batch, PendingUndo):
                 self.table.undo_done(batch)
-                return
-            gone = self.table.renewed(batch, reply, sent_at)
+            else:
+                gone = self.table.renewed(batch, reply, sent_at)
+        if isinstance(batch, PendingUndo):
+            self._undo_answered(batch, reply)
+            return
         report_lost(gone)
 
     def renewal_failed(self, batch: Any, exc: Exception) -> None:

@@ -3,10 +3,13 @@
 -- KEYS[1]  semaphore key: a string, the permits available now (Redisson's layout)
 -- KEYS[2]  leases: zset {permit id (16 bytes) -> when its lease ends, ms (server clock)}
 -- KEYS[3]  semaphore channel "redisson_sc:{<name>}"
+-- KEYS[4]  receipt of this request (same hash slot): present once it set the permits
 -- ARGV[1]  permits
 -- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
--- Reply    1 when set (the new count is published, waking waiters), 0 when already set
+-- ARGV[3]  how long the receipt is kept, ms
+-- Reply    1 when set (the new count is published, waking waiters), 0 when already set; a
+--          retry of the request that set them answers 1 again and changes nothing
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end
@@ -15,9 +18,13 @@ end
 if redis.acl_check_cmd and not redis.acl_check_cmd(ARGV[2], KEYS[3], '0') then
   return redis.error_reply("NOPERM this user has no permissions to run the '" .. ARGV[2] .. "' command")
 end
+if redis.call('exists', KEYS[4]) == 1 then
+  return 1
+end
 if redis.call('exists', KEYS[1]) == 1 or redis.call('zcard', KEYS[2]) > 0 then
   return 0
 end
 redis.call('set', KEYS[1], ARGV[1])
+redis.call('set', KEYS[4], 1, 'px', ARGV[3])
 redis.pcall(ARGV[2], KEYS[3], ARGV[1])
 return 1
