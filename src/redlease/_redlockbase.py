@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._clientbase import StateViews
-from ._connections import log
+from ._connections import log, unavailable
 from ._core import redlock as core
 from ._core.keys import LockKeys
 from ._core.lock import Acquired, Hold
 from ._core.watchdog import RenewalPolicy
-from ._owners import ClientState, lost_error
+from ._owners import ClientState, lost_error, next_request_id
 from .errors import (
     InvalidArgumentError,
     LeaseLostError,
@@ -30,7 +30,16 @@ how many replies are still to come on it. The operation's next call to such a ma
 give-back of a late acquire) is sent on that connection, so the master runs it after the late
 call: sent on another connection it could arrive first, find nothing to give back, and the late
 acquire would then leave a hold there for a whole lease. Dropped when the operation ends (what
-was sent is still delivered, in order)."""
+was sent is still delivered, in order).
+
+What this relies on: a master runs one connection's commands in the order they were written
+(TCP delivers them in order; Redis runs a client's commands one after another), and a fan-out
+never loses track of a call it wrote: the call is in its round's table from before the write
+until its reply is read, or the round gives up on it and puts its connection here (a read that
+times out or is cancelled leaves the connection open and in step). The one way around it is a
+late call's connection that broke: the next call then goes on a new connection (the late call,
+if it reached the master's side before the break was seen, is normally run long before a new
+connection's set-up completes, but nothing orders the two)."""
 
 
 def check_masters(addresses: Sequence[str]) -> tuple[str, ...]:
@@ -91,13 +100,22 @@ class RedlockClientBase(StateViews):
         """How many masters make a majority."""
         return core.quorum(len(self._masters))
 
-    def _late(self, i: int, name: str | None, what: str) -> ServerUnavailableError:
+    def _late(
+        self, i: int, name: str | None, what: str, *, sent: bool = True
+    ) -> ServerUnavailableError:
+        """Master ``i`` did not answer in time; ``sent``: the call went out (it may run)."""
         ms = round(self.master_timeout * 1000)
         address = self._masters[i].address
         about = f" for lock {name!r}" if name else ""
-        return ServerUnavailableError(
+        kind = core.NotAnswered if sent else ServerUnavailableError
+        return kind(
             f"redis server {address} {what} within {ms} ms{about}", address=address, name=name
         )
+
+    def _broken(self, i: int, name: str | None, exc: BaseException) -> ServerUnavailableError:
+        """The connection to master ``i`` broke after its call was written (it may have run)."""
+        error = unavailable(exc, self._masters[i].address, name)
+        return core.NotAnswered(str(error), address=error.address, name=name)
 
 
 @dataclass(frozen=True)
@@ -153,8 +171,18 @@ class RedlockLockBase:
             blocking=blocking,
             timeout=wait,
             master_timeout=self._master_timeout,
+            wait_id=next_request_id(),  # this call's, reused by its every attempt
+            on_unsure=self._give_back_unsure,
         )
         return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic())
+
+    def _give_back_unsure(self, masters: list[str]) -> None:
+        log.warning(
+            "lock %r: giving back an attempt that was not acquired was not confirmed by %s; "
+            "what it made there may stay taken until its lease runs out",
+            self.name,
+            ", ".join(masters),
+        )
 
     def _acquired(self, plan: AcquirePlan, result: Acquired | None) -> bool:
         """Record a grant (after a majority confirmed it in time)."""
@@ -176,17 +204,21 @@ class RedlockLockBase:
                 name=self.name,
                 owner=owner,
             )
+        if hold.release_id is None:
+            # kept while the outcome is unknown: the same release sent again is recognised
+            hold.release_id = next_request_id()
         op = core.release(
             self._keys,
             owner,
             self._masters,
             held=hold.count,
-            request_id=core.request_id(),
+            request_id=hold.release_id,
             master_timeout=self._master_timeout,
         )
         return ReleasePlan(owner=owner, hold=hold, op=op)
 
     def _released(self, plan: ReleasePlan, result: core.Released) -> None:
+        plan.hold.release_id = None
         self._state.released(plan.hold, result.remaining)
         if result.unconfirmed:
             where = "; ".join(f"{m}: {why}" for m, why in result.unconfirmed.items())

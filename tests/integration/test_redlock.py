@@ -8,6 +8,7 @@ import threading
 import time
 
 import pytest
+import redis
 
 from redlease.errors import (
     ClientClosedError,
@@ -75,6 +76,35 @@ async def test_reentrant_and_exclusive(side, three, name):
     await side(holder.release())
     assert await side(other.acquire(blocking=False))
     await side(other.release())
+
+
+async def test_a_hold_made_for_another_call_is_re_leased_not_taken_as_a_retry(side, three, name):
+    """Issue #23 (class a, as defect 2 for the plain lock): every master takes an owner's
+    existing hold as an acquire's retry only if it was made for that very call (its wait id).
+    The owner's hold from an earlier call that the client no longer counts (a wait that gave
+    up and could not give it back) is re-leased to the new call, with the new call's lease:
+    never "granted" with the few seconds the old hold has left while the owner believes it
+    holds the lease it asked for. Before the fix Redlock sent no wait id (""), so every call
+    of an owner looked like the retry of any other."""
+    client = redlock(side, three)
+    lock = client.lock(name)
+    assert await side(lock.acquire(blocking=False, lease=3))
+    owner = client._owner()
+    client._state.forget(client._state.holds.get(name, owner))  # left on the masters
+    assert await side(lock.acquire(blocking=False, lease=60))
+    waits = set()
+    for server in three:
+        raw = redis.Redis.from_url(server.url)
+        try:
+            assert raw.pttl(name) > 55_000  # this call's lease, not the 3 s left of the old
+            waits.add(raw.hget(name, "redlease:wait"))
+        finally:
+            raw.close()
+    (wait,) = waits  # one id per call, the same on every master, unique across processes
+    assert wait and len(wait) > 16
+    assert await side(lock.hold_count()) == 1
+    await side(lock.release())
+    assert held_on(three, name) == []
 
 
 async def test_with_statement(side, three, name):

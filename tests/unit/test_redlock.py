@@ -23,6 +23,7 @@ from .test_scripts import header_arity
 
 MASTERS3 = ("10.0.0.1:6379", "10.0.0.2:6379", "10.0.0.3:6379")
 MASTERS5 = (*MASTERS3, "10.0.0.4:6379", "10.0.0.5:6379")
+WAIT_ID = "5f0c9a1e2b3d4c6f-7"
 
 
 def granted(ttl_ms: int = 30_000, count: int = 1) -> list[int]:
@@ -44,6 +45,7 @@ def down(address: str = "10.0.0.9:6379") -> ServerUnavailableError:
 def start(clock: FakeClock, masters=MASTERS3, *, blocking=True, held_count=0, **kwargs):
     kwargs.setdefault("lease", 30.0)
     kwargs.setdefault("timeout", None)
+    kwargs.setdefault("wait_id", WAIT_ID)
     op = core.acquire(
         KEYS,
         OWNER,
@@ -137,6 +139,56 @@ def test_an_outage_gives_back_everywhere_and_a_try_raises_quorum_error() -> None
     assert error.outcomes[MASTERS3[0]] == "granted"
     assert "unavailable" in error.outcomes[MASTERS3[1]]
     assert set(error.errors) == {MASTERS3[1], MASTERS3[2]}
+
+
+def no_answer(address: str = "10.0.0.9:6379") -> core.NotAnswered:
+    return core.NotAnswered(f"redis server {address} did not answer", address=address)
+
+
+def test_every_attempt_of_one_acquire_call_sends_its_wait_id() -> None:
+    """Issue #23 (a): a master takes a hold of the owner as an attempt's retry only if it was
+    made for this very call, which the wait id names (never "" for every call alike)."""
+    clock = FakeClock()
+    op, first = start(clock, wait_id="call-1")
+    assert first.calls[0] is not None and first.calls[0].args[6] == "call-1"
+    step(op, [granted(), down(), down()])  # the give-back
+    pause = step(op, [[codes.RELEASED, 0], down(), down()])
+    assert isinstance(pause, Sleep)
+    again = step(op, None)
+    assert isinstance(again, Fanout)
+    assert again.calls[0] is not None and again.calls[0].args[6] == "call-1"  # its retry
+
+
+def test_a_give_back_not_confirmed_where_it_may_have_been_taken_is_reported() -> None:
+    """Issue #23 (c), convention 5: a give-back that failed where the attempt was granted, or
+    went out and was not answered, may leave a hold there: reported, never taken as done. A
+    master that could not be reached at all (nothing went out) is not reported."""
+    reported: list[list[str]] = []
+    clock = FakeClock()
+    op, _ = start(clock, blocking=False, on_unsure=reported.append)
+    back = step(op, [granted(), no_answer(), down()])
+    assert isinstance(back, Fanout) and all(c is not None for c in back.calls)
+    with pytest.raises(QuorumError):
+        step(op, [no_answer(), no_answer(), down()])
+    assert reported == [[MASTERS3[0], MASTERS3[1]]]
+    reported.clear()
+    op, _ = start(clock, blocking=False, on_unsure=reported.append)
+    step(op, [granted(), no_answer(), held()])
+    assert finish(op, [[codes.RELEASED, 0], [codes.LOST, 0], None]) is None
+    assert reported == []  # confirmed everywhere it was sent
+
+
+def test_a_grant_is_counted_on_no_longer_than_the_lease_asked_nor_the_ttl_reported() -> None:
+    """Convention 2: each master's grant counts for min(lease asked, TTL it reported)."""
+    clock = FakeClock()
+    op, _ = start(clock, lease=10.0)
+    result = finish(op, [granted(60_000, count=2), granted(60_000, count=2), granted(4_000)])
+    assert isinstance(result, Acquired)
+    assert result.ttl == pytest.approx(10.0 - drift(10.0))  # not the 60 s already there
+    op, _ = start(clock, lease=10.0)
+    result = finish(op, [granted(-1), granted(3_000), granted(2_000)])
+    assert isinstance(result, Acquired)
+    assert result.ttl == pytest.approx(3.0 - drift(10.0))  # what a majority has left
 
 
 def test_spent_validity_means_failure_and_giving_back() -> None:

@@ -48,6 +48,11 @@ BACKOFF_CAP = 0.5
 """Random back-off after a split vote or an outage: uniform in ``[0, min(cap, base * 2**n))``."""
 
 
+class NotAnswered(ServerUnavailableError):
+    """A call that went out to a master and was not answered (in time, or at all: the
+    connection broke after it was written): it may have run there, or may still run."""
+
+
 def request_id() -> str:
     """A unique id for a release request (makes a retried release recognisable)."""
     return os.urandom(16).hex()
@@ -115,6 +120,11 @@ RedlockOperation = Generator[RedlockRequest, Any, T]
 
 def _failed(reply: Any) -> bool:
     return isinstance(reply, BaseException)
+
+
+def _sent(reply: Any) -> bool:
+    """Whether a failed call may have run: it went out and was not answered."""
+    return isinstance(reply, NotAnswered)
 
 
 def _why(exc: BaseException) -> str:
@@ -221,17 +231,23 @@ def tally(replies: Sequence[Any]) -> Tally:
 
 
 def granted_validity(counted: Tally, masters: int, lease: float, elapsed: float) -> float:
-    """The validity of a grant: the TTL a majority of masters holds (a re-entry may find a
-    longer lease already there), minus elapsed time and drift. Not positive: unusable."""
-    ttls = [math.inf if ttl < 0 else ttl / 1000 for ttl in counted.granted.values()]
+    """The validity of a grant: the lease a majority of masters has, each master's being the
+    lease asked or the TTL it reported if shorter (a retry finds what is left of its earlier
+    grant; a longer lease there, as a re-entry may find, is not counted on), minus elapsed
+    time and drift. Not positive: unusable."""
+    ttls = [lease if ttl < 0 else min(lease, ttl / 1000) for ttl in counted.granted.values()]
     return validity(majority_value(ttls, masters), elapsed, lease)
 
 
-def acquire_call(keys: LockKeys, owner: str, held: int, lease: float) -> Call:
+def acquire_call(keys: LockKeys, owner: str, held: int, lease: float, wait_id: str) -> Call:
     """The single-master acquire script call, without a place in line: exactly what a
-    non-blocking ``lock.acquire`` sends first (so the two cannot drift apart)."""
+    non-blocking ``lock.acquire`` sends first (so the two cannot drift apart). ``wait_id``
+    names the acquire call (its retries reuse it): a master takes a hold of the owner as this
+    call's retry only if it was made for this very call (see ``lock_acquire.lua``)."""
     call = next(
-        lock.acquire(keys, owner, held=held, lease=lease, blocking=False, timeout=None, wait_id="")
+        lock.acquire(
+            keys, owner, held=held, lease=lease, blocking=False, timeout=None, wait_id=wait_id
+        )
     )
     assert isinstance(call, Call)
     return call
@@ -247,6 +263,8 @@ def acquire(
     blocking: bool,
     timeout: float | None,
     master_timeout: float,
+    wait_id: str,
+    on_unsure: Callable[[list[str]], None] = lambda masters: None,
     clock: Callable[[], float] = time.monotonic,
     random: Callable[[], float] = _random.random,
 ) -> RedlockOperation[Acquired | None]:
@@ -263,6 +281,13 @@ def acquire(
     seen the lock held, or ``OUTAGE_TOLERANCE`` after. ``LeaseLostError`` when a re-entry
     finds the caller's hold gone on a majority. The ``Acquired.ttl`` is the validity time; the
     token is 0 (Redlock hands out no fencing token).
+
+    ``wait_id`` is unique to this acquire call (across processes) and every attempt of it sends
+    it: a master takes an existing hold of the owner as an attempt's retry only if that hold
+    was made for this call; a hold made for another call is re-leased to this one.
+    ``on_unsure`` is called with the masters where a give-back was not confirmed (it failed or
+    did not answer in time) although the attempt may have been granted there: what it made
+    there may stay taken until its lease runs out.
     """
     n = len(masters)
     need = quorum(n)
@@ -276,7 +301,7 @@ def acquire(
     backoffs = 0
     while True:
         give_back = release_call(keys, owner, held + 1, request_id=request_id(), token=0)
-        call = acquire_call(keys, owner, held, lease)
+        call = acquire_call(keys, owner, held, lease, wait_id)
         sent_at = clock()
         replies = yield Fanout((call,) * n, master_timeout, on_cancel=(give_back,) * n)
         elapsed = clock() - sent_at
@@ -289,7 +314,13 @@ def acquire(
         maybe = {*counted.granted, *counted.failed}
         back = tuple(give_back if i in maybe else None for i in everyone)
         if any(back):
-            yield Fanout(back, master_timeout, on_cancel=back)
+            answers = yield Fanout(back, master_timeout, on_cancel=back)
+            # granted there, or sent and not answered: a give-back not confirmed leaves it
+            taken = {*counted.granted, *(i for i in counted.failed if _sent(replies[i]))}
+            labels = _labels(masters)
+            unsure = [labels[i] for i in sorted(taken) if _failed(answers[i])]
+            if unsure:
+                on_unsure(unsure)
         if held and len(counted.lost) > n - need:
             raise LeaseLostError(
                 f"lock {keys.name!r}: the hold of owner {owner} is gone on "
