@@ -1,9 +1,10 @@
 """The asyncio Redlock fan-out, the engine under ``AsyncRedlockClient``. A fan-out writes its
 script to every master first, on connections of its own, then reads the replies in order, each
 read bounded by the per-master deadline; a master without an idle connection gets one in a task
-of its own meanwhile. A master that has not answered by the deadline is given up; its connection
-is never reused by another call (the reply may still come), but the same operation's next call
-to that master goes on it, after the late one (see ``Late``)."""
+of its own meanwhile, which writes the call there (the fan-out's own task reads every reply).
+A master that has not answered by the deadline is given up; its connection is never reused by
+another call (the reply may still come), but the same operation's next call to that master
+goes on it, after the late one (see ``Late`` and ``Round``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
 from .._channels import Waiter
-from .._connections import CONNECTION_ERRORS, subscriber_kwargs, translate, unavailable
+from .._connections import CONNECTION_ERRORS, log, subscriber_kwargs, translate, unavailable
 from .._core import redlock as core
 from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
@@ -124,18 +125,30 @@ def discard(conn: Any) -> None:
 
 @dataclass
 class Flight:
-    """A call sent to one master whose reply has not been read yet."""
+    """A call written to one master whose reply has not been read yet."""
 
     conn: Any
     call: Call
     reused: bool
+    deadline: float
+    """When its reply is given up (a first connection's gets ``master_timeout`` from sending)."""
     evaled: bool = False
     skip: int = 0
     """Replies to earlier calls still to come first on ``conn`` (read and dropped)."""
 
 
 class Round:
-    """One fan-out in progress: a call per master, written at once, replies read in order."""
+    """One fan-out in progress: a call per master, written at once, replies read in order.
+
+    Every call written and not yet answered is in ``flights`` until its reply is read, or until
+    the round gives up on it and hands its connection to the operation's ``late`` table, after
+    the late call (``finish``). Only the round's own task reads its connections (``drain``); a
+    new connection's task only opens it and writes the call. A read that is cancelled leaves
+    the call in ``flights`` and the connection open (redis-py's parser resumes a cancelled read
+    where it stopped). So the operation's next call to a master that has not answered, a
+    give-back above all, is always written after the late call on the same connection, and the
+    master runs it after the late call, whenever that one arrives: one connection's commands
+    are delivered and run in the order they were written."""
 
     def __init__(
         self,
@@ -154,6 +167,7 @@ class Round:
         self.fresh: dict[int, asyncio.Task[None]] = {}
         self.ends: dict[int, float] = {}  # when each new-connection task is given up
         self.timeout = 0.0
+        self.given_up = False
         self._packed: dict[tuple[Any, ...], Any] = {}
 
     async def run(self, deadline: float) -> None:
@@ -165,30 +179,48 @@ class Round:
                     conn, skip = self.late.pop(i)
                 else:
                     conn = self.masters[i].take_idle()
-                if conn is None or not await self.send(i, conn, reused=True, skip=skip):
+                if conn is None or not await self.send(
+                    i, conn, reused=True, deadline=deadline, skip=skip
+                ):
                     self.start_fresh(i, deadline)
         await self.drain(deadline)
 
     async def drain(self, deadline: float) -> None:
-        """Read what is out, in order, each read bounded by ``deadline``; then wait for the
-        masters that needed a new connection."""
-        for i in list(self.flights):
-            await self.receive(i, deadline)
-        if self.fresh:
-            end = max(self.ends.get(i, deadline) for i in self.fresh)
-            await asyncio.wait(list(self.fresh.values()), timeout=max(0.0, end - time.monotonic()))
+        """Read every reply due, in the order the calls went out, each by its own deadline; a
+        master that needed a new connection is read once its call is out there, waited for
+        until its connection is given up."""
+        for _ in range(6 * len(self.calls) + 2):  # each turn reads a reply or awaits a task
+            if self.flights:
+                await self.receive(next(iter(self.flights)))
+                continue
+            opening = [i for i, task in self.fresh.items() if not task.done()]
+            if not opening:
+                return
+            end = max(self.ends.get(i, deadline) for i in opening)
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return
+            await asyncio.wait(
+                [self.fresh[i] for i in opening],
+                timeout=remaining,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
 
     def finish(self) -> list[Any]:
         """Give up what has not answered: late (its connection kept for the operation's next
         call to that master, or dropped if it has none)."""
+        self.given_up = True
         for i, flight in self.flights.items():
             self.late[i] = (flight.conn, flight.skip + 1)
+            self.out[i] = self.client._late(i, self.name, "did not answer")
         self.flights.clear()
         for i, task in self.fresh.items():
-            if not task.done():
+            if not task.done():  # still connecting: nothing was written on it
                 task.cancel()
                 task.add_done_callback(consume)
-                self.out[i] = self.client._late(i, self.name, "did not answer on a new connection")
+                self.out[i] = self.client._late(
+                    i, self.name, "could not be connected to", sent=False
+                )
         for i, call in enumerate(self.calls):
             if call is not None and self.out[i] is None:
                 self.out[i] = self.client._late(i, self.name, "did not answer")
@@ -204,20 +236,28 @@ class Round:
             command = self._packed[key] = conn.pack_command("EVALSHA", *args)
         return command
 
-    async def send(self, i: int, conn: Any, *, reused: bool, skip: int = 0) -> bool:
+    async def send(
+        self, i: int, conn: Any, *, reused: bool, deadline: float, skip: int = 0
+    ) -> bool:
         """Write master ``i``'s call (on ``conn``, ``skip`` earlier replies are still to come);
         ``False`` when a reused connection turned out dead."""
         call = self.calls[i]
         assert call is not None
+        if skip and not conn.is_connected:
+            # the late call's connection is gone (redis-py would open a new socket under it)
+            discard(conn)
+            return False
+        # in flight from before the write: a write cancelled midway is given up with it
+        self.flights[i] = Flight(conn, call, reused, deadline, skip=skip)
         try:
             await conn.send_packed_command(self.packed(conn, call), check_health=False)
         except CONNECTION_ERRORS as exc:
+            self.flights.pop(i, None)
+            discard(conn)
             if reused:  # a dead idle connection (a restarted master): the others are too
                 self.masters[i].drop_idle()
                 return False
             self.out[i] = unavailable(exc, self.masters[i].address, self.name)
-            return True
-        self.flights[i] = Flight(conn, call, reused, skip=skip)
         return True
 
     def start_fresh(self, i: int, deadline: float) -> None:
@@ -228,6 +268,7 @@ class Round:
         self.fresh[i] = asyncio.get_running_loop().create_task(task)
 
     async def on_new_connection(self, i: int, deadline: float, *, first: bool = False) -> None:
+        """Open a connection to master ``i`` and write its call there (``drain`` reads it)."""
         master = self.masters[i]
         try:
             if first:
@@ -238,22 +279,26 @@ class Round:
         except Exception as exc:
             self.out[i] = unavailable(exc, master.address, self.name)
             return
+        if self.given_up:  # (wait_for may return a connection despite the cancellation)
+            discard(conn)
+            return
         if first:  # the reply gets master_timeout from now
             deadline = max(deadline, time.monotonic() + self.timeout)
-        if await self.send(i, conn, reused=False) and i in self.flights:
-            await self.receive(i, deadline)
-        # (a round given up meanwhile cancels this task: the connection is then dropped)
+        await self.send(i, conn, reused=False, deadline=deadline)
+        # (a round given up while connecting cancels this task: the connection is dropped)
 
-    async def receive(self, i: int, deadline: float) -> None:
-        """Read master ``i``'s reply by ``deadline`` and record the outcome."""
-        flight = self.flights.pop(i)
+    async def receive(self, i: int) -> None:
+        """Read master ``i``'s reply by its deadline and record the outcome. The call stays in
+        ``flights`` while it is read: cancelled, the read resumes later or the call is late."""
+        flight = self.flights[i]
         master, conn, call = self.masters[i], flight.conn, flight.call
         reply: Any = None
         reusable = True
         while True:
             try:
                 reply = await conn.read_response(
-                    timeout=max(FINAL_READ, deadline - time.monotonic())
+                    timeout=max(FINAL_READ, flight.deadline - time.monotonic()),
+                    disconnect_on_error=False,
                 )
             except redis.exceptions.NoScriptError as exc:
                 reply = translate(exc, master.address, self.name)
@@ -264,22 +309,27 @@ class Round:
                     try:
                         await conn.send_packed_command(conn.pack_command("EVAL", *args))
                         continue
-                    except CONNECTION_ERRORS as error:
+                    except CONNECTION_ERRORS as error:  # (the script has not run)
                         reply, reusable = unavailable(error, master.address, self.name), False
             except redis.exceptions.TimeoutError:
                 reply = None  # older redis-py raise where newer ones return None
             except CONNECTION_ERRORS as exc:
-                if flight.reused and time.monotonic() < deadline:
+                if flight.reused and time.monotonic() < flight.deadline:
+                    self.flights.pop(i, None)
+                    discard(conn)
                     master.drop_idle()  # a dead idle connection: send once more on a new one
-                    self.start_fresh(i, deadline)
+                    self.start_fresh(i, flight.deadline)
                     return
-                reply, reusable = unavailable(exc, master.address, self.name), False
-            except redis.exceptions.RedisError as exc:
+                reply, reusable = self.client._broken(i, self.name, exc), False
+            except redis.exceptions.ResponseError as exc:
                 reply = translate(exc, master.address, self.name)  # the connection is fine
+            except redis.exceptions.RedisError as exc:
+                reply, reusable = translate(exc, master.address, self.name), False
             if flight.skip and reply is not None and reusable:
                 flight.skip -= 1  # an earlier call's late reply: dropped
                 continue
             break
+        self.flights.pop(i, None)
         if reply is None:  # no script here replies nil: the read timed out
             self.late[i] = (conn, flight.skip + 1)  # never reused; see Late
             self.out[i] = self.client._late(i, self.name, "did not answer")
@@ -419,6 +469,19 @@ class AsyncRedlockDriver(RedlockClientBase):
             await undo.run(time.monotonic() + request.timeout)
         finally:
             undo.finish()
+        unsure = [
+            self._masters[i].address
+            for i, (before, after) in enumerate(zip(done.out, undo.out, strict=True))
+            if isinstance(after, Exception)
+            and (isinstance(before, core.NotAnswered) or not isinstance(before, Exception))
+        ]
+        if unsure:
+            log.warning(
+                "%s: undoing calls cancelled while out was not confirmed by %s; what they "
+                "made there may stay taken until its lease runs out",
+                f"lock {name!r}" if name else "Redlock",
+                ", ".join(unsure),
+            )
 
     async def _listen(self, request: core.Listen, listening: Listening, name: str | None) -> int:
         wanted = [i for i in request.masters if not listening.has(i)]

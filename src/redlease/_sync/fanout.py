@@ -275,7 +275,9 @@ class Round:
                 self.late[i] = (flight.conn, flight.skip + 1)
                 self.out[i] = self.client._late(i, self.name, "did not answer")
             for i in self.waiting:
-                self.out[i] = self.client._late(i, self.name, "could not be connected to")
+                self.out[i] = self.client._late(
+                    i, self.name, "could not be connected to", sent=False
+                )
         return self.out
 
     def end(self, deadline: float) -> float:
@@ -342,6 +344,9 @@ class Round:
         come), or wait for a new connection."""
         master, call = self.masters[i], self.calls[i]
         assert call is not None
+        if conn is not None and skip and conn._sock is None:
+            # the late call's connection is gone (redis-py would open a new socket under it)
+            conn = None
         if conn is None:
             self.waiting[i] = master.failures
             if master.first_contact:
@@ -396,8 +401,8 @@ class Round:
             if flight.reused:  # a dead idle connection: send once more on a new one
                 master.drop_idle()
                 self.dispatch(i, None, reused=False)
-            else:
-                self.out[i] = unavailable(exc, master.address, self.name)
+            else:  # it broke after the call was written: the call may have run
+                self.out[i] = self.client._broken(i, self.name, exc)
             return True
         except redis.exceptions.RedisError as exc:
             del self.flights[i]
