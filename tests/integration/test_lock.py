@@ -118,10 +118,12 @@ async def test_release_hands_the_lock_to_the_first_waiter_in_line(side, server, 
         published.append((message["channel"], message["data"]))
     pubsub.close()
     # only the waiter whose turn it is is woken, on its client's own channel, with the grant
-    assert published == [(own, f"slow-waiter:1 {token + 1} 500 wait-1"), (keys.channel, "marker")]
+    handed = int(raw.get(keys.fence))  # a fresh token: above the releaser's and the counter
+    assert handed > token
+    assert published == [(own, f"slow-waiter:1 {handed} 500 wait-1"), (keys.channel, "marker")]
     held = raw.hgetall(name)
     assert (held["slow-waiter:1"], held["redlease:wait"]) == ("1", "wait-1")
-    assert int(held["redlease:fence"]) == token + 1 == int(raw.get(keys.fence))
+    assert int(held["redlease:fence"]) == handed
     assert 0 < raw.pttl(name) <= 500
     assert raw.zcard(keys.queue) == 0  # its place went with the hand-over
     assert await side(lock.locked())

@@ -350,6 +350,55 @@ async def test_a_receipt_survives_a_free_lock_cycle_of_another_owner(side, serve
         proxy.close()
 
 
+@pytest.mark.parametrize("then", ["released", "force-released"])
+async def test_a_receipt_carried_by_a_hand_over_survives_its_next_holder(side, server, name, then):
+    """Defect 4, hand-over path: a release that ran (its replies lost) handed the lock to a
+    waiter, which carries the receipt; that holder releases (or an operator force-releases it),
+    another owner takes and frees the lock: the release sent again is still recognised."""
+    raw = redis.Redis.from_url(server.url)
+    proxy = TcpProxy((server.host, server.port)).start()
+    waiter_client = Client.from_url(server.url)
+    other = Client.from_url(server.url)
+    try:
+        client = side.client(proxy.url, socket_timeout=1, socket_connect_timeout=1)
+        lock = client.lock(name)
+        assert await side(lock.acquire())
+        await side(lock.release())  # the scripts are loaded
+        assert await side(lock.acquire())
+        handed, go = threading.Event(), threading.Event()
+
+        def waiter() -> None:
+            held = waiter_client.lock(name)
+            assert held.acquire(timeout=20)
+            handed.set()
+            go.wait(20)
+            if then == "released":
+                held.release()
+
+        thread = threading.Thread(target=waiter, daemon=True)
+        thread.start()
+        await eventually(lambda: raw.zcard(f"redlease:line:{{{name}}}") == 1)
+        sha = scripts.LOCK_RELEASE.sha.encode()
+        proxy.drop_next_reply(sha)
+        proxy.drop_next_reply(sha)
+        with pytest.raises(ServerUnavailableError):
+            await side(lock.release())  # ran: the lock was handed to the waiter
+        assert handed.wait(20)
+        if then == "force-released":
+            assert other.lock(name).force_release()
+        go.set()
+        thread.join(20)
+        third = other.lock(name)
+        assert third.acquire(blocking=False)
+        third.release()
+        await side(lock.release())  # recognised: no LeaseLostError
+        assert not lock.lease_lost
+    finally:
+        waiter_client.close()
+        other.close()
+        proxy.close()
+
+
 def test_request_ids_differ_between_processes() -> None:
     """Ids are minted with a random prefix per process, drawn again in a forked child."""
     from redlease._owners import next_request_id

@@ -441,7 +441,8 @@ def test_force_release() -> None:
     op = force_release(KEYS)
     call = next(op)
     assert call.script is scripts.LOCK_FORCE_RELEASE
-    assert (call.keys, call.args) == ((KEYS.name, KEYS.channel), (UNLOCK_MESSAGE, "publish"))
+    assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipts)
+    assert call.args == (UNLOCK_MESSAGE, "publish")
     assert finish(op, 1) is True
     op = force_release(KEYS)
     next(op)

@@ -256,7 +256,7 @@ class Layout:
     def force_release_call(self, keys: LockKeys) -> Call:
         return Call(
             scripts.LOCK_FORCE_RELEASE,
-            (keys.name, keys.channel),
+            (keys.name, keys.channel, keys.receipts),
             (UNLOCK_MESSAGE, keys.pubsub.command),
         )
 

@@ -1,6 +1,9 @@
 -- Delete a lock whoever holds it, and wake its waiters.
 -- KEYS[1]  lock key
 -- KEYS[2]  unlock channel
+-- KEYS[3]  release receipts key (see lock_release.lua): the receipts the lock carried (of
+--          releases that handed it over) are kept there for 30 s, as a final release keeps
+--          them, so a retry of one of those releases is still recognised
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
@@ -28,6 +31,17 @@ for i = 1, #fields, 2 do
 end
 if redis.acl_check_cmd and not redis.acl_check_cmd(ARGV[2], KEYS[2], ARGV[1]) then
   return redis.error_reply("NOPERM this user has no permissions to run the '" .. ARGV[2] .. "' command")
+end
+local carried = redis.call('hget', KEYS[1], 'redlease:released')
+if carried then
+  local kept = {}
+  for rid in string.gmatch(carried .. ' ' .. (redis.call('get', KEYS[3]) or ''), '%S+') do
+    if #kept == 16 then
+      break
+    end
+    kept[#kept + 1] = rid
+  end
+  redis.call('set', KEYS[3], table.concat(kept, ' '), 'px', 30000)
 end
 redis.call('del', KEYS[1])
 redis.pcall(ARGV[2], KEYS[2], ARGV[1])
