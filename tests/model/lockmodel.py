@@ -1,833 +1,1137 @@
-"""An explicit-state model of the reentrant lock protocol, explored breadth-first.
+"""An explicit-state model of the reentrant lock, explored breadth-first, that runs the real code.
 
-It mirrors ``src/redlease/lua/lock_{acquire,release,leave,renew}.lua`` (the server side: each
-script is one atomic step) and ``src/redlease/_core/lock.py`` with the hold table of
-``_owners.py``/``_lockbase.py`` (the client side: each owner runs a short script of acquire and
-release calls). Every model step that is a script statement quotes the Lua line in a comment
-(``# lock_x.lua: <line>``); ``test_lock_model.py`` checks that each quoted line still exists, so
-a change to a script that the model does not follow fails a test.
+**Server side: the scripts' own source.** Every server step runs the file of
+``src/redlease/lua/`` that the client's ``Call`` names, with the KEYS and ARGV the client code
+built, on one private real server (``engine.py``): the explored state's keys are written under
+key names of that step's own, with their TTLs, the script runs by EVALSHA, every key is read
+back (values, PTTL rounded to the model's unit) and deleted. We chose a real server over an
+embedded Lua interpreter because it is the same Lua, the same ``redis.call`` semantics
+(``TIME``, ``PUBSUB NUMSUB`` of real subscriptions, ``PEXPIRE``, number formatting) that
+production runs; a transcription drifted before, and a Lua host of our own would be a second
+implementation of Redis's scripting API. A change to a script is then automatically a change
+to the model. Steps are cached by (script source, state, KEYS, ARGV, subscriptions): a script
+is a function of those and of the server clock, which only feeds new fencing tokens and
+arrival times (see *numbers* below).
 
-Time is abstract. A lease or a place in line may run out at any step (the adversary decides);
-the assumption "no pause past the lease" becomes: when a hold that its owner believes in
-expires on the server, the owner's local lease has ended too (it knows: ``lost``), and a grant
-whose hold is gone is refused by the owner's local clock check, unless the grant predates the
-owner's last request (then the check, counted from that request, cannot tell).
+**Pub/sub.** A simulated process that listens has a real connection subscribed to the lock's
+channel and its client's hand-over channel, so the scripts' liveness checks see it; every
+message a script publishes is observed (a pattern subscriber) and kept in flight, and the
+adversary delivers it late, twice or never.
 
-The adversary may also delay and reorder any request, reply or pub/sub message, run a
-request twice (redis-py resends a command on a new connection), lose any reply or request
-(the caller times out: the outcome is unknown to it), drop a pub/sub message, and with
-``late=True`` run a request after its caller gave up on it.
+**Client side: the real decision code.** Each owner runs ``redlease._core.lock.acquire`` and
+``release`` (the generators the shells drive), the watchdog's ``RenewalPolicy.calls`` and the
+hold table ``HoldTable``; the model is their shell: it answers ``Subscribe``/``Sleep`` at once,
+a ``WaitWake`` with a hand-over message or a (spurious, any time) wake-up, a ``Call`` with the
+server's reply or with ``ServerUnavailableError`` (the reply or the request was lost). A
+generator cannot be copied, so an explored state keeps each owner's current operation as the
+inputs it was fed (with when) and the model replays them into a fresh generator. The little
+glue between the operations and the hold table follows ``_lockbase.LockBase`` (``held`` and
+``token`` from the hold table, a release whose outcome is unknown re-sent first by the next
+acquire with its request id, ``unsure`` after a failed re-entry) and the sync shell
+(``_sync/client.py``: after a call timed out, a give-back goes to the background; an abandoned
+wait's leave is sent as the operation ends). ``uuid.uuid4`` in ``_core.lock`` (the request
+ids of give-backs) is replaced by a deterministic unique id so that replays agree.
+
+**Ids as the client mints them.** Each simulated process imports its own fresh copy of
+``redlease/_owners.py`` (as another process would: its own counters, its own random prefix,
+its own ``ClientState`` and client id): wait ids and request ids are its
+``next_request_id()``, in the order the process mints them (defect 3 runs the copy of the old
+minting under ``unfixed/``).
+
+**Explicit time.** The unit is one second (``Config.unit_ms``). Leases, TTLs and each owner's
+local deadline are numbers; the adversary advances the clock (``tick``): TTLs go down and keys
+expire, deadlines come closer, the owners' clocks (``clock`` of ``acquire``) move on.
+
+**Data loss.** A replica copies the server state when the adversary says so (``sync``); a
+failover makes that copy (any earlier state of the path) the server's; a restart empties the
+server, fencing counter too. The server's TIME is real: it only moves forward.
+
+**Numbers.** Fencing tokens and arrival times are server microseconds; the model keeps them as
+small canonical numbers (``BASE + k * GAP``, k their rank among all such numbers of the
+state), which keeps their order and keeps ``x + 1`` apart from every other number, so
+equal futures meet in the visited set. A script's ``TIME`` then is above every number of the
+state, as real time is above every token already handed out.
+
+**Invariants** (after every step; the first violation stops the search with its trace):
+
+* I1 exclusion: no two owners believe they hold the lock (record, not releasing, local
+  deadline not passed), unless data was lost on the path;
+* I2 tokens: every token a server step hands out (a hold with a new ``redlease:fence``) is
+  above every token handed out before for the name, across data loss; a first hold the
+  client accepts carries the token handed out for that very call (owner and wait id);
+* I3 belief: each owner that believes it holds has its hold alive on the server with its
+  token, and a TTL at least its local deadline (no data loss on the path);
+* I4 own hold: a release, renewal or re-entry never acts on (changes, lengthens, frees) a
+  hold of its owner field whose token is not the one its owner holds (any path);
+* I5 receipts: a final release that ran is recognised by its retry (no data loss since),
+  and a release of a hold that is gone never answers RELEASED unless that very release
+  (owner and request id) ran before;
+* I6 nothing stranded: a lock key always has a TTL, and a place in line belongs to a live
+  wait or to one whose exit had an unknown outcome.
 """
 
 from __future__ import annotations
 
-import collections
 import dataclasses
+import importlib.util
+import inspect
+import itertools
+import sys
 import time
-from collections.abc import Callable, Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
 
-OWNER_NAMES = "ABC"
+from redlease import _owners
+from redlease._channels import handed as parse_handed
+from redlease._core import lock as core
+from redlease._core import scripts
+from redlease._core.fair import REDISSON_FAIR
+from redlease._core.keys import CLASSIC
+from redlease._core.lock import Acquired, Hold, HoldTable
+from redlease._core.requests import Call, Handed, Sleep, Subscribe, WaitWake
+from redlease._core.watchdog import RenewalPolicy
+from redlease.errors import LeaseLostError, RedleaseError, ServerUnavailableError
 
-# --- state --------------------------------------------------------------------------------
+from . import unfixed
+from .engine import RespError, ServerEngine
+
+NAME = "mlock"
+BASE = 10**11
+GAP = 1000
+GIVE_BACKS = ("_leave", "_undo")
+"""Scripts the sync shell sends in the background once a call of the operation timed out
+(``_connections.gives_back``)."""
+
+ACQUIRE_PARAMS = frozenset(inspect.signature(core.acquire).parameters)
+RELEASE_PARAMS = frozenset(inspect.signature(core.release).parameters)
 
 
-class Server(NamedTuple):
-    """The keys of one lock name on the server."""
+# --- numbers: tokens and server times -------------------------------------------------------
 
-    holds: tuple[int, ...]
-    """Lock hash: hold count per owner field (0: no field)."""
-    fence: int
-    """Field ``redlease:fence`` (0: absent)."""
-    wait: int
-    """Field ``redlease:wait``: the wait id of the call the hold was made for (-1: absent)."""
-    handoff: int
-    """Field ``redlease:handoff``: the owner the lock is reserved for (-1: absent)."""
-    expiring: bool
-    """The lock key has a TTL (meaningless when the key does not exist)."""
-    counter: int
-    """The fencing counter (never expires)."""
-    line: tuple[tuple[int, int, int], ...]
-    """Places in line by arrival: (owner, wait id, try); a place names its wait (the try is
-    the model's, for the traces)."""
-    receipts: tuple[int, ...]
-    """Release receipt per owner: request id of its last final release (-1: none)."""
+
+def _collect(x: Any, out: set[int]) -> None:
+    t = type(x)
+    if t is int:
+        if x >= BASE:
+            out.add(x)
+    elif t is str:
+        if 12 <= len(x) <= 17 and x.isdigit():
+            out.add(int(x))
+    elif t is frozenset or isinstance(x, tuple):
+        for v in x:
+            _collect(v, out)
+
+
+def _rewrite(x: Any, m: dict[int, int]) -> Any:
+    t = type(x)
+    if t is int:
+        return m.get(x, x) if x >= BASE else x
+    if t is str:
+        return str(m.get(int(x), x)) if 12 <= len(x) <= 17 and x.isdigit() else x
+    if t is tuple:
+        return tuple(_rewrite(v, m) for v in x)
+    if t is frozenset:
+        return frozenset(_rewrite(v, m) for v in x)
+    if isinstance(x, tuple):
+        return t._make(_rewrite(v, m) for v in x)  # type: ignore[attr-defined]
+    return x
+
+
+_NUMS: dict[Any, frozenset[int]] = {}
+"""The numbers of each part of a state met so far (parts recur across states)."""
+
+
+def _nums(part: Any) -> frozenset[int]:
+    found = _NUMS.get(part)
+    if found is None:
+        out: set[int] = set()
+        _collect(part, out)
+        found = _NUMS[part] = frozenset(out)
+    return found
+
+
+def renumber(st: State) -> State:
+    """The state with its tokens and server times replaced by ``BASE + rank * GAP``."""
+    parts = (st.server, st.replica, st.owners, st.msgs, st.ghost)
+    found: set[int] = set()
+    for part in parts:
+        found |= _nums(part)
+    m = {v: BASE + (i + 1) * GAP for i, v in enumerate(sorted(found))}
+    moved = {k: v for k, v in m.items() if k != v}
+    if not moved:
+        return st
+    keys = set(moved)
+    new = [_rewrite(part, moved) if keys & _nums(part) else part for part in parts]
+    return st._replace(server=new[0], replica=new[1], owners=new[2], msgs=new[3], ghost=new[4])
+
+
+# --- processes: ids as the client mints them ------------------------------------------------
+
+_loaded = itertools.count(1)
+
+
+def _fresh_module(path: str | Path, stem: str) -> Any:
+    """A fresh copy of the module at ``path``, as another process would import it."""
+    name = f"redlease._model_{stem}_{next(_loaded)}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class Process:
+    """One simulated client process: its own ``_owners`` (client id, owner ids, request ids)."""
+
+    def __init__(self, index: int, config: Config) -> None:
+        self.index = index
+        self.module = _fresh_module(_owners.__file__, f"owners{index}")
+        self.client = self.module.ClientState(float(config.watchdog), float(config.window), None)
+        minting = self.module
+        if config.ids == "unfixed":
+            minting = _fresh_module(Path(unfixed.HERE) / "ids.py", f"ids{index}")
+        self.ids = [minting.next_request_id() for _ in range(256)]
+
+    def owner(self) -> str:
+        return str(self.client.owner(self.module.next_owner_id()))
+
+
+# --- state ------------------------------------------------------------------------------------
+
+CallT = tuple[str, tuple[str, ...], tuple[Any, ...]]
+"""A call in flight: (script name, KEYS, ARGV)."""
+
+
+class Rec(NamedTuple):
+    """An owner's record of its holds (``HoldTable``'s ``Hold``, as values)."""
+
+    leases: tuple[float | None, ...]
+    token: int
+    epoch: int
+    release_id: str | None
+    unsure: bool
+    releasing: bool
+    deadline: int
+    """Units left until the owner's local lease ends (its belief)."""
+
+
+class Cur(NamedTuple):
+    """The operation an owner is in."""
+
+    kind: str  # "acq" | "rel"
+    letter: str  # the script letter (for a release re-sent first: the acquire's)
+    id: str  # wait id (acquire) or request id (release)
+    held: int
+    token: int
+    unsure: bool
+    start: int  # units since it began
+    inputs: tuple[tuple[int, str, Any], ...]  # (units ago, "s"end | "t"hrow, value)
+    pending: CallT | None  # the call awaiting its reply; None: waiting for a wake-up
+    net: tuple[Any, ...] | None  # None: not run yet; ("reply", value)
+    registered: bool  # its waiter listens (after a Subscribe)
+    mailbox: tuple[Any, ...] | None  # a hand-over message it was sent: ("H", token, ms, wait)
+    leave: CallT | None  # the shell's leave for an abandoned wait
+    hung: bool  # a call of it timed out (give-backs go to the background)
+    settle: bool  # a release re-sent first by an acquire
+    final: str | None  # "raised": the generator raised, the shell's leave is on the wire
+
+
+class Renewal(NamedTuple):
+    call: CallT
+    sent: int  # units ago
+    epoch: int
+    token: int
+    net: tuple[Any, ...] | None
 
 
 class Owner(NamedTuple):
-    """One owner (a thread of a client): its hold record and where it is in its script."""
-
     op: int
-    """Index of the current (or next) call in its script."""
-    phase: str
-    """Where it is inside that call (``idle`` between calls)."""
-    local: int
-    """Hold count in the client's hold table."""
-    lost: bool
-    """Its hold expired on the server: by its local clock it knows the lease ended."""
-    unsure: bool
-    """Its last re-entrant acquire had an unknown outcome (the server may count one more)."""
-    stray: bool
-    """A first acquire of it ended with an unknown outcome and its leave was lost too."""
-    pending: int
-    """Request id of a release whose outcome is unknown (-1: none)."""
-    releasing: bool
-    """A final release was begun (the user no longer relies on the hold)."""
-    watched: bool
-    """The hold is renewed by the watchdog."""
-    epoch: int
-    """Which hold-table record (a new one per acquisition episode)."""
-    held: int
-    """The hold count the current acquire call sends (the server's, after a LOST reply)."""
-    tries: int
-    """Requests sent by the current acquire call (bounded by ``Config.max_tries``)."""
-    corrections: int
-    """LOST replies followed by the current acquire call."""
-    seen: int
-    """The highest fencing token or counter the current acquire call saw in a reply."""
-    renewing: bool
-    """A watchdog renewal of its hold is in flight."""
-    token: int
-    """Fencing token of its hold (0: none)."""
-    false_loss: bool
-    """It was told its lease was lost while the server still had its hold (I4 broken)."""
+    seq: int
+    retries: int
+    rec: Rec | None
+    cur: Cur | None
+    renewal: Renewal | None
+
+
+class Proc(NamedTuple):
+    minted: int
+    listening: bool
+
+
+class Ghost(NamedTuple):
+    """What the invariants need to remember of the path (never lost with the data)."""
+
+    top: int  # the highest token handed out
+    issued: frozenset[tuple[int, str, str]]  # (token, owner field, wait id)
+    done: frozenset[tuple[str, str, int]]  # final releases that ran: (owner, rid, losses)
+    excused: frozenset[tuple[str, str]]  # waits that ended with an unknown outcome
+    losses: int
+    ticks: int
+    dups: int
+    forced: int  # force releases by another client
 
 
 class State(NamedTuple):
-    server: Server
+    server: tuple[Any, ...]
+    replica: tuple[Any, ...]
+    procs: tuple[Proc, ...]
     owners: tuple[Owner, ...]
-    net: tuple[tuple[object, ...], ...]
-    """Messages in flight, sorted: requests ("q", owner, live, may_dup, kind, args),
-    replies ("r", owner, kind, payload, ran_out), hand-over messages ("p", owner, token, wait,
-    try, ran_out). ``ran_out`` (a ghost, not on the wire) marks a grant whose lease ran out on
-    the server since: a local lease check counted from a moment before the grant refuses it."""
-    excused: frozenset[tuple[int, int]]
-    """(owner, wait id) of waits whose exit had an unknown outcome: a place they leave
-    behind lapses on its own."""
+    bg: tuple[tuple[int, CallT], ...]  # background give-backs: (owner, call)
+    msgs: tuple[tuple[str, tuple[Any, ...], int], ...]  # (owner field, hand-over, copies)
+    ghost: Ghost
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """What to explore, and which rules of the protocol are on (all on: the fixed protocol)."""
+    """What to explore. Script letters per owner: ``A`` acquire (blocking, with ``timeout``,
+    watchdog lease), ``L`` the same with an explicit ``lease``, ``T`` a try (``blocking=False``)
+    with an explicit lease, ``U`` a try with the watchdog's, ``R`` release."""
 
     scripts: tuple[str, ...] = ("AR", "AR")
-    """Per owner, its calls: A acquire (watchdog lease, may be handed the lock), L acquire
-    with an explicit lease (only ever reserved), R release."""
-    max_depth: int = 20
-    max_tries: int = 2
-    """Acquire requests one call sends before it must give up."""
-    dup: bool = True
-    """A request may run twice: its reply is lost and redis-py sends it again."""
-    late: bool = False
-    """A request may run after its caller gave up on it (else it runs before or never).
-    The protocol assumes it does not: ``test_late_requests_break_exclusion`` shows why."""
+    layout: str = "redlease"
+    """``redlease`` (the lock), ``redlease-fair`` (the fair lock, redlease's line),
+    ``redisson-fair`` (the fair lock in Redisson's ``RedissonFairLock`` layout)."""
+    procs: tuple[int, ...] | None = None
+    """The process of each owner (default: a process each)."""
+    depth: int = 12
+    unit_ms: int = 1000
+    watchdog: int = 3
+    lease: int = 2
+    window: int = 1
+    timeout: int | None = 2
+    ticks: int = 3
+    lose: bool = True
+    """A call's reply (or the call) may be lost: ``ServerUnavailableError`` into the op."""
+    dups: int = 1
+    """How many calls of a path may run twice (reply lost, redis-py sends it again)."""
     renewals: bool = True
-    """Model the watchdog's renewals (and the losses it reports)."""
-    expiry: bool = True
-    """Leases may run out."""
-    slow: bool = True
-    """A grant may come too late by the owner's local clock although its lease is still on
-    on the server (a slow reply or message, the drift allowance)."""
-    check_wait: bool = True
-    """Fix of defect 1: a hand-over message is taken only by the wait whose id it carries."""
-    send_unsure: bool = True
-    """Fix of defect 2: a release after a re-entry with unknown outcome sends unsure=1."""
-    resend_pending: bool = True
-    """Fix of defect 3: an owner's next acquire first re-sends its unknown release."""
-    failed_keeps_record: bool = True
-    """Found by this model, now in the code (``on_gone``/``acquire_failed(gone=)``): an
-    acquire that returns False drops the owner's record (as gone on the server) only when a
-    LOST reply showed the server has no hold of it. Off: the code before, where a re-entry
-    whose grant came too late by the local clock is given back and the call returns False,
-    and ``acquire_failed`` then drops the outer hold too and reports it lost, while the
-    server still has it."""
-    token_rule: bool = True
-    """Found by this model, now in the code (lock_acquire.lua's HELD reply, ``seen`` in
-    ``core.acquire``): a HELD reply carries the fencing counter, and a wait
-    takes a hand-over message only if its token is above every token and counter it saw in
-    a reply (else it is a wake-up). So a hand-over made before the wait's last request is
-    never taken: the local lease check, counted from before that request, is sound only for
-    a hand-over that followed it; and a hold the wait gave back (a grant that came too late)
-    is not taken again from its message. Off: the code before."""
+    messages: bool = True
+    """Hand-over messages may be dropped or delivered twice (else: delivered once, late)."""
+    losses: int = 0
+    """Data losses (failover to the replica's copy, restart empty) on a path."""
+    restart: bool = True
+    force: int = 0
+    """Force releases (``lock.force_release()`` by another client) on a path."""
+    unsubscribe: bool = True
+    release_retries: int = 1
+    ids: str = "fixed"
+    overrides: tuple[tuple[str, bytes], ...] = ()
+    """Script name -> source run instead of ``src/redlease/lua``'s (the unfixed copies)."""
+    max_states: int = 400_000
+    carried_receipts_expire: bool = True
+    """The documented exception to the receipts' window (``lock_release.lua``): receipts
+    carried by a hold handed over go with it when it ends by expiry (off: I5 holds them to
+    the whole window anyway)."""
+    skip: frozenset[str] = frozenset()
+    """Invariants not checked (to look past a known violation): "I1", "I2h" (hand-outs above
+    every earlier token), "I2c" (a first hold's token handed out for its call), "I3", "I4",
+    "I5r" (a retry recognised), "I5g" (a gone hold never RELEASED), "I6t" (TTL), "I6l" (line).
+    """
+
+    def unfixed(self, *names: str) -> Config:
+        return dataclasses.replace(
+            self, overrides=self.overrides + tuple((n, unfixed.script(n)) for n in names)
+        )
 
 
-def initial(config: Config) -> State:
-    n = len(config.scripts)
-    server = Server((0,) * n, 0, -1, -1, False, 0, (), (-1,) * n)
-    owner = Owner(
-        0, "idle", 0, False, False, False, -1, False, False, 0, 0, 0, 0, 0, False, 0, False
-    )
-    return State(server, (owner,) * n, (), frozenset())
+class Violation(Exception):
+    pass
 
 
-def wait_id(o: int, op: int) -> int:
-    """Wait ids are unique per acquire call (owner and call index)."""
-    return o * 100 + op
+def _fail(config: Config, code: str, message: str) -> None:
+    if code not in config.skip:
+        raise Violation(message)
 
 
-def giveback_id(o: int, op: int) -> int:
-    """Request id of the release that gives back a grant that came too late."""
-    return 1000 + o * 100 + op
+class _DetUuid:
+    """``uuid`` as ``_core.lock`` uses it (``uuid4().hex``), deterministic during a replay."""
+
+    def __init__(self) -> None:
+        self.prefix = "g"
+        self.n = 0
+
+    def uuid4(self) -> Any:
+        self.n += 1
+        return _Hex(f"{self.prefix}n{self.n}")
 
 
-def _grant_of(payload: object, fence: int) -> bool:
-    """An acquire reply that grants the hold with this fencing token."""
-    return isinstance(payload, tuple) and len(payload) == 3 and payload[::2] == (1, fence)
+class _Hex:
+    def __init__(self, value: str) -> None:
+        self.hex = value
 
 
-def exists(s: Server) -> bool:
-    return any(s.holds) or s.handoff >= 0
+def _as_list(x: Any) -> Any:
+    return [_as_list(v) for v in x] if isinstance(x, tuple) else x
 
 
-def hlen(s: Server) -> int:
-    return sum(1 for c in s.holds if c) + (s.fence > 0) + (s.wait >= 0) + (s.handoff >= 0)
-
-
-def deleted(s: Server) -> Server:
-    """``del`` of the lock key."""
-    return s._replace(holds=(0,) * len(s.holds), fence=0, wait=-1, handoff=-1, expiring=False)
-
-
-def hset_hold(s: Server, o: int, count: int, fence: int = -1, wait: int = -1) -> Server:
-    """``hset`` of owner ``o``'s count (with the fence and wait fields, if given); a new
-    key has no TTL."""
-    holds = list(s.holds)
-    holds[o] = count
-    expiring = s.expiring if exists(s) else False
-    s = s._replace(holds=tuple(holds), expiring=expiring)
-    return s if fence < 0 else s._replace(fence=fence, wait=wait)
-
-
-def zrem(s: Server, o: int, wait: int) -> Server:
-    """``zrem`` of owner ``o``'s place for the wait ``wait`` (a place names its wait)."""
-    return s._replace(line=tuple(p for p in s.line if p[:2] != (o, wait)))
-
-
-# --- the scripts (one atomic step each) ----------------------------------------------------
-
-
-def script_acquire(
-    s: Server, o: int, expected: int, wait: int, try_: int, handover: bool
-) -> tuple[Server, tuple[int, ...]]:
-    """lock_acquire.lua (blocking, non-fair); reply (code, count, token). ``handover`` (the
-    watchdog's lease or the caller's own) only sets the lease of a hand-over, which the
-    model leaves abstract."""
-    # lock_acquire.lua: local place = ARGV[2] .. ' ' .. ARGV[7] .. ' ' .. ARGV[6]
-    # lock_acquire.lua: local count = tonumber(fields[1] or '0')
-    count = s.holds[o]
-    # lock_acquire.lua: if count == expected + 1 then
-    if count == expected + 1:
-        # lock_acquire.lua: redis.call('zrem', KEYS[2], place)
-        s = zrem(s, o, wait)
-        # lock_acquire.lua: return {1, count, redis.call('pttl', KEYS[1]), tonumber(fields[2]
-        return s, (1, count, s.fence)
-    # lock_acquire.lua: if count ~= expected then
-    if count != expected:
-        # lock_acquire.lua: return {-1, count, redis.call('pttl', KEYS[1]), 0}
-        return s, (-1, count, 0)
-
-    def queue_and_wait(s: Server) -> tuple[Server, tuple[int, ...]]:
-        # lock_acquire.lua: redis.call('zadd', KEYS[2], 'NX', tonumber(now[1]) * 1000000
-        # (the model's place also records the try, for the traces: a re-check keeps it in place)
-        place = (o, wait, try_)
-        line = tuple(place if p[:2] == (o, wait) else p for p in s.line)
-        if place not in line:
-            line += (place,)
-        # lock_acquire.lua: return {0, 0, ttl, last_token()}
-        # lock_acquire.lua: return tonumber(fields[2] or redis.call('get', KEYS[4]) or '0')
-        return s._replace(line=line), (0, 0, s.fence if s.fence > 0 else s.counter)
-
-    # lock_acquire.lua: if count == 0 then
-    if count == 0:
-        # lock_acquire.lua: if ttl ~= -2 then
-        if exists(s):
-            # lock_acquire.lua: return queue_and_wait(ttl)
-            return queue_and_wait(s)
-        token = s.counter + 1
-        # lock_acquire.lua: redis.call('set', KEYS[4], token)
-        s = s._replace(counter=token)
-        # lock_acquire.lua: redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token,
-        s = hset_hold(s, o, 1, fence=token, wait=wait)
-        # lock_acquire.lua: redis.call('pexpire', KEYS[1], lease)
-        s = s._replace(expiring=True)
-        # lock_acquire.lua: redis.call('zrem', KEYS[2], place)
-        s = zrem(s, o, wait)
-        # lock_acquire.lua: return {1, 1, lease, token}
-        return s, (1, 1, token)
-    # lock_acquire.lua: redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    s = hset_hold(s, o, count + 1)
-    # lock_acquire.lua: redis.call('pexpire', KEYS[1], lease)
-    s = s._replace(expiring=True)
-    # lock_acquire.lua: return {1, count + 1, ttl, tonumber(fields[2] or '0')}
-    return s, (1, count + 1, s.fence)
-
-
-def script_release(
-    s: Server, o: int, expected: int, rid: int, unsure: bool
-) -> list[tuple[Server, tuple[int, ...], tuple[object, ...] | None]]:
-    """lock_release.lua with a hand-off window; each outcome (server, reply (code, count),
-    hand-over message or None). The model keeps every receipt (the script keeps the last 16,
-    for 30 s); a place whose client is found dead is one that lapsed (the adversary's)."""
-    # lock_release.lua: local count = tonumber(fields[1] or '0')
-    count = s.holds[o]
-    # lock_release.lua: if expected > 0 and count >= expected and count <= expected + tonumber(
-    if expected > 0 and expected <= count <= expected + int(unsure):
-        # lock_release.lua: if expected > 1 then
-        if expected > 1:
-            # lock_release.lua: redis.call('hset', KEYS[1], ARGV[1], expected - 1)
-            # lock_release.lua: return {1, expected - 1}
-            return [(hset_hold(s, o, expected - 1), (1, expected - 1), None)]
-        # lock_release.lua: local token = tonumber(fields[3] or redis.call('get', KEYS[6]) or '0')
-        token = s.fence if s.fence > 0 else s.counter
-        # lock_release.lua: redis.call('del', KEYS[1])
-        s = deleted(s)
-        receipts = list(s.receipts)
-        receipts[o] = rid
-        s = s._replace(receipts=tuple(receipts))
-        # lock_release.lua: local popped = redis.call('zpopmin', KEYS[4])
-        if not s.line:
-            # lock_release.lua: redis.pcall(ARGV[5], KEYS[2], '0')
-            # lock_release.lua: redis.call('set', KEYS[3], receipts, 'px', 30000)
-            return [(s, (1, 0), None)]
-        # lock_release.lua: if owner and owner ~= ARGV[1] and lease > 0 and (lease <= window
-        line = s.line
-        while line and line[0][0] == o:  # the releaser's own leftover places are dropped
-            line = line[1:]
-        s = s._replace(line=line)
-        if not s.line:
-            return [(s, (1, 0), None)]
-        head, wait, try_ = s.line[0]
-        # lock_release.lua: token = token + 1
-        token += 1
-        # lock_release.lua: redis.call('hset', KEYS[1], owner, 1, 'redlease:fence', token,
-        h = hset_hold(s._replace(line=s.line[1:]), head, 1, fence=token, wait=wait)
-        # lock_release.lua: redis.call('pexpire', KEYS[1], lease)
-        h = h._replace(expiring=True)
-        # lock_release.lua: redis.call('set', KEYS[6], token)
-        h = h._replace(counter=token)
-        # lock_release.lua: redis.pcall(ARGV[5], channel, owner .. string.format(' %d %d ', token,
-        return [(h, (1, 0), ("p", head, token, wait, try_, False))]
-    # lock_release.lua: if count > 0 and count == expected - 1 then
-    if count > 0 and count == expected - 1:
-        return [(s, (1, count), None)]
-    # lock_release.lua: if count == 0 and expected == 1 then
-    if count == 0 and expected == 1 and s.receipts[o] == rid:
-        return [(s, (1, 0), None)]
-    # lock_release.lua: return {-1, count}
-    return [(s, (-1, count), None)]
-
-
-def script_leave(s: Server, o: int, wait: int) -> tuple[Server, tuple[int, ...]]:
-    """lock_leave.lua; reply (1,) when a hand-over was given back."""
-    # lock_leave.lua: redis.call('zrem', KEYS[3], place)
-    s = zrem(s, o, wait)
-    # lock_leave.lua: if fields[1] == '1' and fields[2] == ARGV[3] then
-    if s.holds[o] == 1 and s.wait == wait:
-        # lock_leave.lua: redis.call('del', KEYS[1])
-        return deleted(s), (1,)
-    return s, (0,)
-
-
-def script_renew(s: Server, o: int) -> tuple[Server, tuple[int, ...]]:
-    """lock_renew.lua for one key; (1,) renewed, (0,) the hold is gone."""
-    # lock_renew.lua: if redis.call('hexists', KEYS[i], ARGV[i + 1]) == 1 then
-    if s.holds[o] > 0:
-        # lock_renew.lua: redis.call('pexpire', KEYS[i], lease)
-        return s._replace(expiring=True), (1,)
-    return s, (0,)
-
-
-# --- exploration ---------------------------------------------------------------------------
+# --- the model --------------------------------------------------------------------------------
 
 
 class Model:
-    """Successor function of the protocol model (client steps, script runs, adversary)."""
-
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, engine: ServerEngine) -> None:
         self.config = config
-        self.n = len(config.scripts)
+        self.engine = engine
+        self.layout = REDISSON_FAIR if config.layout == "redisson-fair" else core.REDLEASE
+        self.fair = config.layout != "redlease"
+        self.keys = k = self.layout.keys(NAME, CLASSIC)
+        n = len(config.scripts)
+        placement = config.procs or tuple(range(n))
+        self.proc_of = placement
+        self.processes = [Process(i, config) for i in range(max(placement) + 1)]
+        self.fields = [self.processes[p].owner() for p in placement]
+        self.owner_of = {f: o for o, f in enumerate(self.fields)}
+        self.names = "ABCDEF"[:n]
+        receipts = {k.receipts} | {k.receipt(f) for f in self.fields}
+        self.data_keys = frozenset({k.name, k.queue, k.deadlines, k.fence} | receipts)
+        self.times = frozenset({k.deadlines} if self.layout is REDISSON_FAIR else ())
+        # what each process listens on while it listens (its owners' waiters' channels)
+        self.channels: list[tuple[str, ...]] = []
+        self.client_of: dict[str, int] = {}
+        for p in range(len(self.processes)):
+            channels: set[str] = set()
+            for o, f in enumerate(self.fields):
+                if placement[o] == p:
+                    channel, private = self.layout.listen(k, f)
+                    channels |= {channel} | ({private} if private else set())
+                    if private:
+                        self.client_of[private] = p
+            self.channels.append(tuple(sorted(channels)))
+        self.sources = dict(config.overrides)
+        self.unit = config.unit_ms / 1000
+        self.policy = RenewalPolicy(config.watchdog * self.unit)
+        self.cache: dict[Any, Any] = {}
+        self.now = 0.0
+        self.gone: list[bool] = []
+        self.uuid = _DetUuid()
+        self.server_runs = 0
 
-    # helpers on states
+    # helpers
 
-    def _set(self, st: State, o: int, owner: Owner) -> State:
+    def initial(self) -> State:
+        n = len(self.config.scripts)
+        owner = Owner(0, 0, 0, None, None, None)
+        ghost = Ghost(0, frozenset(), frozenset(), frozenset(), 0, 0, 0, 0)
+        procs = tuple(Proc(0, False) for _ in self.processes)
+        return State((), (), procs, (owner,) * n, (), (), ghost)
+
+    def _set(self, st: State, o: int, ow: Owner) -> State:
         owners = list(st.owners)
-        owners[o] = owner
+        owners[o] = ow
         return st._replace(owners=tuple(owners))
 
+    def _mint(self, st: State, o: int) -> tuple[State, str]:
+        p = self.proc_of[o]
+        proc = st.procs[p]
+        procs = list(st.procs)
+        procs[p] = proc._replace(minted=proc.minted + 1)
+        return st._replace(procs=tuple(procs)), self.processes[p].ids[proc.minted]
+
+    def _listen(self, st: State, o: int) -> State:
+        p = self.proc_of[o]
+        procs = list(st.procs)
+        procs[p] = procs[p]._replace(listening=True)
+        return st._replace(procs=tuple(procs))
+
     @staticmethod
-    def _net(msgs: list[tuple[object, ...]]) -> tuple[tuple[object, ...], ...]:
-        return tuple(sorted(msgs))
+    def _call_t(call: Call) -> CallT:
+        return (call.script.name, tuple(call.keys), tuple(call.args))
 
-    def _send(self, st: State, o: int, kind: str, args: tuple[int, ...]) -> State:
-        msg = ("q", o, True, self.config.dup, kind, args)
-        return st._replace(net=self._net([*st.net, msg]))
+    def _clock(self) -> float:
+        return self.now
 
-    def _end_call(self, st: State, o: int, kind: str = "call") -> State:
-        """The caller stops waiting for the reply: its copies in flight run never or, with
-        ``late``, whenever the adversary likes (their replies go nowhere)."""
+    # the operations (real core generators)
 
-        def mine(k: object) -> bool:
-            return (k == "renew") == (kind == "renew")
+    def _op(self, o: int, cur: Cur) -> Generator[Any, Any, Any]:
+        keys, owner, cfg = self.keys, self.fields[o], self.config
+        if cur.kind == "rel":
+            kw: dict[str, Any] = {
+                "held": cur.held,
+                "request_id": cur.id,
+                "handoff_ms": cfg.window * cfg.unit_ms,
+                "unsure": cur.unsure,
+            }
+            if "token" in RELEASE_PARAMS:
+                kw["token"] = cur.token
+            return core.release(keys, owner, layout=self.layout, **kw)
+        watched = cur.letter in "AU"
+        blocking = cur.letter in "AL"
+        kw = {
+            "held": cur.held,
+            "lease": (cfg.watchdog if watched else cfg.lease) * self.unit,
+            "blocking": blocking,
+            "timeout": None if not blocking or cfg.timeout is None else cfg.timeout * self.unit,
+            "wait_id": cur.id,
+            "fair": self.fair,
+            "layout": self.layout,
+            "handover": watched,
+            "clock": self._clock,
+            "on_gone": lambda: self.gone.append(True),
+        }
+        if "token" in ACQUIRE_PARAMS:
+            kw["token"] = cur.token
+        return core.acquire(keys, owner, **kw)
 
-        out: list[tuple[object, ...]] = []
-        for m in st.net:
-            if m[1] == o and m[0] == "q" and m[2] and mine(m[4]):
-                if self.config.late:
-                    out.append(("q", o, False, False, m[4], m[5]))
-            elif m[1] == o and m[0] == "r" and (m[2] == "renew") == (kind == "renew"):
-                continue
-            else:
-                out.append(m)
-        return st._replace(net=self._net(out))
+    def _feed(self, gen: Generator[Any, Any, Any], how: str, value: Any) -> Any:
+        if how == "t":
+            return gen.throw(ServerUnavailableError("model: no reply in time"))
+        if isinstance(value, tuple) and value and value[0] == "H":
+            return gen.send(Handed(value[1], value[2], value[3]))
+        return gen.send(_as_list(value))
 
-    def _excuse(self, st: State, o: int) -> State:
-        ow = st.owners[o]
-        op = self.config.scripts[o][ow.op] if ow.op < len(self.config.scripts[o]) else "R"
-        if op == "R":
-            return st
-        return st._replace(excused=st.excused | {(o, wait_id(o, ow.op))})
+    def _replay(self, o: int, ow: Owner) -> tuple[Generator[Any, Any, Any], Any]:
+        cur = ow.cur
+        assert cur is not None and cur.final is None
+        self.gone = []
+        self.uuid.prefix, self.uuid.n = f"g{o}s{ow.seq}", 0
+        gen = self._op(o, cur)
+        self.now = -cur.start * self.unit
+        req = gen.send(None)
+        for ago, how, value in cur.inputs:
+            self.now = -ago * self.unit
+            req = self._feed(gen, how, value)
+        return gen, req
 
-    # client steps
-
-    def _next_op(self, st: State, o: int) -> State:
-        ow = st.owners[o]
-        return self._set(st, o, ow._replace(op=ow.op + 1, phase="idle"))
+    # stepping an owner
 
     def _start(self, st: State, o: int) -> tuple[str, State]:
         ow = st.owners[o]
-        op = self.config.scripts[o][ow.op]
-        if op == "R":
-            if ow.local == 0:
-                return "release(): not held, nothing sent", self._next_op(st, o)
-            rid = ow.pending if ow.pending >= 0 else ow.op
-            unsure = ow.unsure and self.config.send_unsure
-            ow = ow._replace(phase="rel", pending=rid, releasing=ow.releasing or ow.local == 1)
-            st = self._send(self._set(st, o, ow), o, "rel", (ow.local, rid, int(unsure)))
-            return f"release(): send release held={ow.local} id={rid} unsure={int(unsure)}", st
-        ow = ow._replace(held=ow.local, tries=1, corrections=0, seen=0)
-        if ow.pending >= 0 and self.config.resend_pending:
-            unsure = ow.unsure and self.config.send_unsure
-            ow = ow._replace(phase="acq_resend")
-            st = self._send(self._set(st, o, ow), o, "rel", (ow.local, ow.pending, int(unsure)))
-            return f"acquire(): first re-send release id={ow.pending}", st
-        return "acquire(): " + self._label_try(ow, o), self._try(self._set(st, o, ow), o)
-
-    def _label_try(self, ow: Owner, o: int) -> str:
-        return f"send acquire held={ow.held} wait={wait_id(o, ow.op)} try={ow.tries}"
-
-    def _try(self, st: State, o: int) -> State:
-        ow = st.owners[o]
-        handover = self.config.scripts[o][ow.op] == "A"
-        st = self._set(st, o, ow._replace(phase="acq"))
-        return self._send(st, o, "acq", (ow.held, wait_id(o, ow.op), ow.tries, int(handover)))
-
-    def _granted(self, st: State, o: int, count: int, token: int) -> State:
-        """ClientState.granted: a first hold (count 1) replaces the record (an old one is
-        gone on the server: ``_found_gone``), else append a hold and trim to the server's
-        count; a grant ends an unknown release and an unsure re-entry; the call returns."""
-        ow = st.owners[o]
-        new = ow.local == 0 or count == 1
-        if ow.local > 0 and count == 1:
-            st = self._found_gone(st, o)
-            ow = st.owners[o]
-        kind = self.config.scripts[o][ow.op]
-        ow = ow._replace(
-            local=1 if new else min(ow.local + 1, count),
-            lost=False,
-            unsure=False,
-            stray=False,
-            pending=-1,
-            releasing=False,
-            watched=(ow.watched and not new) or kind == "A",
-            epoch=ow.epoch + 1 if new else ow.epoch,
-            token=token if new else ow.token,
-        )
-        return self._next_op(self._set(st, o, ow), o)
-
-    def _raised(self, st: State, o: int, label: str) -> Iterator[tuple[str, State]]:
-        """The acquire raises (unknown outcome): it leaves the line on its way out."""
-        ow = st.owners[o]
-        st = self._set(st, o, ow._replace(phase="acq_leave_raised"))
-        yield label + "; acquire raises, leaves the line", self._send_leave(st, o)
-
-    def _found_gone(self, st: State, o: int) -> State:
-        """ClientState._found_gone: an acquire found the owner's recorded hold gone; one the
-        watchdog renewed is reported lost (an explicit lease simply ran out)."""
-        ow = st.owners[o]
-        if ow.watched and not ow.releasing:
-            st = self._loss(st, o)
-        return st
-
-    def _not_acquired(self, st: State, o: int) -> State:
-        """ClientState.acquire_failed: a record the owner still has is gone on the server."""
-        ow = st.owners[o]
-        if ow.local > 0 and (ow.held == 0 or not self.config.failed_keeps_record):
-            st = self._found_gone(st, o)
-            ow = st.owners[o]._replace(
-                local=0, lost=False, unsure=False, pending=-1, releasing=False
-            )
-            st = self._set(st, o, ow)
-        return st
-
-    def _send_leave(self, st: State, o: int) -> State:
-        return self._send(st, o, "leave", (wait_id(o, st.owners[o].op),))
-
-    def _loss(self, st: State, o: int) -> State:
-        """The client reports the hold lost (I4: only when it is gone on the server)."""
-        ow = st.owners[o]
-        false = st.server.holds[o] > 0 and st.server.fence == ow.token
-        return self._set(st, o, ow._replace(false_loss=ow.false_loss or false))
-
-    def _reply(
-        self, st: State, o: int, payload: tuple[int, ...], ran_out: bool
-    ) -> Iterator[tuple[str, State]]:
-        ow = st.owners[o]
-        st = self._end_call(st, o)
-        ph = ow.phase
-        if ph == "acq":
-            ow = ow._replace(seen=max(ow.seen, payload[2]))
-        if ph == "rel":
-            code, count = payload
-            if code == 1:
-                local = min(ow.local - 1, count)
-                ow = ow._replace(phase="idle", local=local, unsure=False, pending=-1)
-                if local == 0:
-                    ow = ow._replace(releasing=False, lost=False, stray=False)
-                st = self._set(st, o, ow)
-                yield f"release() returns, {count} left", self._next_op(st, o)
+        letter = self.config.scripts[o][ow.op]
+        rec = ow.rec
+        if letter == "R":
+            if rec is None:
+                # nothing to release: NotOwnedError / the lease lost, raised locally
+                st = self._set(st, o, ow._replace(op=ow.op + 1, seq=ow.seq + 1, retries=0))
+                return "release() raises: nothing held here", st
+            if rec.release_id is None:
+                st, rid = self._mint(st, o)
             else:
-                st = self._loss(st, o)
-                ow = st.owners[o]._replace(
-                    local=0, lost=False, unsure=False, pending=-1, releasing=False
+                rid = rec.release_id
+            releasing = rec.releasing or len(rec.leases) == 1
+            rec = rec._replace(release_id=rid, releasing=releasing)
+            st = self._set(st, o, ow._replace(rec=rec))
+            return f"release() (request {rid})", self._begin(st, o, "rel", letter, rid, False)
+        if rec is not None and rec.release_id is not None:
+            label = f"acquire() re-sends its unknown release {rec.release_id} first"
+            return label, self._begin(st, o, "rel", letter, rec.release_id, True)
+        st, wait = self._mint(st, o)
+        return f"{_letter(letter)} (wait {wait})", self._begin(st, o, "acq", letter, wait, False)
+
+    def _begin(self, st: State, o: int, kind: str, letter: str, id_: str, settle: bool) -> State:
+        ow = st.owners[o]
+        rec = ow.rec
+        held = len(rec.leases) if rec else 0
+        cur = Cur(
+            kind, letter, id_, held, rec.token if rec and held else 0,
+            bool(rec and rec.unsure), 0, (), None, None, False, None, None, False, settle, None,
+        )  # fmt: skip
+        st = self._set(st, o, ow._replace(cur=cur))
+        self.gone = []
+        self.uuid.prefix, self.uuid.n = f"g{o}s{ow.seq}", 0
+        gen = self._op(o, cur)
+        self.now = 0.0
+        try:
+            req = gen.send(None)
+        except StopIteration as stop:
+            return self._finish(st, o, cur, stop.value, None)
+        return self._handle(st, o, cur, gen, req)
+
+    def _advance(self, st: State, o: int, how: str, value: Any) -> State:
+        """Feed the owner's operation a reply (or an error, or a wake-up) now."""
+        ow = st.owners[o]
+        cur = ow.cur
+        assert cur is not None
+        gen, _ = self._replay(o, ow)
+        cur = cur._replace(inputs=(*cur.inputs, (0, how, value)), pending=None, net=None)
+        self.now = 0.0
+        try:
+            req = self._feed(gen, how, value)
+        except StopIteration as stop:
+            return self._finish(st, o, cur, stop.value, None)
+        except Exception as exc:
+            return self._finish(st, o, cur, None, exc)
+        return self._handle(st, o, cur, gen, req)
+
+    def _handle(
+        self, st: State, o: int, cur: Cur, gen: Generator[Any, Any, Any], req: Any
+    ) -> State:
+        """Answer what can be answered at once; stop at a call or a wait."""
+        for _ in range(100):
+            how, value = "s", None
+            if isinstance(req, Subscribe):
+                cur = cur._replace(leave=None if req.leave is None else self._call_t(req.leave))
+                listening = st.procs[self.proc_of[o]].listening
+                if req.only_if_live:
+                    value = listening
+                else:
+                    st = self._listen(st, o)
+                    value = True
+                cur = cur._replace(registered=cur.registered or bool(value))
+            elif isinstance(req, Sleep):
+                value = None
+            elif isinstance(req, WaitWake):
+                if cur.mailbox is None:
+                    return self._set(st, o, st.owners[o]._replace(cur=cur))
+                value, cur = cur.mailbox, cur._replace(mailbox=None)
+            elif isinstance(req, Call):
+                call = self._call_t(req)
+                if cur.hung and call[0].endswith(GIVE_BACKS):
+                    st = st._replace(bg=(*st.bg, (o, call)))
+                    how = "t"
+                else:
+                    cur = cur._replace(pending=call, net=None)
+                    return self._set(st, o, st.owners[o]._replace(cur=cur))
+            else:
+                raise AssertionError(req)
+            cur = cur._replace(inputs=(*cur.inputs, (0, how, value)))
+            self.now = 0.0
+            try:
+                req = self._feed(gen, how, value)
+            except StopIteration as stop:
+                return self._finish(st, o, cur, stop.value, None)
+            except Exception as exc:
+                return self._finish(st, o, cur, None, exc)
+        raise AssertionError("an operation that never waits")
+
+    def _finish(self, st: State, o: int, cur: Cur, result: Any, exc: BaseException | None) -> State:
+        ow = st.owners[o]
+        field = self.fields[o]
+        rec = ow.rec
+        done = ow._replace(cur=None, op=ow.op + 1, seq=ow.seq + 1, retries=0)
+        if cur.kind == "rel":
+            if exc is None:
+                table, hold = self._table(o, rec)
+                table.released(NAME, field, int(result))
+                rec = self._rec(table.get(NAME, field), rec)
+                if rec is not None:
+                    rec = rec._replace(release_id=None, unsure=False)
+            elif isinstance(exc, LeaseLostError):
+                rec = None
+            elif not isinstance(exc, ServerUnavailableError):
+                raise exc
+            if cur.settle:
+                if isinstance(exc, ServerUnavailableError):
+                    # _settled_first raised: the acquire raises (_acquire_raised)
+                    if rec is not None:
+                        rec = rec._replace(unsure=True)
+                    return self._set(st, o, done._replace(rec=rec))
+                st = self._set(st, o, ow._replace(rec=rec, cur=None))
+                st, wait = self._mint(st, o)
+                return self._begin(st, o, "acq", cur.letter, wait, False)
+            if isinstance(exc, ServerUnavailableError) and ow.retries < self.config.release_retries:
+                return self._set(st, o, ow._replace(rec=rec, cur=None, retries=ow.retries + 1))
+            return self._set(st, o, done._replace(rec=rec))
+        # an acquire
+        if exc is not None:
+            unknown = isinstance(exc, ServerUnavailableError) or not isinstance(exc, RedleaseError)
+            if unknown and rec is not None:
+                rec = rec._replace(unsure=True)  # ClientState.maybe_reentered
+            ghost = st.ghost._replace(excused=st.ghost.excused | {(field, cur.id)})
+            st = st._replace(ghost=ghost)
+            if cur.leave is not None and cur.hung:
+                st = st._replace(bg=(*st.bg, (o, cur.leave)))
+            elif cur.leave is not None:
+                # the shell's finally: the leave, synchronously, its error suppressed
+                cur = cur._replace(pending=cur.leave, net=None, final="raised", registered=False)
+                return self._set(st, o, ow._replace(rec=rec, cur=cur))
+            return self._set(st, o, done._replace(rec=rec))
+        if result is None:
+            if self.gone:
+                rec = None  # acquire_failed(gone=True)
+            return self._set(st, o, done._replace(rec=rec))
+        assert isinstance(result, Acquired)
+        if result.count == 1:
+            mine = (result.token, field, cur.id)
+            if mine not in st.ghost.issued:
+                who = [(f, w) for t, f, w in st.ghost.issued if t == result.token]
+                _fail(
+                    self.config,
+                    "I2c",
+                    f"I2: {self.names[o]}'s acquire call {cur.id} takes token "
+                    f"{result.token}, handed out for {who or 'no call'}",
                 )
-                yield "release() raises LeaseLostError", self._next_op(self._set(st, o, ow), o)
-        elif ph == "acq_resend":
-            code, count = payload
-            if code == 1:
-                local = min(ow.local - 1, count)
-                ow = ow._replace(local=local, unsure=False, pending=-1, held=local)
-                if local == 0:
-                    ow = ow._replace(releasing=False, lost=False)
+        watched = cur.letter in "AU"
+        lease = None if watched else float(self.config.lease)
+        table, _ = self._table(o, rec)
+        hold = table.granted(self.keys, field, result, lease)
+        requested = result.requested_at / self.unit  # <= 0: units relative to now
+        if watched:
+            if rec is None or result.count == 1:
+                short = result.ttl / self.unit < self.config.watchdog
+                deadline = requested + (result.ttl / self.unit if short else self.config.watchdog)
             else:
-                ow = ow._replace(local=0, unsure=False, pending=-1, releasing=False, held=0)
-            st = self._set(st, o, ow)
-            yield f"re-sent release answered {payload}; " + self._label_try(ow, o), self._try(st, o)
-        elif ph == "acq":
-            code, count, token = payload
-            if code == 1:
-                if not ran_out:  # the local check: lease left, counted from before the request
-                    yield (
-                        f"acquire() granted count={count} token={token}",
-                        self._granted(st, o, count, token),
-                    )
-                if not ran_out and not self.config.slow:
-                    return
-                # or, by its local clock, too little of the lease is left (always, if it ran out)
-                ow = ow._replace(phase="acq_giveback")
-                st = self._set(st, o, ow)
-                args = (count, giveback_id(o, ow.op), 0)
-                label = f"grant token={token} came too late: give it back"
-                yield label, self._send(st, o, "rel", args)
-            elif code == 0:
-                yield "acquire: HELD, waits", self._set(st, o, ow._replace(phase="acq_wait"))
-            else:
-                # the record stays until the call ends (a grant of count 1 replaces it)
-                ow = ow._replace(corrections=ow.corrections + 1, held=count)
-                if ow.corrections > 3:
-                    st = self._loss(self._set(st, o, ow), o)
-                    yield from self._raised(st, o, "acquire: LOST too often, LeaseLostError")
-                    return
-                st = self._set(st, o, ow._replace(tries=min(ow.tries + 1, 9)))
-                yield f"acquire: LOST count={count}, goes on from it", self._try(st, o)
-        elif ph == "acq_giveback":
-            st = self._set(st, o, ow._replace(phase="acq_wait"))
-            yield f"give-back answered {payload}", st
-        elif ph in ("acq_leave", "acq_leave_raised"):
-            yield from self._left(st, o, f"leave answered {payload}", known=True)
+                deadline = rec.deadline
+        else:
+            deadline = -cur.start + self.config.lease
+            if rec is not None and result.count > 1:
+                deadline = max(deadline, rec.deadline)
+        new = Rec(
+            tuple(hold.leases), hold.token, hold.epoch, None, False, False, int(deadline // 1)
+        )
+        return self._set(st, o, done._replace(rec=new))
 
-    def _left(self, st: State, o: int, label: str, known: bool) -> Iterator[tuple[str, State]]:
-        ow = st.owners[o]
-        if not known:
-            st = self._excuse(st, o)
-        if ow.phase == "acq_leave_raised":
-            if ow.local > 0:
-                ow = ow._replace(unsure=True)  # maybe_reentered
-            elif not known:
-                ow = ow._replace(stray=True)
-            st = self._set(st, o, ow)
-            yield label + "; acquire() raises", self._next_op(st, o)
-            return
-        st = self._not_acquired(st, o)
-        if not known:
-            st = self._set(st, o, st.owners[o]._replace(stray=True))
-        yield label + "; acquire() returns False", self._next_op(st, o)
+    def _table(self, o: int, rec: Rec | None) -> tuple[HoldTable, Hold | None]:
+        table = HoldTable()
+        if rec is None:
+            return table, None
+        hold = Hold(
+            keys=self.keys, owner=self.fields[o], epoch=rec.epoch, renewed_at=0.0,
+            token=rec.token, leases=list(rec.leases), release_id=rec.release_id,
+            unsure=rec.unsure, releasing=rec.releasing,
+        )  # fmt: skip
+        table._holds[(NAME, self.fields[o])] = hold
+        table._epochs = itertools.count(rec.epoch + 1)
+        return table, hold
 
-    def _timeout(self, st: State, o: int) -> Iterator[tuple[str, State]]:
-        """The caller stops waiting for a reply (lost or late): its outcome is unknown."""
-        ow = st.owners[o]
-        st = self._end_call(st, o)
-        ph = ow.phase
-        if ph == "rel":
-            yield "release() raises (no reply; outcome unknown)", self._next_op(st, o)
-        elif ph == "acq_resend":
-            # raised before the acquire proper began: no place in line, no leave
-            st = self._set(st, o, ow._replace(unsure=ow.unsure or ow.local > 0))
-            yield "re-sent release: no reply; acquire() raises", self._next_op(st, o)
-        elif ph == "acq":
-            st = self._excuse(st, o)
-            if ow.tries < self.config.max_tries:
-                st = self._set(st, o, ow._replace(tries=ow.tries + 1))
-                yield "acquire: no reply, " + self._label_try(st.owners[o], o), self._try(st, o)
-            yield from self._raised(st, o, "acquire: no reply")
-        elif ph == "acq_giveback":
-            st = self._excuse(st, o)
-            yield from self._raised(st, o, "give-back: no reply")
-        elif ph in ("acq_leave", "acq_leave_raised"):
-            yield from self._left(st, o, "leave: no reply", known=False)
+    @staticmethod
+    def _rec(hold: Hold | None, old: Rec | None) -> Rec | None:
+        if hold is None or old is None:
+            return None
+        return old._replace(leases=tuple(hold.leases))
 
-    def _handed(self, st: State, o: int, msg: tuple[object, ...]) -> Iterator[tuple[str, State]]:
-        _, _, token, wait, try_, ran_out = msg
-        assert isinstance(token, int) and isinstance(wait, int) and isinstance(try_, int)
-        ow = st.owners[o]
-        label = f"hand-over message token={token} wait={wait} try={try_} arrives"
-        st = st._replace(net=tuple(m for m in st.net if m != msg))
-        if ow.phase != "acq_wait":
-            yield label + " (nobody waits: dropped)", st
-            return
-        mine = wait == wait_id(o, ow.op) or not self.config.check_wait
-        if mine and ow.held == 0:
-            if self.config.token_rule:
-                # only a hand-over that followed the last request; its lease counted from
-                # before that request: it is refused once it ran out
-                takeable = token > ow.seen and not ran_out
-            else:
-                # the lease counted from before the last request: a hand-over made before
-                # it (an older try, an older wait) passes whether or not it ran out
-                before_last = wait != wait_id(o, ow.op) or try_ < ow.tries
-                takeable = before_last or not ran_out
-            if takeable:
-                yield label + ": acquire() takes it", self._granted(st, o, 1, token)
-                if not self.config.slow:
-                    return
-                label += " (too little of its lease left to be sure)"
-        if ow.tries >= self.config.max_tries:
-            yield label + ": a wake-up; out of tries", self._give_up(st, o)
-            return
-        st = self._set(st, o, ow._replace(tries=ow.tries + 1))
-        yield label + ": a wake-up; " + self._label_try(st.owners[o], o), self._try(st, o)
+    # the server
 
-    def _give_up(self, st: State, o: int) -> State:
-        ow = st.owners[o]
-        return self._send_leave(self._set(st, o, ow._replace(phase="acq_leave")), o)
+    def _source(self, name: str) -> bytes:
+        if name in self.sources:
+            return self.sources[name]
+        return scripts.LOADED[name].source
 
-    # the successor function
-
-    def successors(self, st: State) -> Iterator[tuple[str, State]]:
-        cfg = self.config
-        names = OWNER_NAMES
-        for o, ow in enumerate(st.owners):
-            name = names[o]
-            if ow.phase == "idle" and ow.op < len(cfg.scripts[o]):
-                label, nxt = self._start(st, o)
-                yield f"{name}: {label}", nxt
-            elif ow.phase not in ("idle", "acq_wait"):
-                for label, nxt in self._timeout(st, o):
-                    yield f"{name}: {label}", nxt
-            elif ow.phase == "acq_wait":
-                if ow.tries < cfg.max_tries:
-                    nxt = self._set(st, o, ow._replace(tries=ow.tries + 1))
-                    yield (
-                        f"{name}: re-check, " + self._label_try(nxt.owners[o], o),
-                        self._try(nxt, o),
-                    )
-                yield f"{name}: gives up waiting, sends leave", self._give_up(st, o)
-            if (
-                cfg.renewals
-                and ow.local > 0
-                and ow.watched
-                and not ow.lost
-                and not ow.releasing
-                and not ow.renewing
-            ):
-                nxt = self._set(st, o, ow._replace(renewing=True))
-                yield f"{name}: watchdog sends renew", self._send(nxt, o, "renew", (ow.epoch,))
-            if ow.renewing:
-                nxt = self._set(self._end_call(st, o, "renew"), o, ow._replace(renewing=False))
-                yield f"{name}: watchdog renewal gets no reply", nxt
-        seen: set[tuple[object, ...]] = set()
-        for msg in st.net:
-            if msg in seen:
-                continue
-            seen.add(msg)
-            yield from self._message(st, msg)
-        if cfg.expiry and exists(st.server):
-            yield "server: the lock's lease runs out", self._expire(st)
-        for place in st.server.line:
-            line = tuple(p for p in st.server.line if p != place)
-            nxt = st._replace(server=st.server._replace(line=line))
-            yield f"server: {names[place[0]]}'s place in line lapses", nxt
-
-    def _expire(self, st: State) -> State:
-        owners = list(st.owners)
-        for o, ow in enumerate(owners):
-            if st.server.holds[o] > 0 and ow.local > 0:
-                owners[o] = ow._replace(lost=True)  # its local lease ended first
-        fence = st.server.fence
-        net = []
-        for m in st.net:  # grants of this hold in flight are now too late for their owner
-            if fence and m[0] == "p" and m[2] == fence:
-                m = (*m[:5], True)
-            elif fence and m[0] == "r" and m[2] == "call" and _grant_of(m[3], fence):
-                m = (*m[:4], True)
-            net.append(m)
-        return st._replace(server=deleted(st.server), owners=tuple(owners), net=self._net(net))
-
-    def _message(self, st: State, msg: tuple[object, ...]) -> Iterator[tuple[str, State]]:
-        names = OWNER_NAMES
-        rest = list(st.net)
-        rest.remove(msg)
-        o = msg[1]
-        assert isinstance(o, int)
-        name = names[o]
-        if msg[0] == "p":
-            yield f"net: drop hand-over message to {name}", st._replace(net=self._net(rest))
-            for label, nxt in self._handed(st, o, msg):
-                yield f"{name}: {label}", nxt
-            return
-        if msg[0] == "r":
-            st = st._replace(net=self._net(rest))
-            payload, ran_out = msg[3], msg[4]
-            assert isinstance(payload, tuple) and isinstance(ran_out, bool)
-            if msg[2] == "renew":
-                yield from self._renewed(st, o, payload)
-                return
-            for label, nxt in self._reply(st, o, payload, ran_out):
-                yield f"{name}: {label}", nxt
-            return
-        _, _, live, may_dup, kind, args = msg
-        assert isinstance(args, tuple)
-        if not live:
-            yield (
-                f"net: {name}'s abandoned {kind} request is lost",
-                st._replace(net=self._net(rest)),
+    def _run(self, st: State, call: CallT, meta: tuple[Any, ...]) -> tuple[State, Any]:
+        """Run ``call`` on the server state; server-side invariants (I2 hand-outs, I4, I5)."""
+        name, keys, args = call
+        wanted = tuple(
+            self.channels[p] if proc.listening else () for p, proc in enumerate(st.procs)
+        )
+        key = (name, st.server, keys, args, wanted)
+        step = self.cache.get(key)
+        if step is None:
+            self.engine.listen({f"p{p}": ch for p, ch in enumerate(wanted)})
+            step = self.engine.run(
+                st.server, self._source(name), keys, args, self.data_keys, self.times
             )
-        for server, reply, pub in self._run(st.server, o, str(kind), args):
-            extra = [] if pub is None else [pub]
-            what = f"server runs {name}'s {kind}{args} -> {reply}"
-            if pub is not None:
-                what += f", hands over to {names[pub[1]]}"  # type: ignore[index]
-            if live and kind == "renew":
-                extra.append(("r", o, "renew", reply + args, False))  # with its epoch
-            elif live:
-                extra.append(("r", o, "call", reply, False))
-            if not live:
-                what += " (late: its caller gave up)"
-            yield what, st._replace(server=server, net=self._net(rest + extra))
-            if live and may_dup:
-                # the reply is lost on its connection and redis-py sends the request again
-                again = [*rest, ("q", o, True, False, kind, args)] + ([] if pub is None else [pub])
-                label = what + "; the reply is lost, redis-py sends the request again"
-                yield label, st._replace(server=server, net=self._net(again))
+            self.server_runs += 1
+            if isinstance(step.reply, RespError):
+                raise RuntimeError(f"{name}{args}: {step.reply}")
+            self.cache[key] = step
+        ghost = self._server_checks(st, step.state, step.reply, meta)
+        msgs = list(st.msgs)
+        copies = 2 if self.config.messages else 1
+        for channel, payload in step.published:
+            p = self.client_of.get(channel)
+            if p is None or not st.procs[p].listening:
+                continue
+            owner, _, grant = payload.partition(" ")
+            h = parse_handed(grant)
+            if h is not None:
+                msgs.append((owner, ("H", h.token, h.lease_ms, h.wait), copies))
+        return st._replace(server=step.state, msgs=tuple(msgs), ghost=ghost), step.reply
 
-    def _run(
-        self, s: Server, o: int, kind: str, args: tuple[int, ...]
-    ) -> list[tuple[Server, tuple[int, ...], tuple[object, ...] | None]]:
-        if kind == "acq":
-            held, wait, try_, handover = args
-            return [(*script_acquire(s, o, held, wait, try_, bool(handover)), None)]
+    def lock_hash(self, server: tuple[Any, ...]) -> tuple[dict[str, str], int]:
+        for key, kind, ttl, value in server:
+            if key == self.keys.name and kind == "hash":
+                return dict(value), ttl
+        return {}, -2
+
+    def _server_checks(
+        self, st: State, post: tuple[Any, ...], reply: Any, meta: tuple[Any, ...]
+    ) -> Ghost:
+        ghost = st.ghost
+        pre_h, pre_ttl = self.lock_hash(st.server)
+        post_h, post_ttl = self.lock_hash(post)
+        pre_fence = int(pre_h.get("redlease:fence", 0))
+        post_fence = int(post_h.get("redlease:fence", 0))
+        holders = [f for f, c in post_h.items() if not f.startswith("redlease:") and int(c) > 0]
+        kind, o = meta[0], meta[1]
+        who = f"{self.names[o]}'s {kind}" if o >= 0 else "a force release"
+        if post_fence and holders and (not pre_h or pre_fence != post_fence):
+            if post_fence <= ghost.top:
+                _fail(
+                    self.config,
+                    "I2h",
+                    f"I2: {who} hands out token {post_fence}, not above {ghost.top} "
+                    "already handed out",
+                )
+            wait = post_h.get("redlease:wait", "")
+            ghost = ghost._replace(
+                top=post_fence,
+                issued=ghost.issued | {(post_fence, f, wait) for f in holders},
+            )
+        if o < 0:
+            return ghost
+        field = self.fields[o]
+        token = meta[2] if len(meta) > 2 else 0
+        if token and field in pre_h and pre_fence != token:
+            same = post_fence == pre_fence and field in post_h
+            changed = (
+                (same and (post_h[field] != pre_h[field] or post_ttl > pre_ttl))
+                or (field not in post_h and post_fence in (0, pre_fence))
+                or (kind == "renew" and int(_as_list(reply)[0]) == 1)
+            )
+            if changed:
+                _fail(
+                    self.config,
+                    "I4",
+                    f"I4: {who} (token {token}) acts on a hold of its owner field with "
+                    f"token {pre_fence}",
+                )
         if kind == "rel":
-            held, rid, unsure = args
-            return script_release(s, o, held, rid, bool(unsure))
-        if kind == "leave":
-            return [(*script_leave(s, o, args[0]), None)]
-        return [(*script_renew(s, o), None)]
+            rid = meta[3]
+            present = field in pre_h and int(pre_h[field]) > 0 and (pre_fence == token or not token)
+            code, remaining = int(reply[0]), int(reply[1])
+            ran = {(f, r) for f, r, _ in ghost.done}
+            if code == 1 and not present and (field, rid) not in ran:
+                _fail(
+                    self.config,
+                    "I5g",
+                    f"I5: {who} (request {rid}) of a hold that is gone answers RELEASED",
+                )
+            if code != 1 and (field, rid, ghost.losses) in ghost.done:
+                _fail(
+                    self.config,
+                    "I5r",
+                    f"I5: {who} (request {rid}) ran before and freed the lock, but its "
+                    "retry is not recognised (LOST)",
+                )
+            if code == 1 and remaining == 0 and present:
+                ghost = ghost._replace(done=ghost.done | {(field, rid, ghost.losses)})
+        return ghost
 
-    def _renewed(self, st: State, o: int, payload: tuple[int, ...]) -> Iterator[tuple[str, State]]:
-        """ClientState.renewal_done: a hold found gone is reported lost (same record only)."""
-        ow = st.owners[o]._replace(renewing=False)
-        st = self._set(st, o, ow)
-        ok, epoch = payload
-        name = OWNER_NAMES[o]
-        if ok or ow.local == 0 or ow.releasing or ow.lost or epoch != ow.epoch:
-            yield f"{name}: watchdog renewal answered {ok}", st
-            return
-        st = self._loss(st, o)
-        st = self._set(st, o, st.owners[o]._replace(lost=True))
-        yield f"{name}: watchdog finds the hold gone, reports it lost", st
+    # the adversary and the owners: every step from a state
 
+    def successors(self, st: State) -> Iterator[tuple[str, Callable[[], State]]]:
+        cfg = self.config
+        for o, ow in enumerate(st.owners):
+            n = self.names[o]
+            cur = ow.cur
+            if cur is None:
+                if ow.op < len(cfg.scripts[o]):
+                    yield f"{n}: start", lambda o=o: self._labelled(self._start(st, o))
+            elif cur.pending is not None:
+                if cur.net is None:
+                    yield f"{n}: server runs", lambda o=o: self._owner_run(st, o, False)
+                    if st.ghost.dups < cfg.dups:
+                        yield (
+                            f"{n}: server runs, reply lost, sent again",
+                            (lambda o=o: self._owner_run(st, o, True)),
+                        )
+                else:
+                    yield f"{n}: reply arrives", lambda o=o: self._owner_reply(st, o)
+                if cfg.lose:
+                    yield f"{n}: no reply in time", lambda o=o: self._owner_timeout(st, o)
+            else:
+                yield f"{n}: wake-up (re-check)", lambda o=o: self._advance(st, o, "s", False)
+            yield from self._renewal_steps(st, o)
+        for i, (o, call) in enumerate(st.bg):
+            yield (
+                f"server runs {self.names[o]}'s background {call[0]}",
+                (lambda i=i: self._bg_run(st, i)),
+            )
+            yield (
+                f"{self.names[o]}'s background {call[0]} is lost",
+                (lambda i=i: st._replace(bg=st.bg[:i] + st.bg[i + 1 :])),
+            )
+        for i, msg in enumerate(st.msgs):
+            yield (
+                f"hand-over message {msg[1][1:]} to {self._name(msg[0])} arrives",
+                (lambda i=i: self._deliver(st, i)),
+            )
+            if cfg.messages:
+                yield (
+                    f"hand-over message to {self._name(msg[0])} is lost",
+                    (lambda i=i: st._replace(msgs=st.msgs[:i] + st.msgs[i + 1 :])),
+                )
+        g = st.ghost
+        if g.ticks < cfg.ticks:
+            yield "time passes (one unit)", lambda: self._tick(st)
+        if cfg.losses:
+            if st.replica != st.server:
+                yield "the replica copies the server", lambda: st._replace(replica=st.server)
+            if g.losses < cfg.losses:
+                if st.replica != st.server:
+                    yield "failover to the replica's copy", lambda: self._lose(st, st.replica)
+                if cfg.restart and st.server:
+                    yield "the server restarts empty", lambda: self._lose(st, ())
+        if g.forced < cfg.force and self.lock_hash(st.server)[0]:
+            yield "another client force-releases the lock", lambda: self._force(st)
+        if cfg.unsubscribe:
+            for p, proc in enumerate(st.procs):
+                busy = any(
+                    ow.cur is not None and ow.cur.registered
+                    for o, ow in enumerate(st.owners)
+                    if self.proc_of[o] == p
+                )
+                if proc.listening and not busy:
+                    yield f"process {p} stops listening", lambda p=p: self._unlisten(st, p)
 
-# --- invariants ------------------------------------------------------------------------------
+    def _name(self, field: str) -> str:
+        o = self.owner_of.get(field)
+        return "?" if o is None else self.names[o]
 
+    label_extra = ""
 
-def believers(st: State) -> list[int]:
-    return [
-        o for o, ow in enumerate(st.owners) if ow.local > 0 and not ow.lost and not ow.releasing
-    ]
+    def _labelled(self, pair: tuple[str, State]) -> State:
+        self.label_extra = pair[0]
+        return pair[1]
 
+    def _meta(self, o: int, cur: Cur) -> tuple[Any, ...]:
+        name = cur.pending[0] if cur.pending else ""
+        if cur.final is not None or name.endswith("_leave"):
+            return ("leave", o)
+        if cur.kind == "rel":
+            return ("rel", o, cur.token, cur.id)
+        if name == "lock_acquire":
+            return ("acq", o, cur.token if cur.held else 0)
+        return ("give-back", o)
 
-def inv_exclusion(st: State, config: Config) -> str | None:
-    """I1: no two owners ever both believe they hold the lock (an owner whose lease ran out
-    knows it by its local clock, and one that began its final release relies on it no
-    more)."""
-    who = believers(st)
-    if len(who) > 1:
-        return "I1: " + " and ".join(OWNER_NAMES[o] for o in who) + " both believe they hold it"
-    return None
-
-
-def inv_counts(st: State, config: Config) -> str | None:
-    """I2: an owner between calls, with none of its requests in flight, has the server's hold
-    count in its hold table; with an unknown outcome, within the range that outcome allows
-    (a release that may have run: one less; an unsure re-entry or a lost first grant: one
-    more)."""
-    for o, ow in enumerate(st.owners):
-        if ow.phase != "idle" or ow.lost:
-            continue
-        if any(m[0] == "q" and m[1] == o and m[4] != "renew" for m in st.net):
-            continue
-        lo = ow.local - (ow.pending >= 0)
-        # a hold the server made for a wait whose end it never heard (a leftover place that
-        # came to the head) is one the owner cannot know of, as a stray grant
-        stray = ow.stray or (st.server.holds[o] and (o, st.server.wait) in st.excused)
-        hi = ow.local + ow.unsure + (stray and ow.local == 0)
-        if not lo <= st.server.holds[o] <= hi:
-            return f"I2: {OWNER_NAMES[o]} counts {ow.local} holds, the server {st.server.holds[o]}"
-    return None
-
-
-def inv_no_strand(st: State, config: Config) -> str | None:
-    """I3: the lock key always has a lease (nobody's forgotten hold or reservation lasts
-    for ever), and no place in line outlives its wait unless that wait ended with an
-    unknown outcome (then it lapses on its own)."""
-    s = st.server
-    if exists(s) and not s.expiring:
-        return "I3: the lock key has no expiry"
-    for o, wait, _ in s.line:
+    def _owner_run(self, st: State, o: int, dup: bool) -> State:
         ow = st.owners[o]
-        live = ow.phase.startswith("acq") and wait == wait_id(o, ow.op)
-        if not live and (o, wait) not in st.excused:
-            return f"I3: {OWNER_NAMES[o]}'s place in line (wait {wait}) outlives its wait"
-    return None
+        cur = ow.cur
+        assert cur is not None and cur.pending is not None
+        st, reply = self._run(st, cur.pending, self._meta(o, cur))
+        self.label_extra = f"{cur.pending[0]}{_args(cur.pending[2])} -> {_short(reply)}"
+        if dup:
+            return st._replace(ghost=st.ghost._replace(dups=st.ghost.dups + 1))
+        return self._set(st, o, ow._replace(cur=cur._replace(net=("reply", reply))))
+
+    def _owner_reply(self, st: State, o: int) -> State:
+        cur = st.owners[o].cur
+        assert cur is not None and cur.net is not None
+        if cur.final is not None:
+            return self._end_final(st, o)
+        return self._advance(st, o, "s", cur.net[1])
+
+    def _owner_timeout(self, st: State, o: int) -> State:
+        ow = st.owners[o]
+        cur = ow.cur
+        assert cur is not None
+        if cur.final is not None:
+            return self._end_final(st, o)
+        st = self._set(st, o, ow._replace(cur=cur._replace(hung=True)))
+        return self._advance(st, o, "t", None)
+
+    def _end_final(self, st: State, o: int) -> State:
+        ow = st.owners[o]
+        return self._set(st, o, ow._replace(cur=None, op=ow.op + 1, seq=ow.seq + 1, retries=0))
+
+    def _bg_run(self, st: State, i: int) -> State:
+        o, call = st.bg[i]
+        st = st._replace(bg=st.bg[:i] + st.bg[i + 1 :])
+        st, reply = self._run(st, call, ("leave", o))
+        self.label_extra = f"{call[0]}{_args(call[2])} -> {_short(reply)}"
+        return st
+
+    def _deliver(self, st: State, i: int) -> State:
+        field, h, copies = st.msgs[i]
+        rest = st.msgs[:i] + st.msgs[i + 1 :]
+        if copies > 1:
+            rest = (*rest, (field, h, copies - 1))
+        st = st._replace(msgs=rest)
+        o = self.owner_of.get(field)
+        if o is None:
+            return st
+        ow = st.owners[o]
+        cur = ow.cur
+        if cur is None or cur.kind != "acq" or not cur.registered or cur.final is not None:
+            self.label_extra = "nobody waits: dropped"
+            return st
+        if cur.pending is None:  # waiting now: woken with it
+            return self._advance(st, o, "s", h)
+        return self._set(st, o, ow._replace(cur=cur._replace(mailbox=h)))
+
+    def _renewal_steps(self, st: State, o: int) -> Iterator[tuple[str, Callable[[], State]]]:
+        ow = st.owners[o]
+        rec, ren, n = ow.rec, ow.renewal, self.names[o]
+        if ren is None:
+            if (
+                self.config.renewals
+                and rec is not None
+                and any(lease is None for lease in rec.leases)
+                and not rec.releasing
+                and rec.deadline > 0
+            ):
+                yield f"{n}: the watchdog sends a renewal", lambda: self._renew_send(st, o)
+            return
+        if ren.net is None:
+            yield f"{n}: server runs the renewal", lambda: self._renew_run(st, o)
+        else:
+            yield f"{n}: renewal reply arrives", lambda: self._renew_reply(st, o)
+        yield f"{n}: renewal gets no reply", lambda: self._set(st, o, ow._replace(renewal=None))
+
+    def _renew_send(self, st: State, o: int) -> State:
+        ow = st.owners[o]
+        rec = ow.rec
+        assert rec is not None
+        _, hold = self._table(o, rec)
+        assert hold is not None
+        [(_, call)] = self.policy.calls([hold])
+        ren = Renewal(self._call_t(call), 0, rec.epoch, rec.token, None)
+        return self._set(st, o, ow._replace(renewal=ren))
+
+    def _renew_run(self, st: State, o: int) -> State:
+        ren = st.owners[o].renewal
+        assert ren is not None
+        st, reply = self._run(st, ren.call, ("renew", o, ren.token))
+        self.label_extra = f"-> {_short(reply)}"
+        ow = st.owners[o]
+        return self._set(st, o, ow._replace(renewal=ren._replace(net=("reply", reply))))
+
+    def _renew_reply(self, st: State, o: int) -> State:
+        ow = st.owners[o]
+        ren, rec = ow.renewal, ow.rec
+        assert ren is not None and ren.net is not None
+        ow = ow._replace(renewal=None)
+        if rec is None or rec.epoch != ren.epoch:
+            return self._set(st, o, ow)
+        if int(ren.net[1][0]):  # ClientState.renewal_done
+            rec = rec._replace(deadline=self.config.watchdog - ren.sent)
+        elif not rec.releasing:
+            rec = None  # lease_lost: the record goes, the owner is told
+        return self._set(st, o, ow._replace(rec=rec))
+
+    def _force(self, st: State) -> State:
+        call = self._call_t(self.layout.force_release_call(self.keys))
+        st, reply = self._run(st, call, ("force", -1))
+        self.label_extra = f"-> {reply}"
+        return st._replace(ghost=st.ghost._replace(forced=st.ghost.forced + 1))
+
+    def _unlisten(self, st: State, p: int) -> State:
+        procs = list(st.procs)
+        procs[p] = procs[p]._replace(listening=False)
+        return st._replace(procs=tuple(procs))
+
+    def _lose(self, st: State, server: tuple[Any, ...]) -> State:
+        """A failover to ``server`` (the replica's copy) or a restart (empty). Places in line
+        that the copy brings back (of waits over, or that end with their grant on the lost
+        master) lapse as dead places do (their turn comes, or a free lock meets them):
+        excused."""
+        g = st.ghost
+        excused = g.excused | set(self.places(server))
+        ghost = g._replace(losses=g.losses + 1, excused=frozenset(excused))
+        return st._replace(server=server, replica=server, ghost=ghost)
+
+    def _live(self, st: State, field: str, wait: str) -> bool:
+        """The acquire call ``wait`` of ``field`` is under way (``*``: any of its calls)."""
+        o = self.owner_of.get(field)
+        if o is None:
+            return False
+        cur = st.owners[o].cur
+        return cur is not None and cur.kind == "acq" and wait in (cur.id, "*")
+
+    def places(self, server: tuple[Any, ...]) -> list[tuple[str, str]]:
+        """The places in line: (owner field, wait id; ``*`` where the layout names none)."""
+        out: list[tuple[str, str]] = []
+        for key, kind, _, value in server:
+            if key == self.keys.queue and kind == "zset":  # redlease's line
+                out += [(m.split(" ")[0], m.split(" ")[1]) for m, _ in value]
+            elif key == self.keys.queue and kind == "list":  # Redisson's line
+                out += [(member, "*") for member in value]
+            elif key == self.keys.deadlines and kind == "zset" and self.times:
+                out += [(member, "*") for member, _ in value]  # Redisson's places
+        return out
+
+    def _tick(self, st: State) -> State:
+        def later(value: Any) -> Any:  # a server time relative to now ("@<units>")
+            if isinstance(value, tuple):
+                return tuple(later(v) for v in value)
+            if isinstance(value, str) and value.startswith("@"):
+                return f"@{int(value[1:]) - 1}"
+            return value
+
+        def keys(server: tuple[Any, ...]) -> tuple[Any, ...]:
+            out = []
+            for key, kind, ttl, value in server:
+                if ttl > 1 or ttl == -1:
+                    value = later(value) if key in self.times else value
+                    out.append((key, kind, ttl if ttl == -1 else ttl - 1, value))
+            return tuple(out)
+
+        owners = []
+        for ow in st.owners:
+            rec, cur, ren = ow.rec, ow.cur, ow.renewal
+            if rec is not None:
+                rec = rec._replace(deadline=rec.deadline - 1)
+            if cur is not None:
+                cur = cur._replace(
+                    start=cur.start + 1, inputs=tuple((a + 1, h, v) for a, h, v in cur.inputs)
+                )
+            if ren is not None:
+                ren = ren._replace(sent=ren.sent + 1)
+            owners.append(ow._replace(rec=rec, cur=cur, renewal=ren))
+        g = st.ghost._replace(ticks=st.ghost.ticks + 1)
+        server = keys(st.server)
+        h, _ = self.lock_hash(st.server)
+        if h and not self.lock_hash(server)[0] and self.config.carried_receipts_expire:
+            # the documented exception (lock_release.lua): a hold handed over that ends by
+            # expiry takes the receipts it carries with it
+            carried = set(h.get("redlease:released", "").split())
+            g = g._replace(done=frozenset(d for d in g.done if d[1] not in carried))
+        return st._replace(server=server, replica=keys(st.replica), owners=tuple(owners), ghost=g)
+
+    # invariants on a state
+
+    def check(self, st: State) -> None:
+        g = st.ghost
+        h, ttl = self.lock_hash(st.server)
+        if h and ttl == -1:
+            _fail(self.config, "I6t", "I6: the lock key has no TTL")
+        for owner, wait in self.places(st.server):
+            excused = (owner, wait) in g.excused or (
+                wait == "*" and any(f == owner for f, _ in g.excused)
+            )
+            if not excused and not self._live(st, owner, wait):
+                _fail(
+                    self.config,
+                    "I6l",
+                    f"I6: {self._name(owner)}'s place in line (wait {wait}) outlives its wait",
+                )
+        if g.losses or g.forced:
+            return  # a lost write or a force release breaks exclusion by design
+        believers = [
+            o
+            for o, ow in enumerate(st.owners)
+            if ow.rec is not None and not ow.rec.releasing and ow.rec.deadline > 0
+        ]
+        if len(believers) > 1:
+            _fail(
+                self.config,
+                "I1",
+                "I1: " + " and ".join(self.names[o] for o in believers) + " both believe they "
+                "hold the lock",
+            )
+        fence = int(h.get("redlease:fence", 0))
+        for o in believers:
+            rec = st.owners[o].rec
+            assert rec is not None
+            field = self.fields[o]
+            if field not in h or fence != rec.token or ttl < rec.deadline:
+                server = f"count {h.get(field)}, token {fence}, TTL {ttl}" if h else "no hold"
+                _fail(
+                    self.config,
+                    "I3",
+                    f"I3: {self.names[o]} believes it holds (token {rec.token}, "
+                    f"{rec.deadline} units left) but the server has {server}",
+                )
 
 
-def inv_true_loss(st: State, config: Config) -> str | None:
-    """I4: a lease is reported lost (LeaseLostError, a lease-lost event) only when the
-    owner's hold is really gone on the server."""
-    for o, ow in enumerate(st.owners):
-        if ow.false_loss:
-            return f"I4: {OWNER_NAMES[o]} was told its lease was lost, but the server has it"
-    return None
+def _letter(letter: str) -> str:
+    return {
+        "A": "acquire(timeout) (watchdog)",
+        "L": "acquire(timeout, lease)",
+        "T": "acquire(blocking=False, lease)",
+        "U": "acquire(blocking=False) (watchdog)",
+    }[letter]
 
 
-INVARIANTS: tuple[Callable[[State, Config], str | None], ...] = (
-    inv_exclusion,
-    inv_counts,
-    inv_no_strand,
-    inv_true_loss,
-)
+def _short(reply: Any) -> str:
+    return str(reply).replace(" ", "")
 
 
-# --- the explorer ----------------------------------------------------------------------------
+def _args(args: tuple[Any, ...]) -> str:
+    return "(" + ",".join(str(a).split(":")[-1][:12] for a in args) + ")"
+
+
+# --- the explorer -----------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -835,48 +1139,65 @@ class Result:
     states: int
     depth: int
     seconds: float
+    server_runs: int
+    server_seconds: float
     violation: str | None = None
     trace: list[str] = dataclasses.field(default_factory=list)
 
     def report(self) -> str:
-        head = f"{self.states} states, depth {self.depth}, {self.seconds:.1f} s"
+        head = (
+            f"{self.states} states, depth {self.depth}, {self.seconds:.1f} s "
+            f"({self.server_runs} script runs on the server, {self.server_seconds:.1f} s)"
+        )
         if self.violation is None:
             return head + ": no violation"
         steps = "\n".join(f"  {i + 1:2}. {step}" for i, step in enumerate(self.trace))
         return f"{head}\nviolation: {self.violation}\ntrace:\n{steps}"
 
 
-def explore(
-    config: Config,
-    invariants: tuple[Callable[[State, Config], str | None], ...] = INVARIANTS,
-    max_states: int = 5_000_000,
-) -> Result:
-    """Breadth-first over every interleaving up to ``config.max_depth`` steps, each state
-    once (a visited set); stops at the first state that breaks an invariant (a shortest
-    counterexample) and returns its trace."""
-    model = Model(config)
-    start = initial(config)
-    parent: dict[State, tuple[State | None, str]] = {start: (None, "")}
-    frontier = collections.deque([start])
+def explore(config: Config, engine: ServerEngine) -> Result:
+    """Breadth-first over every interleaving up to ``config.depth`` steps, each state once;
+    stops at the first violation (a shortest counterexample) and returns its trace."""
+    model = Model(config, engine)
+    _NUMS.clear()
+    saved = core.uuid
+    core.uuid = model.uuid  # type: ignore[assignment]
     began = time.monotonic()
-    depth = 0
-    while frontier and depth < config.max_depth and len(parent) < max_states:
-        depth += 1
-        nxt_frontier: collections.deque[State] = collections.deque()
-        for st in frontier:
-            for label, nxt in model.successors(st):
-                if nxt in parent:
-                    continue
-                parent[nxt] = (st, label)
-                for inv in invariants:
-                    why = inv(nxt, config)
-                    if why is not None:
-                        return Result(
-                            len(parent), depth, time.monotonic() - began, why, _trace(parent, nxt)
-                        )
-                nxt_frontier.append(nxt)
-        frontier = nxt_frontier
-    return Result(len(parent), depth, time.monotonic() - began)
+    runs0, secs0 = engine.steps, engine.seconds
+    try:
+        start = model.initial()
+        parent: dict[State, tuple[State | None, str]] = {start: (None, "")}
+        frontier = [start]
+        depth = 0
+
+        def result(violation: str | None = None, trace: list[str] | None = None) -> Result:
+            return Result(
+                len(parent), depth, time.monotonic() - began, engine.steps - runs0,
+                engine.seconds - secs0, violation, trace or [],
+            )  # fmt: skip
+
+        while frontier and depth < config.depth and len(parent) < config.max_states:
+            depth += 1
+            nxt: list[State] = []
+            for st in frontier:
+                for label, make in model.successors(st):
+                    model.label_extra = ""
+                    try:
+                        new = make()
+                        new = renumber(new)
+                        if new in parent:
+                            continue
+                        model.check(new)
+                    except Violation as v:
+                        full = label + (f": {model.label_extra}" if model.label_extra else "")
+                        return result(str(v), [*_trace(parent, st), full])
+                    full = label + (f": {model.label_extra}" if model.label_extra else "")
+                    parent[new] = (st, full)
+                    nxt.append(new)
+            frontier = nxt
+        return result()
+    finally:
+        core.uuid = saved  # type: ignore[assignment]
 
 
 def _trace(parent: dict[State, tuple[State | None, str]], st: State) -> list[str]:
@@ -888,3 +1209,6 @@ def _trace(parent: dict[State, tuple[State | None, str]], st: State) -> list[str
             steps.append(label)
         cur = prev
     return steps[::-1]
+
+
+__all__ = ["Config", "Model", "Result", "Violation", "explore"]

@@ -1,171 +1,187 @@
-"""Exhaustive (bounded) exploration of the lock protocol model in ``lockmodel.py``.
+"""Bounded exhaustive exploration of the lock protocol (``lockmodel.py``) on the real scripts.
 
-Each test prints what it explored (states, depth, seconds) and, when it finds a violation,
-the trace that leads to it (``pytest -s`` shows them). The default runs together take well
-under a minute on 2 cores; ``-m slow`` explores further.
+Each test prints what it explored (states, depth, seconds, script runs on the server) and, for
+a violation, the trace that leads to it (``pytest -s`` shows them). The default runs take
+about a minute together on 2 cores; ``-m slow`` explores further. Every defect of issue #23
+(1-4 here, 5 in ``test_fair_rw_model.py``) has a test that runs the model on the unfixed
+script (a copy under ``unfixed/``) or the unfixed id minting and expects its violation, and
+checks that the same exploration on today's code finds nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
+import hashlib
 from pathlib import Path
 
 import pytest
 
-from .lockmodel import (
-    INVARIANTS,
-    Config,
-    Result,
-    explore,
-    inv_counts,
-    inv_exclusion,
-    inv_true_loss,
-)
+from redlease._core import scripts
+
+from .engine import ServerEngine
+from .lockmodel import Config, Result, explore
 
 LUA = Path(__file__).resolve().parents[2] / "src" / "redlease" / "lua"
-MODEL = Path(__file__).with_name("lockmodel.py")
-QUOTE = re.compile(r"^\s*#\s*(lock_\w+\.lua):\s*(.+?)\s*$")
-MIRRORED = {"lock_acquire.lua", "lock_release.lua", "lock_leave.lua", "lock_renew.lua"}
+QUIET = {"renewals": False, "messages": False, "unsubscribe": False}
+"""The adversary's moves that a defect's trace does not need (a smaller search)."""
 
-# the fixed protocol (with the proposed rules), default bounds: (scripts, depth); < 10 s each
+# the fixed protocol, default bounds: (config, what it covers); each a few seconds
 FIXED = [
-    (("AR", "AR"), 14),
-    (("AARR", "AR"), 13),
-    (("LRA", "AR"), 14),
-    (("AR", "AR", "AR"), 10),
+    Config(scripts=("AR", "AR"), depth=10),
+    Config(scripts=("AR", "A"), depth=10, losses=1),
+    Config(scripts=("TT",), depth=11, losses=1),
+    Config(scripts=("LR", "TR"), depth=10),
+    Config(scripts=("AAR", "A"), depth=9),
+    Config(scripts=("ARA",), depth=12, losses=1),
+    Config(scripts=("TR", "LR"), depth=10, force=1, **QUIET),
 ]
-# larger bounds (-m slow): about 30-60 s each
 FIXED_SLOW = [
-    (("AR", "AR"), 16),
-    (("ARA", "AA"), 15),
-    (("AARR", "AR"), 15),
-    (("AR", "AR", "AR"), 12),
+    Config(scripts=("AR", "AR"), depth=12),
+    Config(scripts=("AR", "AR"), depth=11, losses=1),
+    Config(scripts=("ALR", "U"), depth=10, losses=1),
+    Config(scripts=("AAR", "A"), depth=11),
+    Config(scripts=("TRT", "TR"), depth=12, force=1, losses=1),
+    Config(scripts=("AR", "A", "A"), depth=9),
 ]
 
 
-def run(config: Config, invariants: tuple = INVARIANTS) -> Result:  # type: ignore[type-arg]
-    result = explore(config, invariants)
-    print(f"\n{config.scripts} depth<={config.max_depth}: {result.report()}")
+def run(engine: ServerEngine, config: Config) -> Result:
+    result = explore(config, engine)
+    print(f"\n{config.scripts} depth<={config.depth}: {result.report()}")
     return result
 
 
-def test_quoted_script_lines_exist() -> None:
-    """Every Lua line the model quotes is still in the script it names: a change to a
-    script that the model does not follow fails here."""
-    quoted: dict[str, list[str]] = {}
-    for line in MODEL.read_text().splitlines():
-        match = QUOTE.search(line)
-        if match:
-            quoted.setdefault(match[1], []).append(match[2])
-    assert set(quoted) == MIRRORED
-    missing = []
-    for script, lines in quoted.items():
-        source = [s.strip() for s in (LUA / script).read_text().splitlines()]
-        missing += [f"{script}: {q}" for q in lines if not any(q in s for s in source)]
-    assert not missing, "model quotes lines no longer in the scripts:\n" + "\n".join(missing)
-    assert sum(len(v) for v in quoted.values()) >= 40
+def label(config: Config) -> str:
+    extra = [f"losses={config.losses}"] if config.losses else []
+    extra += [f"force={config.force}"] if config.force else []
+    return "-".join([*config.scripts, f"d{config.depth}", *extra])
 
 
-@pytest.mark.parametrize(("scripts", "depth"), FIXED, ids=lambda v: str(v))
-def test_fixed_protocol_keeps_invariants(scripts: tuple[str, ...], depth: int) -> None:
-    """I1-I4 hold in every interleaving up to the bound, with every fault of the adversary
-    (lost and resent requests and replies, delayed and dropped hand-over messages, leases
-    and places running out at any step)."""
-    result = run(Config(scripts=scripts, max_depth=depth))
+@pytest.mark.parametrize("config", FIXED, ids=label)
+def test_fixed_protocol_keeps_invariants(engine: ServerEngine, config: Config) -> None:
+    """I1-I6 hold in every interleaving up to the bound, with every move of the adversary:
+    lost and resent calls, replies lost, hand-over messages delayed, dropped or doubled,
+    time passing (leases and places running out), a replica's copy and a failover to it
+    or a restart empty (``losses``), a force release (``force``)."""
+    result = run(engine, config)
     assert result.violation is None, result.report()
-    assert result.states > 10_000
+    assert result.states > 1_000
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("scripts", "depth"), FIXED_SLOW, ids=lambda v: str(v))
-def test_fixed_protocol_keeps_invariants_deeper(scripts: tuple[str, ...], depth: int) -> None:
-    """The same, further: 3 owners, re-entry, explicit leases, longer scripts."""
-    result = run(Config(scripts=scripts, max_depth=depth))
+@pytest.mark.parametrize("config", FIXED_SLOW, ids=label)
+def test_fixed_protocol_keeps_invariants_deeper(engine: ServerEngine, config: Config) -> None:
+    result = run(engine, config)
     assert result.violation is None, result.report()
 
 
-def test_defect_1_without_wait_check_two_holders() -> None:
-    """Defect 1: with a hand-over message taken by any wait of its owner, a message that
-    arrives late (its wait gave up, or got the lock by its own re-check) makes a second
-    holder. Message delays and lost replies alone find it (no lease runs out, no reply is
-    slow); with the wait id check the same exploration finds nothing."""
+def test_the_model_runs_the_scripts_source(engine: ServerEngine) -> None:
+    """A server step runs the bytes of ``src/redlease/lua/<name>.lua`` (by their SHA-1 on
+    the server), and an override (a copy of the old script) runs instead when asked: a
+    change to a script is a change to the model."""
+    before = set(engine.loaded)
+    run(engine, Config(scripts=("TR",), depth=6, **QUIET))
+    for name in ("lock_acquire", "lock_release"):
+        source = (LUA / f"{name}.lua").read_bytes()
+        assert source == scripts.LOADED[name].source
+        assert hashlib.sha1(source).hexdigest() in engine.loaded
+    old = Config(scripts=("TR",), depth=6, **QUIET).unfixed("lock_acquire")
+    run(engine, old)
+    assert hashlib.sha1(dict(old.overrides)["lock_acquire"]).hexdigest() in engine.loaded
+    assert set(engine.loaded) > before
+
+
+# --- each defect of issue #23, found on its unfixed rule -----------------------------------
+
+
+def found(engine: ServerEngine, config: Config, code: str, *names: str) -> Result:
+    """The violation ``code`` on the unfixed ``names`` (scripts), none on today's."""
+    broken = run(engine, config.unfixed(*names) if names else config)
+    assert broken.violation is not None and broken.violation.startswith(code), broken.report()
+    fixed = run(engine, dataclasses.replace(config, ids="fixed", overrides=()))
+    assert fixed.violation is None, fixed.report()
+    return broken
+
+
+def test_defect_1_hand_over_token_repeats_after_failover(engine: ServerEngine) -> None:
+    """Defect 1: lock_release.lua's hand-over handed out "the hold's token + 1": a release
+    that runs again on a replica that missed it hands a used token out again (I2)."""
     config = Config(
-        scripts=("ARA", "AA"),
-        max_depth=18,
-        renewals=False,
-        dup=False,
-        expiry=False,
-        slow=False,
-        token_rule=False,
+        scripts=("AR", "A"), depth=11, losses=1, restart=False, ticks=0, lose=False, **QUIET
     )
-    broken = run(dataclasses.replace(config, check_wait=False), (inv_exclusion,))
-    assert broken.violation is not None and broken.violation.startswith("I1")
-    assert "takes it" in broken.trace[-1]
-    assert run(config).violation is None
+    broken = found(engine, config, "I2", "lock_release")
+    assert "failover" in " ".join(broken.trace)
 
 
-def test_defect_2_without_unsure_false_loss() -> None:
-    """Defect 2: a re-entry whose reply was lost, then a release that does not say the
-    count may be one more: a false LeaseLostError, and the hold kept on the server."""
-    config = Config(scripts=("AAR", "R"), max_depth=16)
-    broken = run(dataclasses.replace(config, send_unsure=False), (inv_true_loss,))
-    assert broken.violation is not None and broken.violation.startswith("I4")
-    assert run(config).violation is None
-
-
-def test_defect_3_rule_not_needed_by_the_model() -> None:
-    """Defect 3's rule (the next acquire first re-sends a release whose outcome is
-    unknown): with a LOST reply followed and a grant of count 1 replacing the record, the
-    model finds nothing without it at this bound (kept as a belt; see the report)."""
-    config = Config(scripts=("ARA", "A"), max_depth=12, resend_pending=False)
-    assert run(config).violation is None
-
-
-def test_handover_from_before_the_last_request() -> None:
-    """Found by the model, beyond the issue (the code before the rule, ``token_rule`` off): a
-    hand-over made before the wait's last request passes the local lease check, which
-    counts from that request, so one whose lease ran out (its message delayed past the
-    hand-off window, the wait re-checked meanwhile) makes a second holder."""
+def test_defect_1_renewal_acts_on_another_hold(engine: ServerEngine) -> None:
+    """Defect 1: lock_renew.lua matched a hold by owner field only: a renewal of one hold
+    renews another hold of the same owner field (a stale copy after a failover, or the
+    owner's next hold) (I4)."""
     config = Config(
-        scripts=("ARA", "AR"),
-        max_depth=16,
-        renewals=False,
-        dup=False,
-        slow=False,
-        token_rule=False,
-    )
-    broken = run(config, (inv_exclusion,))
-    assert broken.violation is not None and broken.violation.startswith("I1")
+        scripts=("ARA",), depth=13, losses=1, restart=False, ticks=0, lose=False, dups=0,
+        messages=False, unsubscribe=False,
+    )  # fmt: skip
+    found(engine, config, "I4", "lock_renew")
 
 
-def test_handover_of_a_hold_given_back() -> None:
-    """Found by the model, beyond the issue (``token_rule`` off): a wait whose re-check
-    finds the hand-over made for it but too late by its clock gives that hold back, then
-    takes the same hold from the hand-over message: it believes it holds a freed lock."""
+def test_defect_1_release_acts_on_a_stale_hold(engine: ServerEngine) -> None:
+    """Defect 1: lock_release.lua matched a hold by owner field and count: after a failover
+    the owner's release frees its stale hold (another token) and is told RELEASED (I4)."""
     config = Config(
-        scripts=("AR", "AR"), max_depth=12, renewals=False, expiry=False, token_rule=False
-    )
-    broken = run(config, (inv_counts,))
-    assert broken.violation is not None and broken.violation.startswith("I2")
-    assert "give it back" in " ".join(broken.trace) and "takes it" in broken.trace[-1]
+        scripts=("ARAR",), depth=14, losses=1, restart=False, ticks=0, lose=False, dups=0,
+        **QUIET,
+    )  # fmt: skip
+    found(engine, config, "I4", "lock_release")
 
 
-def test_failed_reentry_drops_the_outer_hold() -> None:
-    """Found by the model, beyond the issue (``failed_keeps_record`` off, the code as it
-    is): a re-entry whose grant came too late by the local clock is given back and the call
-    returns False; ``acquire_failed`` then drops the owner's outer hold as gone and reports
-    it lost, though the server still has it (I4; the hold is then renewed by nobody)."""
-    config = Config(scripts=("AAR", ""), max_depth=12, renewals=False, failed_keeps_record=False)
-    broken = run(config, (inv_true_loss,))
-    assert broken.violation is not None and broken.violation.startswith("I4")
+def test_defect_2_retry_rule_takes_another_calls_hold(engine: ServerEngine) -> None:
+    """Defect 2: a first acquire took any hold of its owner field at count 1 as its own
+    retry: a try whose reply was lost leaves a hold, and the owner's next try is granted
+    that hold (I2: its token was handed out for the earlier call)."""
+    broken = found(engine, Config(scripts=("TT",), depth=7, **QUIET), "I2", "lock_acquire")
+    assert "no reply in time" in " ".join(broken.trace)
 
 
-def test_late_requests_break_exclusion() -> None:
-    """What the protocol assumes: a request runs before its caller gives up on it, or
-    never. With ``late`` (a request delayed past the caller's give-up, e.g. on a connection
-    that redis-py dropped), an abandoned acquire's late leave frees the hold that the
-    owner's next acquire took by the retry path: two holders. Documented, not fixed."""
-    config = Config(scripts=("AARR", "A"), max_depth=11, late=True)
-    broken = run(config, (inv_exclusion,))
-    assert broken.violation is not None and broken.violation.startswith("I1")
+def test_defect_2_two_holders_without_data_loss(engine: ServerEngine) -> None:
+    """Defect 2, as two holders: no data loss, no pause. The old call's hold, reported as
+    granted to a call with a longer lease, has less on the server than its owner believes
+    (I3), and another owner takes the lock while it believes it holds it (I1)."""
+    config = Config(
+        scripts=("TL", "T"), depth=11, lease=2, ticks=2, dups=0, skip=frozenset({"I2c"}),
+        **QUIET,
+    )  # fmt: skip
+    found(engine, config, "I", "lock_acquire")
+
+
+def test_defect_3_receipt_of_another_process(engine: ServerEngine) -> None:
+    """Defect 3: request ids were a per-process counter from 1: another process's release
+    with the same id leaves a receipt that answers RELEASED for a hold that is gone (I5)."""
+    config = Config(
+        scripts=("TR", "TR"), depth=11, lease=1, ticks=1, lose=False, dups=0, ids="unfixed",
+        **QUIET,
+    )  # fmt: skip
+    broken = found(engine, config, "I5")
+    assert "RELEASED" in (broken.violation or "")
+
+
+def test_defect_4_receipt_overwritten_by_next_cycle(engine: ServerEngine) -> None:
+    """Defect 4: a final release wrote the receipts key with SET, after a free-lock
+    acquire that started without them: a release that ran, sent again, is not recognised
+    (I5)."""
+    config = Config(scripts=("TR", "TR"), depth=11, ticks=0, lose=False, dups=1, **QUIET)
+    broken = found(engine, config, "I5", "lock_release")
+    assert "not recognised" in (broken.violation or "")
+
+
+def test_receipts_carried_by_an_expired_hand_over_go_with_it(engine: ServerEngine) -> None:
+    """The exception lock_release.lua documents: receipts travel with a hold handed over;
+    when that hold ends by expiry (its waiter did not take it in time), they go with it,
+    and a release that ran is then not recognised by its retry. The model finds it when
+    told to hold receipts to the whole window regardless."""
+    config = Config(
+        scripts=("AR", "A"), depth=9, lose=False, renewals=False, unsubscribe=False,
+        carried_receipts_expire=False,
+    )  # fmt: skip
+    broken = run(engine, config)
+    assert broken.violation is not None and "not recognised" in broken.violation
+    assert "time passes" in " ".join(broken.trace)

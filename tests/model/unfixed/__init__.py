@@ -1,0 +1,17 @@
+"""The scripts and the id minting as they were at commit 0079938, before issue #23's fixes.
+
+Each ``*.lua`` here is ``git show 0079938:src/redlease/lua/<name>.lua``; ``ids.py`` is
+``next_request_id`` as ``_owners.py`` had it then. ``test_lock_model.py`` runs the model on
+them (one test per defect) and expects the violation each defect causes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def script(name: str) -> bytes:
+    """The unfixed source of ``<name>.lua``."""
+    return (HERE / f"{name}.lua").read_bytes()

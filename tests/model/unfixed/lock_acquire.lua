@@ -1,0 +1,140 @@
+-- Acquire or re-enter a reentrant lock, in Redisson's RLock layout.
+-- KEYS[1]  lock key: a hash {owner field -> hold count}; the lease is the key's TTL
+-- KEYS[2]  the line: zset {"<owner field> <wait id> <hand-over lease>" -> arrival time in
+--          microseconds (server clock)}; no TTL: a place goes when its waiter takes the lock,
+--          leaves, or is found dead (see below); the key goes with its last place
+-- KEYS[3]  outsiders' turn: hash, field "redlease:outsiders" (see lock_release.lua)
+-- KEYS[4]  fencing counter: the last token handed out for this name (never expires)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field "<client-id>:<thread-id>"
+-- ARGV[3]  hold count the caller believes it has (0 on a first acquire)
+-- ARGV[4]  1: take a place in line if the lock cannot be had; 0: do not queue
+-- ARGV[5]  1 for a fair lock: a free lock goes to the first live waiter in line, never to a
+--          newcomer that would pass it (0: a free lock is anyone's)
+-- ARGV[6]  the hand-over lease of the caller's place: "w<ms>" when a release hands it the lock
+--          with the releaser's hand-off window as first lease, which its watchdog lengthens
+--          to <ms>, or "<ms>": the lease a release hands it the lock with (its own)
+-- ARGV[7]  wait id: unique per acquire call of the owner (its retries reuse it). A new hold
+--          records it (field "redlease:wait"), so that a waiter giving up gives back only a
+--          hold made for that very call, and a hand-over message names the call it is for.
+-- ARGV[8]  prefix of the waiters' own channels (see lock_release.lua): a waiter is live while
+--          its client listens on the prefix followed by its client id
+-- ARGV[9]  'spublish' for a client on sharded pub/sub (SHARDNUMSUB counts its listeners),
+--          else 'publish'
+-- Reply    {code, hold_count, ttl_ms, token}
+--   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
+--              fencing token (a re-entry keeps the token of the hold it joins)
+--   0 HELD     someone holds it (or a free lock is another's turn: ttl_ms -2); ttl_ms bounds
+--              the wait: the holder's remaining lease or, for a redlease hold, its lease
+--              (-1: no expiry), token the last fencing token handed out
+--              (a hand-over with a token no higher was made before this reply: not for the
+--              caller's wait from now on). A queueing caller now has a place in line.
+--  -1 LOST     the caller believed it held the lock, but its hold is gone
+-- A retried request (the reply was lost, the same request arrives again) finds the count one
+-- above what the caller believes and answers GRANTED without counting a second hold; the
+-- caller's place in line, if any, goes (every way out of a wait leaves the line).
+-- Fencing: a new hold's token is max(last token + 1, server time in microseconds), so tokens
+-- keep increasing even after the server lost its data (a restart without persistence), as long
+-- as the server's clock does not step back past tokens already handed out. The hold's token is
+-- kept in the lock hash (field "redlease:fence"), which Redisson ignores.
+-- Hot path: a caller that finds the lock held runs hmget, time and zadd, no more.
+-- A line has no TTL: a dead waiter's place goes when its turn comes or a free lock meets it.
+local place = ARGV[2] .. ' ' .. ARGV[7] .. ' ' .. ARGV[6]
+local expected = tonumber(ARGV[3])
+local fields = redis.call('hmget', KEYS[1], ARGV[2], 'redlease:fence', 'redlease:lease')
+local count = tonumber(fields[1] or '0')
+local function last_token()
+  return tonumber(fields[2] or redis.call('get', KEYS[4]) or '0')
+end
+if count == expected + 1 then
+  redis.call('zrem', KEYS[2], place)
+  return {1, count, redis.call('pttl', KEYS[1]), tonumber(fields[2] or '0')}
+end
+if count ~= expected then
+  return {-1, count, redis.call('pttl', KEYS[1]), 0}
+end
+local lease = tonumber(ARGV[1])
+local function now_ms()
+  local now = redis.call('time')
+  return tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+end
+local function outsiders_turn() -- an outsiders' turn is on: only its marker costs a TIME
+  local until_ms = redis.call('hget', KEYS[3], 'redlease:outsiders')
+  return until_ms ~= false and tonumber(until_ms) > now_ms()
+end
+local function queue_and_wait(ttl)
+  if ARGV[4] == '1' then
+    local now = redis.call('time')
+    redis.call('zadd', KEYS[2], 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), place)
+  end
+  return {0, 0, ttl, last_token()}
+end
+local function live(head) -- its client still listens on its own channel for this lock
+  local channel = ARGV[8] .. (string.match(head, '^(%S*):%d+ ') or '')
+  local reply
+  if ARGV[9] == 'spublish' then
+    reply = redis.call('pubsub', 'shardnumsub', channel)
+  else
+    reply = redis.call('pubsub', 'numsub', channel)
+  end
+  return tonumber(reply[2]) > 0
+end
+if count == 0 then
+  -- a redlease hold records its lease (field "redlease:lease"): the wait bound it answers
+  -- (never shorter than what is left of it) without a PTTL
+  local ttl = tonumber(fields[3] or redis.call('pttl', KEYS[1]))
+  if ttl ~= -2 then
+    if ttl == -1 then -- a lock always has a lease: a hash without one may be a user's
+      local scan = redis.call('hscan', KEYS[1], 0, 'COUNT', 64)
+      for i = 1, #scan[2], 2 do
+        local f = scan[2][i]
+        if scan[1] ~= '0' or (string.sub(f, 1, 9) ~= 'redlease:'
+            and not string.match(f, '^%x+%-%x+%-%x+%-%x+%-%x+:%d+$')) then
+          return redis.error_reply('WRONGTYPE redlease: key ' .. KEYS[1]
+            .. ' holds a hash, not a lock')
+        end
+      end
+    end
+    return queue_and_wait(ttl)
+  end
+  local line = redis.call('exists', KEYS[2]) == 1
+  if line and outsiders_turn() then
+    -- (see lock_release.lua) a free lock is left to a Redisson waiter
+    return queue_and_wait(-2)
+  elseif line then
+    -- a free lock with a line (a hand-over that came to nothing, an outsiders' turn): places
+    -- of waiters whose client is gone are dropped; a fair lock goes to the first live one
+    for _ = 1, 16 do
+      local head = redis.call('zrange', KEYS[2], 0, 0)[1]
+      if not head or string.sub(head, 1, #ARGV[2] + 1) == ARGV[2] .. ' ' then
+        break
+      end
+      if live(head) then
+        if ARGV[5] == '1' then
+          return queue_and_wait(-2)
+        end
+        break
+      end
+      redis.call('zrem', KEYS[2], head)
+    end
+  end
+  local now = redis.call('time')
+  local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1,
+    tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('set', KEYS[4], token)
+  redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[7],
+    'redlease:lease', lease)
+  redis.call('pexpire', KEYS[1], lease)
+  if line then
+    redis.call('zrem', KEYS[2], place)
+  end
+  return {1, 1, lease, token}
+end
+redis.call('hincrby', KEYS[1], ARGV[2], 1)
+local ttl = redis.call('pttl', KEYS[1])
+if ttl < lease then
+  -- a re-entry never shortens the lease that the outer hold has
+  redis.call('pexpire', KEYS[1], lease)
+  ttl = lease
+end
+return {1, count + 1, ttl, tonumber(fields[2] or '0')}

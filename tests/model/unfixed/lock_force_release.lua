@@ -1,0 +1,34 @@
+-- Delete a lock whoever holds it, and wake its waiters.
+-- KEYS[1]  lock key
+-- KEYS[2]  unlock channel
+-- ARGV[1]  unlock message ("0")
+-- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
+-- Reply    1 when a lock was deleted, 0 when it was free
+-- A key that is not a lock (another type, or a hash with a field that is neither an owner
+-- "<uuid>:<digits>" with a count nor "redlease:*") is never deleted: WRONGTYPE error. A user
+-- the server does not let publish gets a NOPERM error before any change (Redis >= 7, Valkey).
+if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
+end
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+  return 0
+end
+if kind ~= 'hash' or redis.call('hlen', KEYS[1]) > 64 then
+  return redis.error_reply('WRONGTYPE redlease: key ' .. KEYS[1] .. ' holds a ' .. kind .. ', not a lock')
+end
+local fields = redis.call('hgetall', KEYS[1])
+for i = 1, #fields, 2 do
+  if string.sub(fields[i], 1, 9) ~= 'redlease:'
+      and not (string.match(fields[i], '^%x+%-%x+%-%x+%-%x+%-%x+:%d+$')
+        and string.match(fields[i + 1], '^%d+$')) then
+    return redis.error_reply('WRONGTYPE redlease: key ' .. KEYS[1] .. ' holds a hash, not a lock')
+  end
+end
+if redis.acl_check_cmd and not redis.acl_check_cmd(ARGV[2], KEYS[2], ARGV[1]) then
+  return redis.error_reply("NOPERM this user has no permissions to run the '" .. ARGV[2] .. "' command")
+end
+redis.call('del', KEYS[1])
+redis.pcall(ARGV[2], KEYS[2], ARGV[1])
+return 1

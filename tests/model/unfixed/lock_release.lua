@@ -1,0 +1,187 @@
+-- Release one hold of a reentrant lock; the last one frees it and wakes the waiters.
+-- KEYS[1]  lock key (hash {owner field -> hold count})
+-- KEYS[2]  unlock channel "redisson_lock__channel:{<name>}"
+-- KEYS[3]  release receipts key (same hash slot): the request ids of recent final releases,
+--          written when a release frees the lock
+-- KEYS[4]  the line (zset, see lock_acquire.lua)
+-- KEYS[5]  outsiders' turn (hash, see lock_acquire.lua)
+-- KEYS[6]  fencing counter (see lock_acquire.lua)
+-- ARGV[1]  owner field
+-- ARGV[2]  hold count the caller believes it has
+-- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
+-- ARGV[4]  hand-off window in milliseconds (0: no hand-off, Redisson's free-for-all)
+-- ARGV[5]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
+-- ARGV[6]  prefix of the waiters' own channels (same hash slot as the lock): a waiter's
+--          client listens on the prefix followed by the client id part of its owner field
+-- ARGV[7]  1 when the owner's last re-entrant acquire had an unknown outcome (its reply was
+--          lost), so the count may be one above what it believes: that hold goes too; else 0
+-- ARGV[8]  how long an outsiders' turn lasts, ms (0: never; see below)
+-- Reply    {code, hold_count}
+--   1 RELEASED  hold_count is what remains (the caller's count less one); 0 means the lock
+--               was freed and waiters woken
+--  -1 LOST      the caller's hold is gone (lease expired, force-released); nothing changed
+-- Receipts: a retry of a final release that already ran answers RELEASED again and changes
+-- nothing. The request ids of the last RECEIPTS final releases travel with the lock from
+-- holder to holder (field "redlease:released" of the lock hash, which a hand-over copies);
+-- a release that frees the lock writes them to KEYS[3] for 30 s (RECEIPT_MS). So a retry is
+-- recognised for 30 s, or until 16 more final releases ran, whichever ends first.
+-- Hand-off: when a waiter is in line, the freed lock goes to the first one (by arrival), and
+-- only its client is woken, on its client's own channel (ARGV[6]), so no other process wakes:
+-- it is handed the lock outright: it holds it, with a fencing token one above the releaser's
+-- and the lease of its place (the window, which its watchdog lengthens, or the waiter's own;
+-- field "redlease:lease" is then the lease it will have: see lock_acquire.lua), and the
+-- message is
+-- "<owner field> <token> <lease ms> <wait id>", so it has the lock without another round
+-- trip; only the acquire call with that wait id may take it as a grant (a late message is
+-- a mere wake-up for a later call). A place whose lease is longer than the window is first
+-- checked live (its client listens), and dropped if not; one handed the window that turns
+-- out dead frees when the window runs out.
+-- Otherwise "0" is published, as Redisson does.
+-- Outsiders' turn: Redisson's waiters are never in the line and wake only on "0", so a line
+-- that keeps handing the lock on would starve them. A release of a hold that came by a
+-- hand-over (field "redlease:handed": the arrival time of the place it came to, or of the
+-- last such check) therefore checks, at most every OUTSIDERS_CHECK_US of arrivals, whether
+-- clients outside the line listen on the unlock channel (PUBSUB NUMSUB above the redlease
+-- clients listening: those in line, the releaser's, and any other with a hand-over channel of
+-- this lock, by PUBSUB CHANNELS); if so it frees the lock and publishes "0" instead of
+-- handing it on, and for ARGV[8] ms (field "redlease:outsiders" of KEYS[5]) redlease callers
+-- leave a free lock alone (lock_acquire.lua answers -2, "another's turn"), so an outsider
+-- woken by the "0" takes it.
+-- Hot path (a hand-over): hmget, zpopmin, del, hset, pexpire, set, publish.
+if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[5] must be publish or spublish')
+end
+local RECEIPTS = 16
+local OUTSIDERS_CHECK_US = 100000
+local expected = tonumber(ARGV[2])
+local fields = redis.call('hmget', KEYS[1], ARGV[1], 'redlease:handed', 'redlease:fence',
+  'redlease:released')
+local count = tonumber(fields[1] or '0')
+if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) then
+  if expected > 1 then
+    redis.call('hset', KEYS[1], ARGV[1], expected - 1)
+    return {1, expected - 1}
+  end
+  -- a final release publishes: a user the server does not let publish (on the unlock
+  -- channel, or on the waiters' channels when some wait) is refused before any change
+  -- (Redis >= 7, Valkey; Redis 6.2 has no redis.acl_check_cmd)
+  local window = tonumber(ARGV[4])
+  if redis.acl_check_cmd and not (redis.acl_check_cmd(ARGV[5], KEYS[2], '0')
+      and (window == 0 or redis.acl_check_cmd(ARGV[5], ARGV[6], '0'))) then
+    return redis.error_reply("NOPERM this user has no permissions to run the '" .. ARGV[5] .. "' command")
+  end
+  -- (on Redis 6.2 the wake-up below is sent by pcall: a denied one leaves the release done and
+  -- the waiters to re-check on their own, within 5 s, never a lock deleted and an error told)
+  local kept = {ARGV[3]} -- this request's id, then those that came with the lock
+  for rid in string.gmatch(fields[4] or '', '%S+') do
+    if #kept == RECEIPTS then
+      break
+    end
+    kept[#kept + 1] = rid
+  end
+  local receipts = table.concat(kept, ' ')
+  local token = tonumber(fields[3] or redis.call('get', KEYS[6]) or '0')
+  redis.call('del', KEYS[1])
+  local function client_of(place)
+    return string.match(place, '^(%S*):%d+ ') or ''
+  end
+  local function live(channel) -- a client listens on it
+    local reply
+    if ARGV[5] == 'spublish' then
+      reply = redis.call('pubsub', 'shardnumsub', channel)
+    else
+      reply = redis.call('pubsub', 'numsub', channel)
+    end
+    return tonumber(reply[2]) > 0
+  end
+  local function outsiders_listen()
+    local reply
+    if ARGV[5] == 'spublish' then
+      reply = redis.call('pubsub', 'shardnumsub', KEYS[2])
+    else
+      reply = redis.call('pubsub', 'numsub', KEYS[2])
+    end
+    local listening = tonumber(reply[2])
+    local clients, known = {}, 0
+    local function add(client)
+      if not clients[client] then
+        clients[client] = true
+        known = known + 1
+      end
+    end
+    add(string.match(ARGV[1], '^(.*):') or ARGV[1])
+    for _, place in ipairs(redis.call('zrange', KEYS[4], 0, 63)) do
+      add(client_of(place))
+    end
+    if listening <= known then
+      return false
+    end
+    -- a listener not in line: a redlease client between two waits still listens for a
+    -- while, and on its own hand-over channel too, so those are counted (only now: the scan
+    -- of the server's channels is not for every release)
+    local pattern = string.gsub(ARGV[6], '[%*%?%[%]\\]', '\\%0') .. '*'
+    local ours
+    if ARGV[5] == 'spublish' then
+      ours = #redis.call('pubsub', 'shardchannels', pattern)
+    else
+      ours = #redis.call('pubsub', 'channels', pattern)
+    end
+    return listening > ours
+  end
+  local turn_ms = tonumber(ARGV[8] or '0')
+  local checked = tonumber(fields[2] or '0') -- arrival time of the last outsiders' check
+  for _ = 1, (window > 0 and 16 or 0) do -- bounded: dead places are dropped as they are met
+    local popped = redis.call('zpopmin', KEYS[4])
+    local head, arrival = popped[1], tonumber(popped[2])
+    if not head then
+      break
+    end
+    local owner, wait, lease = string.match(head, '^(%S+) (%S+) (%S+)$')
+    if fields[2] and turn_ms > 0 and arrival - checked >= OUTSIDERS_CHECK_US then
+      checked = arrival
+      if outsiders_listen() then
+        redis.call('zadd', KEYS[4], arrival, head) -- its place is kept
+        local now = redis.call('time')
+        local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+        redis.call('hset', KEYS[5], 'redlease:outsiders', now_ms + turn_ms)
+        redis.call('pexpire', KEYS[5], turn_ms)
+        break -- the outsiders' turn: freed, and "0" published below
+      end
+    end
+    local bound = tonumber(string.match(lease or '', '^w?(%d+)$') or '0') -- the wait bound
+    lease = string.sub(lease or '', 1, 1) == 'w' and window or bound
+    local channel = ARGV[6] .. client_of(head)
+    -- (a place of the releasing owner itself is left over from a wait whose end was never
+    -- heard by the server: dropped, never handed back to its own releaser)
+    if owner and owner ~= ARGV[1] and lease > 0 and (lease <= window or live(channel)) then
+      token = token + 1
+      redis.call('hset', KEYS[1], owner, 1, 'redlease:fence', token, 'redlease:wait', wait,
+        'redlease:lease', bound, 'redlease:handed', checked, 'redlease:released', receipts)
+      redis.call('pexpire', KEYS[1], lease)
+      redis.call('set', KEYS[6], token)
+      redis.pcall(ARGV[5], channel, owner .. string.format(' %d %d ', token, lease) .. wait)
+      return {1, 0}
+    end
+  end
+  redis.pcall(ARGV[5], KEYS[2], '0')
+  redis.call('set', KEYS[3], receipts, 'px', 30000)
+  return {1, 0}
+end
+if count > 0 and count == expected - 1 then
+  return {1, count}
+end
+if count == 0 and expected == 1 then
+  for _, key in ipairs({KEYS[1], KEYS[3]}) do
+    local found
+    if key == KEYS[1] then
+      found = fields[4]
+    else
+      found = redis.call('get', KEYS[3])
+    end
+    if found and string.find(' ' .. found .. ' ', ' ' .. ARGV[3] .. ' ', 1, true) then
+      return {1, 0}
+    end
+  end
+end
+return {-1, count}

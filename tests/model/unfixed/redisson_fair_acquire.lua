@@ -1,0 +1,100 @@
+-- Acquire or re-enter a fair lock in Redisson's RedissonFairLock layout: the effects of
+-- Redisson's tryLock script on its keys, in redlease's reply convention and with its retries.
+-- KEYS[1]  lock key: a hash {owner field -> hold count}; the lease is the key's TTL
+-- KEYS[2]  Redisson's line "redisson_lock_queue:{<name>}": a list of owner fields, by arrival
+-- KEYS[3]  Redisson's places "redisson_lock_timeout:{<name>}": a zset {owner field -> when
+--          its place lapses, epoch ms}; lapsed places leave the line from its head
+-- KEYS[4]  fencing counter (redlease's, as for the plain lock; never expires)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field "<client-id>:<thread-id>"
+-- ARGV[3]  hold count the caller believes it has (0 on a first acquire)
+-- ARGV[4]  the caller's wait, ms (Redisson's threadWaitTime, 5 min, or the acquire's own
+--          timeout): a new place lapses this long after the one before it (or after the
+--          holder's lease), and a grant moves every place behind up by it (Redisson's rule)
+-- ARGV[5]  1: take a place at the end of the line when the lock cannot be had; 0: one try
+-- ARGV[6]  wait id: unique per acquire call of the owner (its retries reuse it). A new hold
+--          records it (field "redlease:wait"), so that a waiter giving up gives back only a
+--          hold made for that very call (redisson_fair_leave.lua).
+-- Reply    {code, hold_count, ttl_ms, token}
+--   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
+--              fencing token (a re-entry keeps the token of the hold it joins)
+--   0 HELD     ttl_ms: the holder's remaining lease (-1: no expiry), or -2 when the lock is
+--              free but it is the turn of the first waiter in line; token: the last fencing
+--              token handed out. A queueing caller now has a place in line (a caller that
+--              has one keeps it as it is, as in Redisson).
+--  -1 LOST     the caller believed it held the lock, but its hold is gone
+-- A retried request (its reply was lost) finds the count one above what the caller believes
+-- and answers GRANTED without counting a second hold. A free lock goes to the caller when the
+-- line is empty or the caller is first in it: it then leaves the line. Time is the server's
+-- clock (Redisson's clients write their own in these places). Fencing: as lock_acquire.lua,
+-- the token in field "redlease:fence" of the lock hash (Redisson's scripts ignore it).
+local expected = tonumber(ARGV[3])
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '0')
+if count == expected + 1 then
+  local token = tonumber(redis.call('hget', KEYS[1], 'redlease:fence') or '0')
+  return {1, count, redis.call('pttl', KEYS[1]), token}
+end
+if count ~= expected then
+  return {-1, count, redis.call('pttl', KEYS[1]), 0}
+end
+local lease = tonumber(ARGV[1])
+if count > 0 then
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  local ttl = redis.call('pttl', KEYS[1])
+  if ttl < lease then
+    -- a re-entry never shortens the lease that the outer hold has
+    redis.call('pexpire', KEYS[1], lease)
+    ttl = lease
+  end
+  return {1, count + 1, ttl, tonumber(redis.call('hget', KEYS[1], 'redlease:fence') or '0')}
+end
+local now = redis.call('time')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+for _ = 1, 100 do -- lapsed places leave from the head (a head without a place too)
+  local head = redis.call('lindex', KEYS[2], 0)
+  if not head then
+    break
+  end
+  local lapses = redis.call('zscore', KEYS[3], head)
+  if lapses and tonumber(lapses) > now_ms then
+    break
+  end
+  redis.call('zrem', KEYS[3], head)
+  redis.call('lpop', KEYS[2])
+end
+local wait = tonumber(ARGV[4])
+local head = redis.call('lindex', KEYS[2], 0)
+if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
+  if head then
+    redis.call('lpop', KEYS[2])
+  end
+  redis.call('zrem', KEYS[3], ARGV[2])
+  local behind = redis.call('zrange', KEYS[3], 0, -1)
+  for i = 1, #behind do
+    redis.call('zincrby', KEYS[3], -wait, behind[i])
+  end
+  local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1,
+    tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('set', KEYS[4], token)
+  redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[6])
+  redis.call('pexpire', KEYS[1], lease)
+  return {1, 1, lease, token}
+end
+local ttl = redis.call('pttl', KEYS[1]) -- -2: free, and another waiter's turn
+local fence = tonumber(redis.call('get', KEYS[4]) or '0')
+if ARGV[5] ~= '1' or redis.call('zscore', KEYS[3], ARGV[2]) then
+  return {0, 0, ttl, fence}
+end
+-- a new place at the end: it lapses one wait after the place before it (or the lease) does
+local from = ttl
+local last = redis.call('lindex', KEYS[2], -1)
+if last and last ~= ARGV[2] then
+  local before = redis.call('zscore', KEYS[3], last)
+  if before then
+    from = tonumber(before) - now_ms
+  end
+end
+if redis.call('zadd', KEYS[3], from + wait + now_ms, ARGV[2]) == 1 then
+  redis.call('rpush', KEYS[2], ARGV[2])
+end
+return {0, 0, ttl, fence}

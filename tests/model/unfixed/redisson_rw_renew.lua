@@ -1,0 +1,37 @@
+-- Renew many owners' holds on one side of a read-write lock kept in Redisson's layout.
+-- KEYS[1]  the lock: a hash {"mode" -> "read" or "write", reader field -> read hold count,
+--          "<field>:write" -> write hold count}; its TTL is the longest lease of any hold
+-- KEYS[2]  tokens: hash {field -> fencing token of its first hold} (redlease's own key)
+-- KEYS[3]  the prefix of every hold's lease key, "<tagged name>:" (a read hold's lease key is
+--          "<prefix><field>:rwlock_timeout:<n>", named in the script as Redisson's are)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  side: "read" or "write"
+-- ARGV[3..n+2]  the fields whose holds on that side to renew (a writer's ends in ":write")
+-- Reply    array of n integers: 1 renewed, 0 the hold is gone
+-- A hold is alive while its field is in the lock (Redisson's rule); a renewal sets a lease
+-- key for each of a reader's holds again, so that another reader's release, which keeps the
+-- lock for the longest lease left, counts them. It never shortens a longer lease.
+local function hold_key(field, n) -- Redisson names each read hold's lease key this way
+  return KEYS[3] .. field .. ':rwlock_timeout:' .. n
+end
+local lease = tonumber(ARGV[1])
+local out = {}
+for i = 3, #ARGV do
+  local holds = tonumber(redis.call('hget', KEYS[1], ARGV[i]) or '0')
+  out[i - 2] = 0
+  if holds > 0 then
+    if redis.call('pttl', KEYS[1]) < lease then
+      redis.call('pexpire', KEYS[1], lease)
+    end
+    if redis.call('pttl', KEYS[2]) < lease then
+      redis.call('pexpire', KEYS[2], lease)
+    end
+    if ARGV[2] == 'read' then
+      for n = 1, holds do
+        redis.call('set', hold_key(ARGV[i], n), 1, 'px', lease)
+      end
+    end
+    out[i - 2] = 1
+  end
+end
+return out

@@ -1,0 +1,53 @@
+-- Release one write hold of a read-write lock kept in Redisson's RReadWriteLock layout.
+-- KEYS[1]  the lock: a hash {"mode" -> "read" or "write", reader field -> read hold count,
+--          "<field>:write" -> write hold count}; its TTL is the longest lease of any hold
+-- KEYS[2]  the lock's channel "redisson_rwlock:<tagged name>"
+-- KEYS[3]  the owner's release receipt for this side (redlease's own key, same hash slot):
+--          the request id of its last final write release
+-- KEYS[4]  tokens: hash {field -> fencing token of its first hold} (redlease's own key)
+-- ARGV[1]  the owner's write field "<client-id>:<thread-id>:write"
+-- ARGV[2]  write hold count the caller believes it has
+-- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
+-- ARGV[4]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
+--          a cluster of Redis/Valkey >= 7); anything else is refused before any change
+-- ARGV[5]  1 when the owner's last re-entrant write acquire had an unknown outcome (its reply
+--          was lost), so the count may be one above what it believes: that hold goes too; else 0
+-- Reply    {code, hold_count}
+--   1 RELEASED  hold_count is what remains of the owner's write holds
+--  -1 LOST      the caller's write hold is gone (the lock expired, or was force-released)
+-- The last write hold frees the lock, or, when the writer still reads (a downgrade), turns it
+-- into a read lock; either way "1" is published (Redisson's read-unlock message, which
+-- wakes every waiter: readers may all go now). A retry of a release that already ran
+-- answers RELEASED again and changes nothing (the receipt lasts 30 s).
+if ARGV[4] ~= 'publish' and ARGV[4] ~= 'spublish' then
+  return redis.error_reply('ERR redlease: ARGV[4] must be publish or spublish')
+end
+if redis.acl_check_cmd and not redis.acl_check_cmd(ARGV[4], KEYS[2], '1') then
+  return redis.error_reply("NOPERM this user has no permissions to run the '" .. ARGV[4] .. "' command")
+end
+local field = ARGV[1]
+local expected = tonumber(ARGV[2])
+local count = tonumber(redis.call('hget', KEYS[1], field) or '0')
+if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) then
+  if expected > 1 then
+    redis.call('hset', KEYS[1], field, expected - 1)
+    return {1, expected - 1}
+  end
+  redis.call('hdel', KEYS[1], field)
+  redis.call('hdel', KEYS[4], field)
+  redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
+  if redis.call('hlen', KEYS[1]) == 1 then
+    redis.call('del', KEYS[1])
+  else
+    redis.call('hset', KEYS[1], 'mode', 'read')
+  end
+  redis.pcall(ARGV[4], KEYS[2], '1')
+  return {1, 0}
+end
+if count > 0 and count == expected - 1 then
+  return {1, count}
+end
+if count == 0 and expected == 1 and redis.call('get', KEYS[3]) == ARGV[3] then
+  return {1, 0}
+end
+return {-1, count}

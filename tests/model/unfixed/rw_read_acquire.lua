@@ -1,0 +1,88 @@
+-- Take or re-enter a read hold of a read-write lock (many readers or one writer).
+-- KEYS[1]  writer: hash {writer, count, deadline (lease end, ms, server clock), token}
+-- KEYS[2]  reader hold counts: hash {owner field -> read hold count}
+-- KEYS[3]  reader leases: zset {owner field -> lease end, ms (server clock)}
+-- KEYS[4]  reader tokens: hash {owner field -> fencing token of its read hold}
+-- KEYS[5]  writers' places: zset {owner field -> when its place lapses, ms (server clock)}
+-- KEYS[6]  fencing counter: the last token handed out for this lock (never expires)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field "<client-id>:<owner-id>"
+-- ARGV[3]  read hold count the caller believes it has (0 on a first acquire)
+-- Reply    {code, hold_count, ms, token}
+--   1 GRANTED  hold_count is the new count, ms the caller's read lease left, token its token
+--   0 HELD     another owner writes (ms: its lease left), or a writer waits in line (ms: -1)
+--  -1 LOST     the caller believed it held a read hold, but it is gone (its lease ran out)
+-- Each reader has a lease of its own: a reader that is not renewed lapses by itself, and is
+-- dropped by the next script that meets it. Writer preference: while a writer has a live
+-- place in line, a new reader waits; a re-entry and the writer's own downgrade do not.
+-- A retried request finds the count one above what the caller believes: GRANTED, no new hold.
+local t = redis.call('time')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local lease = tonumber(ARGV[1])
+local owner = ARGV[2]
+local expected = tonumber(ARGV[3])
+local after = '(' .. now
+
+local function extend(ms) -- the reader keys outlive every reader's lease
+  if redis.call('pttl', KEYS[2]) < ms then
+    redis.call('pexpire', KEYS[2], ms)
+  end
+  if redis.call('pttl', KEYS[3]) < ms then
+    redis.call('pexpire', KEYS[3], ms)
+  end
+  if redis.call('pttl', KEYS[4]) < ms then
+    redis.call('pexpire', KEYS[4], ms)
+  end
+end
+
+local function drop(reader)
+  redis.call('zrem', KEYS[3], reader)
+  redis.call('hdel', KEYS[2], reader)
+  redis.call('hdel', KEYS[4], reader)
+end
+
+-- readers whose lease ran out are gone (bounded; liveness is always judged by the lease end)
+for _, reader in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now, 'LIMIT', 0, 64)) do
+  drop(reader)
+end
+local count = 0
+local mine = tonumber(redis.call('zscore', KEYS[3], owner) or '0')
+if mine > now then
+  count = tonumber(redis.call('hget', KEYS[2], owner) or '0')
+elseif redis.call('hexists', KEYS[2], owner) == 1 then
+  drop(owner)
+end
+if count == expected + 1 then
+  return {1, count, mine - now, tonumber(redis.call('hget', KEYS[4], owner) or '0')}
+end
+if count ~= expected then
+  return {-1, count, 0, 0}
+end
+if count > 0 then
+  local deadline = math.max(mine, now + lease)
+  redis.call('hincrby', KEYS[2], owner, 1)
+  redis.call('zadd', KEYS[3], deadline, owner)
+  extend(deadline - now)
+  return {1, count + 1, deadline - now, tonumber(redis.call('hget', KEYS[4], owner) or '0')}
+end
+local writer = redis.call('hget', KEYS[1], 'writer')
+if writer then
+  local ends = tonumber(redis.call('hget', KEYS[1], 'deadline') or '0')
+  if ends <= now then
+    redis.call('del', KEYS[1]) -- the writer's lease ran out
+    writer = false
+  elseif writer ~= owner then
+    return {0, 0, ends - now, 0}
+  end
+end
+if writer ~= owner and redis.call('zcount', KEYS[5], after, '+inf') > 0 then
+  return {0, 0, -1, 0} -- a writer waits in line: it goes first
+end
+local token = math.max(tonumber(redis.call('get', KEYS[6]) or '0') + 1, now_us)
+redis.call('set', KEYS[6], token)
+redis.call('hset', KEYS[2], owner, 1)
+redis.call('hset', KEYS[4], owner, token)
+redis.call('zadd', KEYS[3], now + lease, owner)
+extend(lease)
+return {1, 1, lease, token}

@@ -1,0 +1,106 @@
+-- Take or re-enter the write hold of a read-write lock (many readers or one writer).
+-- KEYS[1]  writer: hash {writer, count, deadline (lease end, ms, server clock), token}
+-- KEYS[2]  reader hold counts: hash {owner field -> read hold count}
+-- KEYS[3]  reader leases: zset {owner field -> lease end, ms (server clock)}
+-- KEYS[4]  reader tokens: hash {owner field -> fencing token of its read hold}
+-- KEYS[5]  writers' line: zset {owner field -> arrival, us (server clock)}
+-- KEYS[6]  writers' places: zset {owner field -> when its place lapses, ms (server clock)}
+-- KEYS[7]  fencing counter: the last token handed out for this lock (never expires)
+-- ARGV[1]  lease in milliseconds
+-- ARGV[2]  owner field "<client-id>:<owner-id>"
+-- ARGV[3]  write hold count the caller believes it has (0 on a first acquire)
+-- ARGV[4]  how long a place in line lasts unless the caller retries, ms (0: do not queue)
+-- Reply    {code, hold_count, ms, token}
+--   1 GRANTED  hold_count is the new count, ms the write lease left, token the hold's token
+--   0 HELD     another owner writes or readers read (ms: the longest of their leases), or
+--              a writer ahead in line goes first (ms: -1). A queueing caller has a place.
+--  -1 LOST     the caller believed it held the write hold, but it is gone
+--  -2 UPGRADE  the caller holds a read hold: waiting for the write lock would wait for itself
+-- Writers are served in arrival order: a free lock goes to the first live place in line. A
+-- place lapses unless its waiter retries in time, so a dead waiter blocks nobody for long.
+-- A retried request finds the count one above what the caller believes: GRANTED, no new hold.
+local t = redis.call('time')
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now = math.floor(now_us / 1000)
+local lease = tonumber(ARGV[1])
+local owner = ARGV[2]
+local expected = tonumber(ARGV[3])
+local place_ms = tonumber(ARGV[4])
+local after = '(' .. now
+
+local writer = redis.call('hget', KEYS[1], 'writer')
+local ends = tonumber(redis.call('hget', KEYS[1], 'deadline') or '0')
+if writer and ends <= now then
+  redis.call('del', KEYS[1]) -- the writer's lease ran out
+  writer = false
+end
+local count = 0
+if writer == owner then
+  count = tonumber(redis.call('hget', KEYS[1], 'count'))
+end
+if count == expected + 1 then
+  return {1, count, ends - now, tonumber(redis.call('hget', KEYS[1], 'token'))}
+end
+if count ~= expected then
+  return {-1, count, 0, 0}
+end
+if count > 0 then
+  local deadline = math.max(ends, now + lease)
+  redis.call('hincrby', KEYS[1], 'count', 1)
+  redis.call('hset', KEYS[1], 'deadline', deadline)
+  if redis.call('pttl', KEYS[1]) < deadline - now then
+    redis.call('pexpire', KEYS[1], deadline - now)
+  end
+  return {1, count + 1, deadline - now, tonumber(redis.call('hget', KEYS[1], 'token'))}
+end
+
+local function queue()
+  if place_ms > 0 then
+    redis.call('zadd', KEYS[5], 'NX', now_us, owner)
+    redis.call('zadd', KEYS[6], now + place_ms, owner)
+    redis.call('pexpire', KEYS[5], place_ms)
+    redis.call('pexpire', KEYS[6], place_ms)
+  end
+end
+
+-- readers whose lease ran out are gone (bounded; liveness is always judged by the lease end)
+for _, reader in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now, 'LIMIT', 0, 64)) do
+  redis.call('zrem', KEYS[3], reader)
+  redis.call('hdel', KEYS[2], reader)
+  redis.call('hdel', KEYS[4], reader)
+end
+if tonumber(redis.call('zscore', KEYS[3], owner) or '0') > now then
+  return {-2, 0, 0, 0}
+end
+if writer then
+  queue()
+  return {0, 0, ends - now, 0}
+end
+if redis.call('zcount', KEYS[3], after, '+inf') > 0 then
+  queue()
+  local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')
+  return {0, 0, tonumber(last[2]) - now, 0}
+end
+-- free: the first live place in line goes first (lapsed places are dropped as they are met)
+for _, lapsed in ipairs(redis.call('zrangebyscore', KEYS[6], '-inf', now, 'LIMIT', 0, 64)) do
+  redis.call('zrem', KEYS[5], lapsed)
+  redis.call('zrem', KEYS[6], lapsed)
+end
+for _ = 1, 16 do
+  local head = redis.call('zrange', KEYS[5], 0, 0)[1]
+  if not head or head == owner then
+    break
+  end
+  if redis.call('zscore', KEYS[6], head) then
+    queue()
+    return {0, 0, -1, 0}
+  end
+  redis.call('zrem', KEYS[5], head) -- in line without a place: lapsed
+end
+redis.call('zrem', KEYS[5], owner)
+redis.call('zrem', KEYS[6], owner)
+local token = math.max(tonumber(redis.call('get', KEYS[7]) or '0') + 1, now_us)
+redis.call('set', KEYS[7], token)
+redis.call('hset', KEYS[1], 'writer', owner, 'count', 1, 'deadline', now + lease, 'token', token)
+redis.call('pexpire', KEYS[1], lease)
+return {1, 1, lease, token}
