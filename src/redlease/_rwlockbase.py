@@ -10,6 +10,7 @@ from ._core.lock import Acquired, Hold, Status
 from ._core.requests import Operation
 from ._core.rwlock_redisson import RedissonRwKeys
 from ._lockbase import AcquirePlan, LockBase
+from ._owners import next_request_id
 from .errors import InvalidArgumentError
 from .options import Seconds, chosen_lease, wait_args
 
@@ -58,6 +59,7 @@ class RwSideBase(LockBase):
                 lease=self._state.watchdog_timeout if chosen is None else chosen,
                 blocking=blocking,
                 timeout=wait,
+                wait_id=next_request_id(),
                 on_gone=lambda: gone.append(True),
             )
 

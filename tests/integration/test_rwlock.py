@@ -682,7 +682,9 @@ OWNERS = ("c:1", "c:2", "c:3")
 class RwModel(RuleBasedStateMachine):
     """The scripts, called directly with long leases, against a model of the rules: readers
     share, a writer is alone (its own reads aside), re-entry on both sides, upgrade refused,
-    writers in line go first, retried requests count once."""
+    writers in line go first, retried requests count once; a first acquire takes an owner's
+    hold as its retry only if it was made for that very call (wait id), else re-leases it
+    with a fresh token; a call that gives up gives back only a hold made for it."""
 
     url = ""
 
@@ -694,6 +696,12 @@ class RwModel(RuleBasedStateMachine):
         self.write_count = 0
         self.readers: dict[str, int] = {}
         self.line: list[str] = []
+        self.waits: dict[tuple[str, str], str] = {}  # (side, owner) -> its first hold's call
+        self.last_token = 0
+
+    def token_is_new(self, token: int) -> None:
+        assert token > self.last_token
+        self.last_token = token
 
     def teardown(self) -> None:
         self.raw.close()
@@ -705,7 +713,8 @@ class RwModel(RuleBasedStateMachine):
     @rule(owner=st.sampled_from(OWNERS), retry=st.booleans())
     def read(self, owner: str, retry: bool) -> None:
         held = self.readers.get(owner, 0)
-        call = core.acquire_call(self.keys, core.READ, owner, held, 60.0, queue=False)
+        wait = uuid.uuid4().hex
+        call = core.acquire_call(self.keys, core.READ, owner, held, 60.0, False, wait)
         reply = self.run(call)
         if held:
             expect = core.GRANTED
@@ -717,13 +726,17 @@ class RwModel(RuleBasedStateMachine):
         if expect == core.GRANTED:
             self.readers[owner] = held + 1
             assert reply[1] == held + 1
+            if not held:
+                self.token_is_new(reply[3])
+                self.waits[(core.READ, owner)] = wait
             if retry:  # the reply was lost; the same request again
                 assert self.run(call)[:2] == [core.GRANTED, held + 1]
 
     @rule(owner=st.sampled_from(OWNERS), queue=st.booleans(), retry=st.booleans())
     def write(self, owner: str, queue: bool, retry: bool) -> None:
         held = self.write_count if self.writer == owner else 0
-        call = core.acquire_call(self.keys, core.WRITE, owner, held, 60.0, queue=queue)
+        wait = uuid.uuid4().hex
+        call = core.acquire_call(self.keys, core.WRITE, owner, held, 60.0, queue, wait)
         reply = self.run(call)
         others_read = any(o != owner for o in self.readers)
         if held:
@@ -739,6 +752,9 @@ class RwModel(RuleBasedStateMachine):
             self.writer, self.write_count = owner, held + 1
             if owner in self.line:
                 self.line.remove(owner)
+            if not held:
+                self.token_is_new(reply[3])
+                self.waits[(core.WRITE, owner)] = wait
             if retry:
                 assert self.run(call)[:2] == [core.GRANTED, held + 1]
         elif expect == core.HELD and queue and owner not in self.line:
@@ -776,9 +792,55 @@ class RwModel(RuleBasedStateMachine):
     @rule(data=st.data())
     def leave(self, data: Any) -> None:
         owner = data.draw(st.sampled_from(self.line))
-        first = self.line[0] == owner
-        assert self.run(core.leave_call(self.keys, owner)) == [int(first)]
+        leave = core.leave_call(self.keys, core.WRITE, owner, uuid.uuid4().hex)
+        assert self.run(leave) == [0]  # in line: no hold to give back
         self.line.remove(owner)
+
+    def holds(self, side: str, owner: str) -> int:
+        if side == core.READ:
+            return self.readers.get(owner, 0)
+        return self.write_count if self.writer == owner else 0
+
+    @precondition(lambda self: self.readers or self.writer)
+    @rule(data=st.data(), side=st.sampled_from(core.SIDES), retry=st.booleans())
+    def another_call_finds_the_owners_hold(self, data: Any, side: str, retry: bool) -> None:
+        """A first acquire of an owner that holds (an earlier call gave up and could not give
+        its hold back): not its retry, so the hold is re-leased to it with a fresh token."""
+        holders = sorted(self.readers) if side == core.READ else [self.writer]
+        owner = data.draw(st.sampled_from([h for h in holders if h is not None] or ["c:1"]))
+        if not self.holds(side, owner):
+            return
+        wait = uuid.uuid4().hex
+        call = core.acquire_call(self.keys, side, owner, 0, 60.0, False, wait)
+        reply = self.run(call)
+        assert reply[:3] == [core.GRANTED, 1, 60_000], reply
+        self.token_is_new(reply[3])
+        if retry:  # this call's own retry: the same hold, the same token
+            again = self.run(call)
+            assert again[:2] == [core.GRANTED, 1] and again[3] == reply[3]
+        self.waits[(side, owner)] = wait
+        if side == core.READ:
+            self.readers[owner] = 1
+        else:
+            self.write_count = 1
+
+    @precondition(lambda self: self.readers or self.writer)
+    @rule(data=st.data(), side=st.sampled_from(core.SIDES), own=st.booleans())
+    def a_call_gives_up(self, data: Any, side: str, own: bool) -> None:
+        """A call gives up after a reply it could not read: only a first hold made for that
+        very call goes back (``own``), never a hold made for another call of the owner."""
+        owner = data.draw(st.sampled_from(OWNERS))
+        made_for = self.waits.get((side, owner))
+        wait = made_for if own and made_for is not None else uuid.uuid4().hex
+        gives_back = self.holds(side, owner) == 1 and wait == made_for
+        assert self.run(core.leave_call(self.keys, side, owner, wait)) == [int(gives_back)]
+        if side == core.WRITE and owner in self.line:
+            self.line.remove(owner)
+        if gives_back:
+            if side == core.READ:
+                del self.readers[owner]
+            else:
+                self.writer, self.write_count = None, 0
 
     @rule(owner=st.sampled_from(OWNERS))
     def release_without_hold_is_lost(self, owner: str) -> None:

@@ -538,6 +538,49 @@ def test_retried_requests_never_count_twice(server, fair_name):
     raw.close()
 
 
+def test_a_first_acquire_takes_only_its_own_calls_hold_as_its_retry(server, fair_name):
+    """A hold of the owner made for another call (one that gave up and could not give it
+    back) is not a new call's retry: it is re-leased to the new call (count 1, its lease and
+    wait id, a fresh token), so the earlier call's give-back, landing late, frees nothing.
+    Redisson's fields stay as Redisson has them."""
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    _load(raw)
+    keys = _script_keys(fair_name)
+    owner = f"{uuid.uuid4()}:1"
+
+    def acquire(held: int, wait_id: str, lease: float) -> list[int]:
+        call = REDISSON_FAIR.acquire_call(
+            keys,
+            owner,
+            held=held,
+            lease=lease,
+            queue=False,
+            wait_id=wait_id,
+            timeout=None,
+            fair=True,
+            handover=False,
+        )
+        return _run(raw, call)
+
+    old = acquire(0, "old", 4.0)
+    assert old[:2] == [1, 1]
+    retry = acquire(0, "old", 4.0)  # the old call's own retry: its hold, its token
+    assert retry[:2] == [1, 1] and retry[2] <= 4000 and retry[3] == old[3]
+    assert acquire(1, "reentry", 4.0)[:2] == [1, 2]  # and an outer hold the caller forgot
+    new = acquire(0, "new", 60.0)
+    assert new[:3] == [1, 1, 60_000] and new[3] > old[3]
+    assert raw.hget(fair_name, owner) == "1" and raw.pttl(fair_name) > 55_000
+    assert raw.hget(fair_name, "redlease:wait") == "new"
+    assert int(raw.hget(fair_name, "redlease:fence")) == new[3] == int(raw.get(keys.fence))
+    again = acquire(0, "new", 60.0)  # the new call's own retry: the same hold and token
+    assert again[:2] == [1, 1] and again[3] == new[3]
+    assert _run(raw, REDISSON_FAIR.leave_call(keys, owner, "old", None, "")) == 0
+    assert raw.hget(fair_name, owner) == "1"
+    assert _run(raw, REDISSON_FAIR.leave_call(keys, owner, "new", None, "")) == 1
+    assert raw.exists(fair_name) == 0
+    raw.close()
+
+
 def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(server, fair_name):
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     _load(raw)

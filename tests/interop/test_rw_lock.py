@@ -14,6 +14,7 @@ import redis
 
 from redlease import InvalidArgumentError, LockUpgradeError
 from redlease._core import rwlock as core
+from redlease._core import rwlock_redisson
 from redlease._core.rwlock_redisson import RedissonRwKeys
 
 from .redisson_rw import RedissonReadWriteLock
@@ -225,18 +226,60 @@ def test_a_retried_request_counts_once(server, rw_name):
     def run(call):
         return raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
 
-    raw.script_load(keys.acquire_call(core.READ, owner, 0, 30.0, True).script.source)
+    for script in rwlock_redisson.SCRIPTS:
+        raw.script_load(script.source)
     for side_ in core.SIDES:
-        call = keys.acquire_call(side_, owner, 0, 30.0, True)
-        raw.script_load(call.script.source)
+        call = keys.acquire_call(side_, owner, 0, 30.0, True, "w1")
         first, again = run(call), run(call)
         assert first[:2] == again[:2] == [1, 1]
         assert first[3] == again[3] > 0  # the same fencing token
+        # Redisson's lock hash keeps Redisson's fields only (the wait id is in redlease's key)
+        assert {f.decode() for f in raw.hkeys(rw_name)} == {"mode", keys.field(side_, owner)}
         release = keys.release_call(side_, owner, 1, request_id="r1")
         raw.script_load(release.script.source)
         assert run(release) == run(release) == [1, 0]
         assert run(keys.release_call(side_, owner, 1, request_id="r2")) == [-1, 0]
     assert not raw.exists(rw_name)
+    raw.close()
+
+
+@pytest.mark.parametrize("which", core.SIDES)
+def test_a_first_acquire_takes_only_its_own_calls_hold_as_its_retry(server, rw_name, which):
+    """A hold of the owner made for another call (one that gave up and could not give it
+    back) is not a new call's retry: it is re-leased to the new call (its lease, a fresh
+    token); the earlier call's give-back, landing late, then frees nothing, and the new
+    call's gives back its own hold as Redisson's unlock would (Java waiters woken)."""
+    raw = redis.Redis.from_url(server.url)
+    keys = RedissonRwKeys.for_name(rw_name)
+    owner = f"{uuid.uuid4()}:1"
+    for script in rwlock_redisson.SCRIPTS:
+        raw.script_load(script.source)
+
+    def run(call):
+        return raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+
+    old = run(keys.acquire_call(which, owner, 0, 4.0, True, "old"))
+    assert old[:2] == [1, 1] and old[2] <= 4000
+    new = run(keys.acquire_call(which, owner, 0, 60.0, True, "new"))
+    assert new[:2] == [1, 1] and new[2] > 55_000  # this call's lease, not the old hold's
+    assert new[3] > old[3]  # a fresh token
+    assert raw.pttl(rw_name) > 55_000
+    assert run(keys.leave_call(which, owner, "old")) == 0  # the old call's, late: nothing
+    assert raw.hget(rw_name, keys.field(which, owner)) == b"1"
+    pubsub = raw.pubsub()
+    pubsub.subscribe(keys.channel)
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    assert run(keys.leave_call(which, owner, "new")) == 1
+    assert not raw.exists(rw_name)
+    message = pubsub.get_message(timeout=5)
+    assert message is not None and message["data"] == (b"1" if which == core.WRITE else b"0")
+    pubsub.close()
+    # a Java thread (Redisson's own scripts) takes the lock at once
+    java = RedissonReadWriteLock(server.url, rw_name)
+    lock = java.write if which == core.READ else java.read
+    assert lock.try_lock(wait=0)
+    lock.unlock()
+    java.close()
     raw.close()
 
 

@@ -122,7 +122,8 @@ def test_the_calls_arguments() -> None:
     acquire, undo, release, leave, force, status = _calls()
     assert acquire.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.fence)
     assert acquire.args == (30000, OWNER, 0, fair.THREAD_WAIT_MS, 1, "w")
-    assert undo.script is fair.REDISSON_FAIR_RELEASE and undo.args[:2] == (OWNER, 1)
+    # a first hold goes back by its call's wait id, never a later call's hold of the owner
+    assert undo.script is fair.REDISSON_FAIR_LEAVE and undo.args == (OWNER, 300_000, "publish", "w")
     assert release.keys == (
         KEYS.name,
         KEYS.queue,
@@ -150,6 +151,22 @@ def test_a_grants_undo_only_takes_back_a_counted_grant() -> None:
     assert acquire.undo is not None
     assert acquire.undo([0, 0, 5000, 3]) is None
     assert acquire.undo([-1, 2, 5000, 0]) is None
+    reentry = LAYOUT.acquire_call(
+        KEYS,
+        OWNER,
+        held=1,
+        lease=30.0,
+        queue=False,
+        wait_id="w",
+        timeout=None,
+        fair=True,
+        handover=True,
+    )
+    assert reentry.undo is not None
+    back = reentry.undo([1, 2, 30000, 5])  # a re-entry's hold goes back by its count
+    assert back is not None and back.script is fair.REDISSON_FAIR_RELEASE
+    assert back.args[:2] == (OWNER, 2)
+    assert reentry.undo([1, 1, 30000, 5]) is None
 
 
 def test_receipt_lifetime_matches_the_core_constant() -> None:

@@ -94,11 +94,15 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     for side in (rwlock.READ, rwlock.WRITE):
         yield rwlock.release_call(rw, side, OWNER, 1, request_id="r")
         yield next(rwlock.force_release(rw, side))
-    yield rwlock.leave_call(rw, OWNER)
+    for side in (rwlock.READ, rwlock.WRITE):
+        yield rwlock.leave_call(rw, side, OWNER, "w")
     redisson_rw = RedissonRwKeys.for_name("catalog", mode)
     for side in (rwlock.READ, rwlock.WRITE):
         yield redisson_rw.release_call(side, OWNER, 1, request_id="r")
         yield redisson_rw.force_release_call(side)
+        leave = redisson_rw.leave_call(side, OWNER, "w")
+        assert leave is not None
+        yield leave
     s = sem.SemaphoreKeys.for_name("jobs", mode)
     yield next(sem.try_set_permits(s, 2))
     yield next(sem.add_permits(s, 1))

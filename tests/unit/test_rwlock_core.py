@@ -26,6 +26,7 @@ from ._fakes import OWNER, FakeClock, Finished, finish, step
 from .test_scripts import LUA_DIR, header_arity
 
 KEYS = core.RwKeys.for_name("orders:42")
+WAIT = "w"
 READ, WRITE = core.READ, core.WRITE
 GRANTED, HELD, LOST, UPGRADE = core.GRANTED, core.HELD, core.LOST, core.UPGRADE
 
@@ -86,18 +87,23 @@ def _calls() -> list[tuple[Call, int]]:
     out: list[tuple[Call, int]] = []
     for side in core.SIDES:
         for queue in (False, True):
-            call = core.acquire_call(KEYS, side, OWNER, 0, 30.0, queue)
+            call = core.acquire_call(KEYS, side, OWNER, 0, 30.0, queue, WAIT)
             out.append((call, 1))
             assert call.undo is not None
             undo = call.undo([GRANTED, 1, 30000, 5])
             assert undo is not None
             out.append((undo, 1))
+        reentry = core.acquire_call(KEYS, side, OWNER, 1, 30.0, False, WAIT)
+        assert reentry.undo is not None
+        undo = reentry.undo([GRANTED, 2, 30000, 5])
+        assert undo is not None
+        out.append((undo, 1))
+        out.append((core.leave_call(KEYS, side, OWNER, WAIT), 1))
         out.append((core.release_call(KEYS, side, OWNER, 2, request_id="r"), 1))
         out.append((next(core.force_release(KEYS, side)), 1))
         for n in (1, 3):
             renew = KEYS.side_keys(side).renew_call([f"o:{i}" for i in range(n)], 9000, None)
             out.append((renew, n))
-    out.append((core.leave_call(KEYS, OWNER), 1))
     out.append((next(core.status(KEYS, OWNER)), 1))
     return out
 
@@ -121,13 +127,27 @@ def test_receipt_and_place_constants_match_the_scripts() -> None:
 
 
 def test_acquire_call_undo_gives_back_only_a_new_grant() -> None:
-    call = core.acquire_call(KEYS, WRITE, OWNER, 2, 30.0, True)
+    call = core.acquire_call(KEYS, WRITE, OWNER, 2, 30.0, True, WAIT)
     assert call.undo is not None
     undo = call.undo([GRANTED, 3, 30000, 5])
     assert undo is not None and undo.script is core.RW_WRITE_RELEASE
     assert undo.args[:2] == (OWNER, 3)
     assert call.undo([GRANTED, 2, 30000, 5]) is None  # not ours: nothing to give back
     assert call.undo([HELD, 0, 100, 0]) is None
+
+
+@pytest.mark.parametrize("side", core.SIDES)
+def test_a_first_grants_undo_gives_back_by_the_calls_wait_id(side: str) -> None:
+    """Not by count: a give-back delivered late must not free a hold that a later call of
+    the same owner was granted meanwhile (the script frees only a hold made for the call)."""
+    call = core.acquire_call(KEYS, side, OWNER, 0, 30.0, True, WAIT)
+    assert call.args[-1] == WAIT
+    assert call.undo is not None
+    undo = call.undo([GRANTED, 1, 30000, 5])
+    assert undo == core.leave_call(KEYS, side, OWNER, WAIT)
+    assert undo is not None and undo.args == (OWNER, "publish", side, WAIT)
+    assert call.undo([HELD, 0, 100, 0]) is None
+    assert call.undo([LOST, 2, 0, 0]) is None
 
 
 # --- the acquire loop ------------------------------------------------------------------------
@@ -150,11 +170,12 @@ def start(
         lease=lease,
         blocking=blocking,
         timeout=timeout,
+        wait_id=WAIT,
         clock=clock,
     )
     first = step(op, first=True)
     if blocking:  # listens first, if its client already does (here: not)
-        leave = core.leave_call(KEYS, OWNER) if side == WRITE else None
+        leave = core.leave_call(KEYS, side, OWNER, WAIT)  # gives back a hold made for the call
         assert first == Subscribe(KEYS.channel, OWNER, leave, only_if_live=True)
         first = step(op, False)
     return op, first
@@ -162,7 +183,7 @@ def start(
 
 def assert_acquire(call: Any, side: str, *, held: int = 0, queue: bool = True) -> None:
     assert isinstance(call, Call)
-    expected = core.acquire_call(KEYS, side, OWNER, held, 30.0, queue)
+    expected = core.acquire_call(KEYS, side, OWNER, held, 30.0, queue, WAIT)
     assert (call.script, call.keys, call.args) == (expected.script, expected.keys, expected.args)
 
 
@@ -188,7 +209,7 @@ def test_held_subscribes_retries_then_waits_bounded_by_the_hint() -> None:
     clock = FakeClock()
     op, _ = start(clock, WRITE, timeout=None)
     assert step(op, [HELD, 0, 600, 0]) == Subscribe(
-        KEYS.channel, OWNER, core.leave_call(KEYS, OWNER)
+        KEYS.channel, OWNER, core.leave_call(KEYS, WRITE, OWNER, WAIT)
     )
     assert_acquire(step(op, None), WRITE)  # at once after subscribing
     assert step(op, [HELD, 0, 600, 0]) == WaitWake(0.6)  # the blocking holder's lease
@@ -211,8 +232,8 @@ def test_a_writer_that_runs_out_of_time_leaves_the_line_a_reader_has_none() -> N
         clock.advance(0.75)
         step(op, False)
         if side == WRITE:
-            assert step(op, [HELD, 0, 5000, 0]) == core.leave_call(KEYS, OWNER)
-            assert finish(op, 1) is None
+            assert step(op, [HELD, 0, 5000, 0]) == core.leave_call(KEYS, WRITE, OWNER, WAIT)
+            assert finish(op, 0) is None
         else:
             assert finish(op, [HELD, 0, 5000, 0]) is None
 
@@ -266,10 +287,10 @@ def test_a_grant_without_enough_replicas_is_given_back() -> None:
 
 def test_an_outage_is_ridden_out_only_once_listening() -> None:
     op, _ = start(FakeClock(), READ)
-    # not yet listening: tell the caller, after giving back what may have been granted
+    # not yet listening: tell the caller, after giving back what may have been granted: a
+    # first hold made for this very call (by its wait id), never a later call's
     give_back = op.throw(ServerUnavailableError("down"))
-    assert isinstance(give_back, Call) and give_back.script is core.RW_READ_RELEASE
-    assert give_back.args[1] == 1  # a first hold, if the server made one
+    assert give_back == core.leave_call(KEYS, READ, OWNER, WAIT)
     with pytest.raises(ServerUnavailableError):
         op.throw(ServerUnavailableError("still down"))
     clock = FakeClock()
@@ -279,9 +300,10 @@ def test_an_outage_is_ridden_out_only_once_listening() -> None:
     assert isinstance(op.throw(ServerUnavailableError("down")), Sleep)
     clock.advance(11.0)
     assert_acquire(step(op, None), READ)
-    assert isinstance(op.throw(ServerUnavailableError("still down")), Call)  # the give-back
+    give_back = op.throw(ServerUnavailableError("still down"))
+    assert give_back == core.leave_call(KEYS, READ, OWNER, WAIT)
     with pytest.raises(ServerUnavailableError):
-        op.send([-1, 0])  # nothing to give back
+        op.send(0)  # nothing to give back
 
 
 reply_st = st.one_of(
@@ -318,7 +340,7 @@ def test_waits_are_bounded_and_giving_up_leaves_the_line(
                         assert clock.now + request.timeout <= start_at + timeout + 1e-9
                     clock.advance(min(spent, request.timeout))
                     request = step(op, spent < request.timeout)
-                elif request == core.leave_call(KEYS, OWNER):
+                elif request == core.leave_call(KEYS, WRITE, OWNER, WAIT):
                     leaves += 1
                     request = step(op, 0)
                 else:
@@ -434,11 +456,16 @@ def test_redisson_layout_names_keys_as_redisson_does(name: str, channel: str, ho
     assert keys.hold_key("o:1", 2) == hold
     for key in (keys.channel, hold, keys.fence, keys.tokens, keys.receipt(WRITE, "o:1")):
         assert hash_slot(key) == hash_slot(name)
-    read = keys.acquire_call(READ, "o:1", 1, 30.0, True)
+    read = keys.acquire_call(READ, "o:1", 1, 30.0, True, WAIT)
     assert read.keys[:2] == (name, hold)  # the new hold's lease key: count + 1
-    assert read.args[3] == "o:1:write"
-    assert keys.acquire_call(WRITE, "o:1", 0, 30.0, True).args[1] == "o:1:write"
-    assert keys.leave_call(WRITE, "o:1") is None  # no line in Redisson's layout
+    assert read.args[3:] == ("o:1:write", WAIT)
+    write = keys.acquire_call(WRITE, "o:1", 0, 30.0, True, WAIT)
+    assert write.args[1] == "o:1:write" and write.args[4] == WAIT
+    for side in core.SIDES:  # no line in Redisson's layout: only a hold to give back
+        assert keys.leave_call(side, "o:1", WAIT, give_back=False) is None
+        leave = keys.leave_call(side, "o:1", WAIT)
+        assert leave is not None and leave.keys == (name, channel, keys.tokens, keys.hold_prefix)
+        assert leave.args == (keys.field(side, "o:1"), side, "publish", WAIT)
 
 
 def test_redisson_layout_status_reads_the_hash() -> None:
@@ -462,3 +489,78 @@ def test_redisson_layout_status_reads_the_hash() -> None:
     assert status.readers == {"w:1": 1} and status.read_ttl == status.write_ttl == 1.5
     free = keys.parse_status("w:1", [-2, b"tokens"])
     assert free.writer is None and not free.readers and free.write_ttl is None
+
+
+def _redisson_calls() -> list[tuple[Call, int]]:
+    """Every kind of call the Redisson layout builds, with the number of holds it is about."""
+    from redlease._core.rwlock_redisson import RedissonRwKeys
+
+    keys = RedissonRwKeys.for_name("orders:42")
+    out: list[tuple[Call, int]] = []
+    for side in core.SIDES:
+        for held in (0, 1):
+            call = keys.acquire_call(side, OWNER, held, 30.0, True, WAIT)
+            out.append((call, 1))
+            assert call.undo is not None
+            undo = call.undo([GRANTED, held + 1, 30000, 5])
+            assert undo is not None
+            out.append((undo, 1))
+        leave = keys.leave_call(side, OWNER, WAIT)
+        assert leave is not None
+        out.append((leave, 1))
+        out.append((keys.release_call(side, OWNER, 2, request_id="r"), 1))
+        out.append((keys.force_release_call(side), 1))
+        for n in (1, 3):
+            renew = keys.side_keys(side).renew_call([f"o:{i}" for i in range(n)], 9000, None)
+            out.append((renew, n))
+    out.append((keys.status_call(OWNER), 1))
+    return out
+
+
+def test_redisson_layout_calls_cover_every_script() -> None:
+    from redlease._core import rwlock_redisson
+
+    names = sorted(s.name for s in rwlock_redisson.SCRIPTS)
+    assert names == sorted(p.stem for p in LUA_DIR.glob("redisson_rw_*.lua"))
+    assert {c.script.name for c, _ in _redisson_calls()} == set(names)
+
+
+@pytest.mark.parametrize(("call", "n"), _redisson_calls(), ids=lambda v: getattr(v, "script", v))
+def test_redisson_layout_calls_match_the_script_headers(call: Call, n: int) -> None:
+    assert header_arity(call.script.name, n) == (len(call.keys), len(call.args))
+    assert all(isinstance(k, str) and k for k in call.keys)
+    assert all(isinstance(a, str | int) and not isinstance(a, bool) for a in call.args)
+    assert len({hash_slot(k) for k in call.keys}) == 1
+
+
+def test_redisson_layout_first_grants_undo_gives_back_by_the_calls_wait_id() -> None:
+    from redlease._core.rwlock_redisson import LEAVE, WRITE_RELEASE, RedissonRwKeys
+
+    keys = RedissonRwKeys.for_name("orders:42")
+    for side in core.SIDES:
+        undo = keys.acquire_call(side, OWNER, 0, 30.0, True, WAIT).undo
+        assert undo is not None
+        back = undo([GRANTED, 1, 30000, 5])
+        assert back is not None and back.script is LEAVE and back.args[-1] == WAIT
+        assert undo([HELD, 0, 100, 0]) is None
+    reentry = keys.acquire_call(WRITE, OWNER, 1, 30.0, True, WAIT).undo
+    assert reentry is not None
+    back = reentry([GRANTED, 2, 30000, 5])
+    assert back is not None and back.script is WRITE_RELEASE and back.args[1] == 2
+
+
+@pytest.mark.parametrize("side", core.SIDES)
+def test_a_grant_is_trusted_only_for_the_lease_left_on_the_server(side: str) -> None:
+    """A retry that finds its own grant (its first reply was lost) answers the TTL left on
+    the key, shorter than the lease asked for: the caller believes no more than that, and a
+    grant with less left than the time its request took is given back, not reported."""
+    clock = FakeClock(100.0)
+    op, _ = start(clock, side, blocking=False)
+    clock.advance(0.01)
+    assert finish(op, [GRANTED, 1, 3000, 7]) == Acquired(1, 3.0, 100.0, 7)
+    clock = FakeClock(100.0)
+    op, _ = start(clock, side, blocking=False)
+    clock.advance(2.99)  # the 30 s asked for would be left; the 3 s on the server are not
+    back = step(op, [GRANTED, 1, 3000, 7])
+    assert isinstance(back, Call) and back.args[:2] == (OWNER, 1)
+    assert finish(op, [core.RELEASED, 0]) is None

@@ -16,10 +16,13 @@ hold count, a release receipt), fencing tokens and clean-up on every way out of 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from .codes import GRANTED
 from .keys import CLASSIC, LockKeys, PubSub, redisson_prefixed
-from .lock import Layout, grant_undo, to_ms
+from .lock import Layout, grant_undo, place_lease, to_ms
 from .requests import Call
 from .scripts import LOCK_STATUS, Script
 
@@ -65,6 +68,16 @@ class RedissonFairKeys(LockKeys):
         )
 
 
+def first_hold_undo(give_back: Call) -> Callable[[Any], Call | None]:
+    """A first acquire's ``undo``: ``give_back`` (which frees only a hold made for that very
+    call) when the reply shows a first hold granted."""
+
+    def undo(reply: Any) -> Call | None:
+        return give_back if int(reply[0]) == GRANTED and int(reply[1]) == 1 else None
+
+    return undo
+
+
 def wait_ms(timeout: float | None) -> int:
     """A waiter's wait as Redisson computes it: the acquire's timeout when it has one, else
     ``threadWaitTime``."""
@@ -101,12 +114,19 @@ class RedissonFairLayout(Layout):
         handover: bool,
         token: int = 0,
     ) -> Call:
-        undo = grant_undo(
-            held,
-            lambda count, granted: self.release_call(
-                keys, owner, count, request_id=uuid.uuid4().hex, token=granted
-            ),
-        )
+        if held == 0:
+            # a first hold goes back by this call's wait id (the leave call): a give-back
+            # delivered late never frees a hold that a later call of the owner was granted
+            undo = first_hold_undo(
+                self.leave_call(keys, owner, wait_id, timeout, place_lease(lease, handover))
+            )
+        else:
+            undo = grant_undo(
+                held,
+                lambda count, granted: self.release_call(
+                    keys, owner, count, request_id=uuid.uuid4().hex, token=granted
+                ),
+            )
         return Call(
             REDISSON_FAIR_ACQUIRE,
             (keys.name, keys.queue, keys.deadlines, keys.fence),

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
 from .backoff import Outage
+from .fair import first_hold_undo
 from .keys import CLASSIC, PubSub, same_slot_key
 from .limits import LateGrants
 from .lock import OUTAGE_TOLERANCE, Acquired, GoneHold, Status, drift, grant_undo, to_ms
@@ -99,11 +100,15 @@ class RwLayout(Protocol):
     def pubsub(self) -> PubSub: ...
     def label(self, side: str) -> str: ...
     def side_keys(self, side: str) -> OwnRenewalKeys: ...
-    def acquire_call(self, side: str, owner: str, held: int, lease: float, queue: bool) -> Call: ...
+    def acquire_call(
+        self, side: str, owner: str, held: int, lease: float, queue: bool, wait_id: str
+    ) -> Call: ...
     def release_call(
         self, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
     ) -> Call: ...
-    def leave_call(self, side: str, owner: str) -> Call | None: ...
+    def leave_call(
+        self, side: str, owner: str, wait_id: str, *, give_back: bool = True
+    ) -> Call | None: ...
     def force_release_call(self, side: str) -> Call: ...
     def status_call(self, owner: str) -> Call: ...
     def parse_status(self, owner: str, reply: Sequence[Any]) -> RwStatus: ...
@@ -160,17 +165,24 @@ class RwKeys(RwNames):
             pubsub=pubsub,
         )
 
-    def acquire_call(self, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
-        return acquire_call(self, side, owner, held, lease, queue)
+    def acquire_call(
+        self, side: str, owner: str, held: int, lease: float, queue: bool, wait_id: str
+    ) -> Call:
+        return acquire_call(self, side, owner, held, lease, queue, wait_id)
 
     def release_call(
         self, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
     ) -> Call:
         return release_call(self, side, owner, held, request_id=request_id, unsure=unsure)
 
-    def leave_call(self, side: str, owner: str) -> Call | None:
-        """Only writers wait in line."""
-        return leave_call(self, owner) if side == WRITE else None
+    def leave_call(
+        self, side: str, owner: str, wait_id: str, *, give_back: bool = True
+    ) -> Call | None:
+        """A writer leaves the line (only writers wait in line); with ``give_back`` either
+        side gives back a first hold made for the call ``wait_id`` (``None``: nothing to do)."""
+        if side == READ and not give_back:
+            return None
+        return leave_call(self, side, owner, wait_id)
 
     def force_release_call(self, side: str) -> Call:
         return Call(
@@ -238,25 +250,35 @@ def upgrade_error(keys: RwLayout, owner: str) -> LockUpgradeError:
     )
 
 
-def release_undo(keys: RwLayout, side: str, owner: str, held: int) -> Callable[[Any], Call | None]:
+def release_undo(
+    keys: RwLayout, side: str, owner: str, held: int, wait_id: str
+) -> Callable[[Any], Call | None]:
     """What gives back the hold that an acquire try made for a caller who no longer wants
-    it (it was cancelled with the reply on its way)."""
+    it (it was cancelled with the reply on its way). A first hold goes back by the call's
+    wait id (the leave call), so that a give-back delivered late never frees a hold that a
+    later call of the owner was granted meanwhile; a re-entry's, by its count."""
+    if held == 0:
+        give_back = keys.leave_call(side, owner, wait_id, give_back=True)
+        assert give_back is not None  # (a layout always has one to give a hold back)
+        return first_hold_undo(give_back)
     return grant_undo(
         held,
         lambda count, _token: keys.release_call(side, owner, count, request_id=uuid.uuid4().hex),
     )
 
 
-def acquire_call(keys: RwKeys, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
-    """One try; if the caller is cancelled after the server granted it, the undo gives the
-    hold back."""
-    undo = release_undo(keys, side, owner, held)
+def acquire_call(
+    keys: RwKeys, side: str, owner: str, held: int, lease: float, queue: bool, wait_id: str
+) -> Call:
+    """One try of the acquire call ``wait_id``; if the caller is cancelled after the server
+    granted it, the undo gives the hold back."""
+    undo = release_undo(keys, side, owner, held, wait_id)
 
     if side == READ:
         return Call(
             RW_READ_ACQUIRE,
             (keys.writer, keys.readers, keys.leases, keys.tokens, keys.places, keys.fence),
-            (to_ms(lease), owner, held),
+            (to_ms(lease), owner, held, wait_id),
             undo=undo,
         )
     return Call(
@@ -270,7 +292,7 @@ def acquire_call(keys: RwKeys, side: str, owner: str, held: int, lease: float, q
             keys.places,
             keys.fence,
         ),
-        (to_ms(lease), owner, held, PLACE_MS if queue else 0),
+        (to_ms(lease), owner, held, PLACE_MS if queue else 0, wait_id),
         undo=undo,
     )
 
@@ -310,12 +332,21 @@ def release_call(
     )
 
 
-def leave_call(keys: RwKeys, owner: str) -> Call:
-    """A waiting writer leaves the line (and wakes whom its place held back)."""
+def leave_call(keys: RwKeys, side: str, owner: str, wait_id: str) -> Call:
+    """The acquire call ``wait_id`` on ``side`` gives up: a writer leaves the line (and wakes
+    whom its place held back), and a first hold made for that call goes back."""
     return Call(
         RW_LEAVE,
-        (keys.writer, keys.leases, keys.line, keys.places, keys.channel),
-        (owner, keys.pubsub.command),
+        (
+            keys.writer,
+            keys.readers,
+            keys.leases,
+            keys.tokens,
+            keys.line,
+            keys.places,
+            keys.channel,
+        ),
+        (owner, keys.pubsub.command, side, wait_id),
     )
 
 
@@ -336,6 +367,7 @@ def acquire(
     lease: float,
     blocking: bool,
     timeout: float | None,
+    wait_id: str,
     clock: Callable[[], float] = time.monotonic,
     on_gone: Callable[[], None] = lambda: None,
 ) -> Operation[Acquired | None]:
@@ -352,9 +384,19 @@ def acquire(
     sent, minus the drift allowance; a grant that arrives too late is given back. Every wait
     is bounded by the blocking holder's lease, ``RECHECK`` and our own deadline. A waiter
     rides out a server outage of up to ``OUTAGE_TOLERANCE``. Giving up leaves the line.
+
+    ``wait_id`` is unique to this call (its tries reuse it): a first hold the server makes
+    records it, and a first try finds an existing hold of the owner its own retry only if it
+    was made for this call (any other is re-leased to this call). A call that gives up after a
+    reply it could not read gives back only a hold made for it, never one that a later call
+    of the owner was granted meanwhile. A grant is trusted for the lease left on the server
+    when that is shorter than ``lease`` (a retry that finds its own grant).
     """
     deadline = None if timeout is None else clock() + timeout
-    leave = keys.leave_call(side, owner)
+    # what giving up sends: leave the line, give back a first hold made for this call
+    leave = keys.leave_call(side, owner, wait_id, give_back=True)
+    # what running out of time sends (the last reply was not a grant): leave the line only
+    out_of_time = keys.leave_call(side, owner, wait_id, give_back=False)
     subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     gone = GoneHold(on_gone)
@@ -362,7 +404,7 @@ def acquire(
     while True:
         sent_at = clock()
         try:
-            reply = yield keys.acquire_call(side, owner, held, lease, queue=blocking)
+            reply = yield keys.acquire_call(side, owner, held, lease, blocking, wait_id)
         except ReplicaError as exc:
             # not confirmed by enough replicas: a failover could lose it, so give it back
             reply = exc.reply
@@ -372,21 +414,21 @@ def acquire(
         except ServerUnavailableError:
             pause = outage.failed(listening=subscribed)
             if pause is None:
-                if held == 0:
+                if held == 0 and leave is not None:
                     # a grant whose reply was lost must not hold the side for a whole lease:
-                    # give back a first hold of ours, if any (else the release changes nothing)
+                    # give back a first hold made for this call, if any (never another's)
                     with contextlib.suppress(ServerUnavailableError):
-                        yield keys.release_call(side, owner, 1, request_id=uuid.uuid4().hex)
+                        yield leave
                 raise
             yield Sleep(pause)
             continue
         outage.ended()
         code, count, ms = int(reply[0]), int(reply[1]), int(reply[2])
         if code == GRANTED:
-            if clock() - sent_at < lease - drift(lease):
-                return Acquired(
-                    count=count, ttl=ms / 1000, requested_at=sent_at, token=int(reply[3])
-                )
+            # the lease left on the server: less than asked when a retry finds its own grant
+            left = lease if ms < 0 else min(lease, ms / 1000)
+            if clock() - sent_at < left - drift(left):
+                return Acquired(count=count, ttl=left, requested_at=sent_at, token=int(reply[3]))
             yield keys.release_call(side, owner, count, request_id=uuid.uuid4().hex)
             ms = 0
             late.came()
@@ -399,8 +441,8 @@ def acquire(
             return None
         remaining = math.inf if deadline is None else deadline - clock()
         if remaining <= 0:
-            if leave is not None:
-                yield leave
+            if out_of_time is not None:
+                yield out_of_time
             return None
         if not subscribed:
             # Subscribe, then try again at once: a wake-up between our try and the

@@ -11,7 +11,8 @@ it has a brace, else ``N`` in braces):
 - ``redisson_rwlock:{N}``: the channel; ``0`` wakes one waiter, ``1`` every waiter.
 
 redlease adds keys Redisson never reads, in the same hash slot: the fencing counter, the
-tokens of live holds, and release receipts. The operations (acquire loop, release, status)
+tokens of live holds with the wait id of the call each first hold was made for, and release
+receipts. The operations (acquire loop, release, status)
 are ``rwlock``'s; only the scripts differ. What this layout gives up against redlease's own:
 no writer preference (readers keep joining while a writer waits: Redisson's rule) and no
 line, so waiters race when woken; the lock lives as long as its longest-lived hold, so a
@@ -39,8 +40,18 @@ WRITE_RELEASE = Script.load("redisson_rw_write_release")
 RENEW = Script.load("redisson_rw_renew")
 STATUS = Script.load("redisson_rw_status")
 FORCE_RELEASE = Script.load("redisson_rw_force_release")
+LEAVE = Script.load("redisson_rw_leave")
 
-SCRIPTS = (READ_ACQUIRE, WRITE_ACQUIRE, READ_RELEASE, WRITE_RELEASE, RENEW, STATUS, FORCE_RELEASE)
+SCRIPTS = (
+    READ_ACQUIRE,
+    WRITE_ACQUIRE,
+    READ_RELEASE,
+    WRITE_RELEASE,
+    RENEW,
+    STATUS,
+    FORCE_RELEASE,
+    LEAVE,
+)
 
 WRITE_SUFFIX = ":write"
 """Redisson marks a writer's field by this suffix on the owner field."""
@@ -97,21 +108,24 @@ class RedissonRwKeys(RwNames):
             pubsub=self.pubsub,
         )
 
-    def acquire_call(self, side: str, owner: str, held: int, lease: float, queue: bool) -> Call:
-        """One try (``queue`` is moot: this layout has no line); a grant the caller no longer
-        wants (it was cancelled) is given back by the undo."""
-        undo = release_undo(self, side, owner, held)
+    def acquire_call(
+        self, side: str, owner: str, held: int, lease: float, queue: bool, wait_id: str
+    ) -> Call:
+        """One try of the acquire call ``wait_id`` (``queue`` is moot: this layout has no
+        line); a grant the caller no longer wants (it was cancelled) is given back by the
+        undo."""
+        undo = release_undo(self, side, owner, held, wait_id)
         if side == READ:
             return Call(
                 READ_ACQUIRE,
                 (self.name, self.hold_key(owner, held + 1), self.fence, self.tokens),
-                (to_ms(lease), owner, held, self.field(WRITE, owner)),
+                (to_ms(lease), owner, held, self.field(WRITE, owner), wait_id),
                 undo=undo,
             )
         return Call(
             WRITE_ACQUIRE,
             (self.name, self.fence, self.tokens),
-            (to_ms(lease), self.field(WRITE, owner), held, owner),
+            (to_ms(lease), self.field(WRITE, owner), held, owner, wait_id),
             undo=undo,
         )
 
@@ -124,9 +138,18 @@ class RedissonRwKeys(RwNames):
             return Call(READ_RELEASE, (*keys, self.hold_prefix), args)
         return Call(WRITE_RELEASE, keys, args)
 
-    def leave_call(self, side: str, owner: str) -> Call | None:
-        """Nobody waits in line in this layout: a waiter that gives up has nothing to leave."""
-        return None
+    def leave_call(
+        self, side: str, owner: str, wait_id: str, *, give_back: bool = True
+    ) -> Call | None:
+        """Nobody waits in line in this layout: a call that gives up has only a first hold
+        made for it (``wait_id``) to give back, if any (``None`` without ``give_back``)."""
+        if not give_back:
+            return None
+        return Call(
+            LEAVE,
+            (self.name, self.channel, self.tokens, self.hold_prefix),
+            (self.field(side, owner), side, self.pubsub.command, wait_id),
+        )
 
     def force_release_call(self, side: str) -> Call:
         return Call(

@@ -13,8 +13,9 @@
 --          holder's lease), and a grant moves every place behind up by it (Redisson's rule)
 -- ARGV[5]  1: take a place at the end of the line when the lock cannot be had; 0: one try
 -- ARGV[6]  wait id: unique per acquire call of the owner (its retries reuse it). A new hold
---          records it (field "redlease:wait"), so that a waiter giving up gives back only a
---          hold made for that very call (redisson_fair_leave.lua).
+--          records it (field "redlease:wait", which Redisson's scripts ignore), so that a
+--          first acquire takes only a hold made for this very call as its retry, and a waiter
+--          giving up gives back only such a hold (redisson_fair_leave.lua).
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
@@ -23,21 +24,43 @@
 --              token handed out. A queueing caller now has a place in line (a caller that
 --              has one keeps it as it is, as in Redisson).
 --  -1 LOST     the caller believed it held the lock, but its hold is gone
--- A retried request (its reply was lost) finds the count one above what the caller believes
--- and answers GRANTED without counting a second hold. A free lock goes to the caller when the
--- line is empty or the caller is first in it: it then leaves the line. Time is the server's
--- clock (Redisson's clients write their own in these places). Fencing: as lock_acquire.lua,
--- the token in field "redlease:fence" of the lock hash (Redisson's scripts ignore it).
+-- Retries: a first acquire (ARGV[3] = 0) that finds its owner's field takes that hold as its
+-- own retry (the reply was lost: GRANTED with the TTL on the key, no second hold counted) only
+-- if the hold records this very call's wait id. A hold of the owner made for another call (a
+-- wait that gave up and could not give it back, a stale copy after a failover) is re-leased
+-- to this call: count 1, a fresh token, this call's wait id and lease. A re-entry's retry
+-- finds the count one above what the caller believes (same token). A free lock goes to the
+-- caller when the line is empty or the caller is first in it: it then leaves the line. Time
+-- is the server's clock (Redisson's clients write their own in these places).
+-- Fencing: the hold's token is in field "redlease:fence" of the lock hash (Redisson's scripts
+-- ignore it); every token handed out is max(last token + 1, the hold's token + 1, server time
+-- in microseconds), and the counter is set to it: tokens keep increasing after a data loss.
 local expected = tonumber(ARGV[3])
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[2]) or '0')
+local lease = tonumber(ARGV[1])
+local fields = redis.call('hmget', KEYS[1], ARGV[2], 'redlease:fence', 'redlease:wait')
+local count = tonumber(fields[1] or '0')
+local function new_token(now) -- above the counter and the hold's, not below the clock
+  local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1,
+    tonumber(fields[2] or '0') + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('set', KEYS[4], token)
+  return token
+end
+if expected == 0 and count > 0 then
+  if count == 1 and fields[3] == ARGV[6] then -- made for this very call: its retry
+    return {1, 1, redis.call('pttl', KEYS[1]), tonumber(fields[2] or '0')}
+  end
+  -- a hold of this owner made for another call: re-leased to this one
+  local token = new_token(redis.call('time'))
+  redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[6])
+  redis.call('pexpire', KEYS[1], lease)
+  return {1, 1, lease, token}
+end
 if count == expected + 1 then
-  local token = tonumber(redis.call('hget', KEYS[1], 'redlease:fence') or '0')
-  return {1, count, redis.call('pttl', KEYS[1]), token}
+  return {1, count, redis.call('pttl', KEYS[1]), tonumber(fields[2] or '0')}
 end
 if count ~= expected then
   return {-1, count, redis.call('pttl', KEYS[1]), 0}
 end
-local lease = tonumber(ARGV[1])
 if count > 0 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   local ttl = redis.call('pttl', KEYS[1])
@@ -73,9 +96,7 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
   for i = 1, #behind do
     redis.call('zincrby', KEYS[3], -wait, behind[i])
   end
-  local token = math.max(tonumber(redis.call('get', KEYS[4]) or '0') + 1,
-    tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  redis.call('set', KEYS[4], token)
+  local token = new_token(now)
   redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[6])
   redis.call('pexpire', KEYS[1], lease)
   return {1, 1, lease, token}

@@ -4,23 +4,61 @@
 -- KEYS[2]  the lease key of the hold this call makes, "<tagged name>:<field>:rwlock_timeout:<n>"
 --          (n: the caller's read hold count plus one), a string whose TTL is that hold's lease
 -- KEYS[3]  fencing counter: the last token handed out for this name (never expires)
--- KEYS[4]  tokens: hash {field -> fencing token of its first hold} (redlease's own key)
+-- KEYS[4]  tokens: hash {field -> fencing token of its first hold, "wait:<field>" -> the wait
+--          id of the call its first hold was made for} (redlease's own key: Redisson's lock
+--          hash keeps only Redisson's fields)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client-id>:<thread-id>"
 -- ARGV[3]  read hold count the caller believes it has (0 on a first acquire)
 -- ARGV[4]  the owner's write field "<client-id>:<thread-id>:write"
+-- ARGV[5]  wait id: unique per acquire call of the owner (its retries reuse it); a first hold
+--          records it, so that a waiter giving up gives back only a hold made for that very
+--          call (redisson_rw_leave.lua)
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new read count, ttl_ms the lock's TTL, token the fencing
 --              token of the owner's read holds
 --   0 HELD     another owner writes; ttl_ms is the lock's TTL
 --  -1 LOST     the caller's read count is not what it believes (hold_count: the server's)
--- A retried request (its reply was lost) finds the count one above what the caller believes
--- and answers GRANTED without counting a second hold. As Redisson does, a reader may join
--- other readers at any time, and the writer may take read holds of its own (downgrade).
+-- Retries: a first acquire (ARGV[3] = 0) that finds the owner reading takes that hold as its
+-- own retry (the reply was lost: GRANTED, no second hold counted) only if the hold records
+-- this very call's wait id. A hold of the owner made for another call (a wait that gave up
+-- and could not give it back, a stale copy after a failover) is re-leased to this call:
+-- count 1, a fresh token, this call's wait id and lease (the lock's TTL is set to the lease
+-- when the hold is the lock's only one, else only lengthened to it). A re-entry's retry finds
+-- the count one above what the caller believes (same token). As Redisson does, a reader may
+-- join other readers at any time, and the writer may take read holds of its own (downgrade).
+-- Fencing: every token handed out is max(last token + 1, the hold's token + 1, server time in
+-- microseconds), and the counter is set to it: tokens keep increasing after a data loss.
 local owner = ARGV[2]
 local expected = tonumber(ARGV[3])
 local lease = tonumber(ARGV[1])
+local wait_field = 'wait:' .. owner
 local count = tonumber(redis.call('hget', KEYS[1], owner) or '0')
+local function new_token(floor) -- above the counter and floor, not below the clock
+  local now = redis.call('time')
+  local token = math.max(tonumber(redis.call('get', KEYS[3]) or '0') + 1, floor + 1,
+    tonumber(now[1]) * 1000000 + tonumber(now[2]))
+  redis.call('set', KEYS[3], token)
+  redis.call('hset', KEYS[4], owner, token, wait_field, ARGV[5])
+  if redis.call('pttl', KEYS[4]) < lease then
+    redis.call('pexpire', KEYS[4], lease)
+  end
+  return token
+end
+if expected == 0 and count > 0 then
+  local held = redis.call('hmget', KEYS[4], owner, wait_field)
+  if count == 1 and held[2] == ARGV[5] then -- made for this very call: its retry
+    return {1, 1, redis.call('pttl', KEYS[1]), tonumber(held[1] or '0')}
+  end
+  -- a hold of this owner made for another call: re-leased to this one
+  redis.call('hset', KEYS[1], owner, 1)
+  redis.call('set', KEYS[2], 1, 'px', lease)
+  if redis.call('hlen', KEYS[1]) == 2 or redis.call('pttl', KEYS[1]) < lease then
+    redis.call('pexpire', KEYS[1], lease)
+  end
+  local token = new_token(tonumber(held[1] or '0'))
+  return {1, 1, redis.call('pttl', KEYS[1]), token}
+end
 if count == expected + 1 then
   local token = tonumber(redis.call('hget', KEYS[4], owner) or '0')
   return {1, count, redis.call('pttl', KEYS[1]), token}
@@ -45,15 +83,11 @@ if redis.call('pttl', KEYS[1]) < lease then
 end
 local token
 if count == 0 then
-  local now = redis.call('time')
-  token = math.max(tonumber(redis.call('get', KEYS[3]) or '0') + 1,
-    tonumber(now[1]) * 1000000 + tonumber(now[2]))
-  redis.call('set', KEYS[3], token)
-  redis.call('hset', KEYS[4], owner, token)
+  token = new_token(0)
 else
   token = tonumber(redis.call('hget', KEYS[4], owner) or '0')
-end
-if redis.call('pttl', KEYS[4]) < lease then
-  redis.call('pexpire', KEYS[4], lease)
+  if redis.call('pttl', KEYS[4]) < lease then
+    redis.call('pexpire', KEYS[4], lease)
+  end
 end
 return {1, count + 1, redis.call('pttl', KEYS[1]), token}

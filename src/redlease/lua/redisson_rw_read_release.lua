@@ -4,7 +4,8 @@
 -- KEYS[2]  the lock's channel "redisson_rwlock:<tagged name>"
 -- KEYS[3]  the owner's release receipt for this side (redlease's own key, same hash slot):
 --          the request id of its last final read release
--- KEYS[4]  tokens: hash {field -> fencing token of its first hold} (redlease's own key)
+-- KEYS[4]  tokens: hash {field -> fencing token of its first hold, "wait:<field>" -> wait id}
+--          (redlease's own key)
 -- KEYS[5]  the prefix of every hold's lease key, "<tagged name>:" (a hold's lease key is
 --          "<prefix><field>:rwlock_timeout:<n>", named in the script as Redisson's are)
 -- ARGV[1]  owner field
@@ -42,7 +43,8 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) 
     return {1, expected - 1}
   end
   redis.call('hdel', KEYS[1], owner)
-  redis.call('hdel', KEYS[4], owner)
+  local wait_field = 'wait:' .. owner
+  redis.call('hdel', KEYS[4], owner, wait_field)
   redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
   if redis.call('hlen', KEYS[1]) > 1 then
     -- others hold: the lock lasts as long as the longest lease among their read holds

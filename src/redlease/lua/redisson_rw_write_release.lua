@@ -4,7 +4,8 @@
 -- KEYS[2]  the lock's channel "redisson_rwlock:<tagged name>"
 -- KEYS[3]  the owner's release receipt for this side (redlease's own key, same hash slot):
 --          the request id of its last final write release
--- KEYS[4]  tokens: hash {field -> fencing token of its first hold} (redlease's own key)
+-- KEYS[4]  tokens: hash {field -> fencing token of its first hold, "wait:<field>" -> wait id}
+--          (redlease's own key)
 -- ARGV[1]  the owner's write field "<client-id>:<thread-id>:write"
 -- ARGV[2]  write hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
@@ -34,7 +35,8 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) 
     return {1, expected - 1}
   end
   redis.call('hdel', KEYS[1], field)
-  redis.call('hdel', KEYS[4], field)
+  local wait_field = 'wait:' .. field
+  redis.call('hdel', KEYS[4], field, wait_field)
   redis.call('set', KEYS[3], ARGV[3], 'px', 30000)
   if redis.call('hlen', KEYS[1]) == 1 then
     redis.call('del', KEYS[1])

@@ -3,7 +3,7 @@
 -- KEYS[1]  writer: hash {writer, count, deadline, token} (see rw_write_acquire.lua)
 -- KEYS[2]  reader hold counts: hash {owner field -> read hold count}
 -- KEYS[3]  reader leases: zset {owner field -> lease end, ms (server clock)}
--- KEYS[4]  reader tokens: hash {owner field -> fencing token}
+-- KEYS[4]  reader tokens: hash {owner field -> fencing token, "wait:<owner field>" -> wait id}
 -- KEYS[5]  writers' line: zset {owner field -> arrival, us}
 -- KEYS[6]  writers' places: zset {owner field -> when its place lapses, ms}
 -- KEYS[7]  the lock's channel
@@ -47,7 +47,8 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) 
   end
   redis.call('zrem', KEYS[3], owner)
   redis.call('hdel', KEYS[2], owner)
-  redis.call('hdel', KEYS[4], owner)
+  local wait_field = 'wait:' .. owner
+  redis.call('hdel', KEYS[4], owner, wait_field)
   redis.call('set', KEYS[8], ARGV[3], 'px', 30000)
   if redis.call('zcount', KEYS[3], after, '+inf') == 0
       and tonumber(redis.call('hget', KEYS[1], 'deadline') or '0') <= now then

@@ -1,8 +1,10 @@
 -- Take or re-enter the write hold of a read-write lock (many readers or one writer).
--- KEYS[1]  writer: hash {writer, count, deadline (lease end, ms, server clock), token}
+-- KEYS[1]  writer: hash {writer, count, deadline (lease end, ms, server clock), token, wait
+--          (the wait id of the acquire call its first hold was made for)}
 -- KEYS[2]  reader hold counts: hash {owner field -> read hold count}
 -- KEYS[3]  reader leases: zset {owner field -> lease end, ms (server clock)}
--- KEYS[4]  reader tokens: hash {owner field -> fencing token of its read hold}
+-- KEYS[4]  reader tokens: hash {owner field -> fencing token of its read hold,
+--          "wait:<owner field>" -> the wait id of the call its first read hold was made for}
 -- KEYS[5]  writers' line: zset {owner field -> arrival, us (server clock)}
 -- KEYS[6]  writers' places: zset {owner field -> when its place lapses, ms (server clock)}
 -- KEYS[7]  fencing counter: the last token handed out for this lock (never expires)
@@ -10,6 +12,9 @@
 -- ARGV[2]  owner field "<client-id>:<owner-id>"
 -- ARGV[3]  write hold count the caller believes it has (0 on a first acquire)
 -- ARGV[4]  how long a place in line lasts unless the caller retries, ms (0: do not queue)
+-- ARGV[5]  wait id: unique per acquire call of the owner (its retries reuse it); a first hold
+--          records it, so that a waiter giving up gives back only a hold made for that very
+--          call (rw_leave.lua)
 -- Reply    {code, hold_count, ms, token}
 --   1 GRANTED  hold_count is the new count, ms the write lease left, token the hold's token
 --   0 HELD     another owner writes or readers read (ms: the longest of their leases), or
@@ -18,7 +23,14 @@
 --  -2 UPGRADE  the caller holds a read hold: waiting for the write lock would wait for itself
 -- Writers are served in arrival order: a free lock goes to the first live place in line. A
 -- place lapses unless its waiter retries in time, so a dead waiter blocks nobody for long.
--- A retried request finds the count one above what the caller believes: GRANTED, no new hold.
+-- Retries: a first acquire (ARGV[3] = 0) that finds the owner writing takes that hold as its
+-- own retry (the reply was lost: GRANTED with the lease left, no second hold counted) only if
+-- the hold records this very call's wait id. A hold of the owner made for another call (a
+-- wait that gave up and could not give it back, a stale copy after a failover) is re-leased
+-- to this call: count 1, a fresh token, this call's wait id and lease. A re-entry's retry
+-- finds the count one above what the caller believes (same token).
+-- Fencing: every token handed out is max(last token + 1, the hold's token + 1, server time in
+-- microseconds), and the counter is set to it: tokens keep increasing after a data loss.
 local t = redis.call('time')
 local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local now = math.floor(now_us / 1000)
@@ -37,6 +49,25 @@ end
 local count = 0
 if writer == owner then
   count = tonumber(redis.call('hget', KEYS[1], 'count'))
+end
+local function new_token(floor) -- above the counter and floor, not below the clock
+  local token = math.max(tonumber(redis.call('get', KEYS[7]) or '0') + 1, floor + 1, now_us)
+  redis.call('set', KEYS[7], token)
+  return token
+end
+if expected == 0 and count > 0 then
+  redis.call('zrem', KEYS[5], owner)
+  redis.call('zrem', KEYS[6], owner)
+  local held = redis.call('hmget', KEYS[1], 'token', 'wait')
+  if count == 1 and held[2] == ARGV[5] then -- made for this very call: its retry
+    return {1, 1, ends - now, tonumber(held[1] or '0')}
+  end
+  -- a hold of this owner made for another call: re-leased to this one
+  local token = new_token(tonumber(held[1] or '0'))
+  redis.call('hset', KEYS[1], 'count', 1, 'deadline', now + lease, 'token', token,
+    'wait', ARGV[5])
+  redis.call('pexpire', KEYS[1], lease)
+  return {1, 1, lease, token}
 end
 if count == expected + 1 then
   return {1, count, ends - now, tonumber(redis.call('hget', KEYS[1], 'token'))}
@@ -67,7 +98,8 @@ end
 for _, reader in ipairs(redis.call('zrangebyscore', KEYS[3], '-inf', now, 'LIMIT', 0, 64)) do
   redis.call('zrem', KEYS[3], reader)
   redis.call('hdel', KEYS[2], reader)
-  redis.call('hdel', KEYS[4], reader)
+  local waits = 'wait:' .. reader
+  redis.call('hdel', KEYS[4], reader, waits)
 end
 if tonumber(redis.call('zscore', KEYS[3], owner) or '0') > now then
   return {-2, 0, 0, 0}
@@ -99,8 +131,8 @@ for _ = 1, 16 do
 end
 redis.call('zrem', KEYS[5], owner)
 redis.call('zrem', KEYS[6], owner)
-local token = math.max(tonumber(redis.call('get', KEYS[7]) or '0') + 1, now_us)
-redis.call('set', KEYS[7], token)
-redis.call('hset', KEYS[1], 'writer', owner, 'count', 1, 'deadline', now + lease, 'token', token)
+local token = new_token(0)
+redis.call('hset', KEYS[1], 'writer', owner, 'count', 1, 'deadline', now + lease, 'token', token,
+  'wait', ARGV[5])
 redis.call('pexpire', KEYS[1], lease)
 return {1, 1, lease, token}
