@@ -64,17 +64,29 @@ class SlowWay:
         """New connections to master 3 go straight to it from now on."""
         self.front.retarget(self.server)
 
+    def hellos_run(self) -> int:
+        """How many HELLO commands master 3 has run."""
+        stats = self.master.info("commandstats").get("cmdstat_hello", {})
+        return int(stats.get("calls", 0))
+
     def scripts_run(self) -> int:
         """How many EVALSHA calls master 3 has run."""
         stats = self.master.info("commandstats").get("cmdstat_evalsha", {})
         return int(stats.get("calls", 0))
 
+    async def late_call_ran(self, before: int) -> bool:
+        """Whether master 3 runs a call (the late one) after the thaw, within a second."""
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            if self.scripts_run() > before:
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
     async def nothing_left_after(self, before: int) -> None:
         """Once master 3 has run the late call, nothing of it stays there."""
-        await eventually(
-            lambda: self.scripts_run() > before and holders(self.server, self.name) == {},
-            timeout=10,
-        )
+        assert await self.late_call_ran(before), "the late call never reached master 3"
+        await eventually(lambda: holders(self.server, self.name) == {}, timeout=10)
         await asyncio.sleep(0.2)  # and nothing arrives after that
         assert holders(self.server, self.name) == {}
 
@@ -246,15 +258,35 @@ async def test_cancelled_acquire_gives_back_after_the_call_it_was_reading(side, 
     await way.nothing_left_after(before)
 
 
-async def test_new_connection_set_up_just_before_the_deadline(side, three, way):
+async def test_new_connection_set_up_just_before_the_deadline(side, three, name):
     """Defect 7 as it comes (no internals): master 3's new connection completes its set-up
     (one round trip, HELLO) less than ``FINAL_READ`` before the round's deadline, here because
     the event loop was busy until then. The read of its reply is then bounded past the
     deadline, so the round's own timeout fires first. Before the fix that cancelled the read,
     closed the connection and sent the give-back on a new one, which arrived first: a stray
-    hold on master 3 (seen in 29 of 30 runs). Now the round's task is the only reader: no tie."""
+    hold on master 3 (seen in 29 of 30 runs). Now the round's task is the only reader: no tie.
+    Set-up is timing-dependent (a loaded machine can miss it: nothing is written on the new
+    connection in time), so up to five attempts are made until one sets it up; none may leave
+    anything on master 3. (The deterministic proofs are the two tests above.)"""
     if not side.is_async:
         pytest.skip("the sync fan-out reads every reply in the caller's thread")
+    set_up = 0
+    for attempt in range(5):
+        way = SlowWay(three, f"{name}:{attempt}")
+        try:
+            set_up += await _late_after_set_up_at_the_deadline(side, three, way)
+        finally:
+            way.close()
+        if set_up:
+            break
+    if not set_up:
+        pytest.skip("too loaded: no attempt wrote the call on the new connection in time")
+
+
+async def _late_after_set_up_at_the_deadline(
+    side: Any, three: list[RedisServer], way: SlowWay
+) -> bool:
+    """One attempt; whether the late call was written as planned (nothing left either way)."""
     timeout = 0.3
     client = AsyncRedlockClient.from_urls(
         way.urls(three), master_timeout=timeout, watchdog_timeout=30, protocol=3, driver_info=None
@@ -265,12 +297,16 @@ async def test_new_connection_set_up_just_before_the_deadline(side, three, way):
     await _no_idle(side, client._masters[2])
     way.hold_first_elsewhere()
     way.slow.freeze()  # the new connection's HELLO waits
+    hellos = way.hellos_run()
     started = time.monotonic()
     task = asyncio.create_task(lock.acquire(blocking=False))
 
     def busy_until_just_before_the_deadline() -> None:
         way.slow.thaw()  # the HELLO goes through; its reply waits in the client's socket
-        time.sleep(0.05)
+        until = time.monotonic() + timeout / 3
+        while way.hellos_run() == hellos and time.monotonic() < until:
+            time.sleep(0.001)
+        time.sleep(0.02)  # the reply's way back through both proxies
         way.slow.freeze()  # the acquire, written once the loop runs again, is held
         way.skip_slow_way()
         until = started + timeout - 0.0005
@@ -282,4 +318,8 @@ async def test_new_connection_set_up_just_before_the_deadline(side, three, way):
     assert holders(three[1], way.name) == {}
     before = way.scripts_run()
     way.slow.thaw()
+    if not await way.late_call_ran(before):
+        assert holders(way.server, way.name) == {}
+        return False
     await way.nothing_left_after(before)
+    return True
