@@ -239,11 +239,15 @@ def granted_validity(counted: Tally, masters: int, lease: float, elapsed: float)
     return validity(majority_value(ttls, masters), elapsed, lease)
 
 
-def acquire_call(keys: LockKeys, owner: str, held: int, lease: float, wait_id: str) -> Call:
+def acquire_call(
+    keys: LockKeys, owner: str, held: int, lease: float, wait_id: str | None = None
+) -> Call:
     """The single-master acquire script call, without a place in line: exactly what a
     non-blocking ``lock.acquire`` sends first (so the two cannot drift apart). ``wait_id``
-    names the acquire call (its retries reuse it): a master takes a hold of the owner as this
-    call's retry only if it was made for this very call (see ``lock_acquire.lua``)."""
+    names the acquire call (its retries reuse it; a fresh random one when not given): a
+    master takes a hold of the owner as this call's retry only if it was made for this very
+    call (see ``lock_acquire.lua``)."""
+    wait_id = wait_id or request_id()
     call = next(
         lock.acquire(
             keys, owner, held=held, lease=lease, blocking=False, timeout=None, wait_id=wait_id
