@@ -149,7 +149,7 @@ def raw_floor(urls: list[str]) -> Peer:
     for client in clients:
         for script in (
             acquire_call.script,
-            core.release_call(keys, owner, 1, request_id="").script,
+            core.release_call(keys, owner, 1, request_id="", token=0).script,
         ):
             client.script_load(script.source)
 
@@ -165,7 +165,7 @@ def raw_floor(urls: list[str]) -> Peer:
         _check(all(int(reply[0]) == 1 for reply in send_all(acquire_call)))
 
     def release() -> None:
-        send_all(core.release_call(keys, owner, 1, request_id=uuid.uuid4().hex))
+        send_all(core.release_call(keys, owner, 1, request_id=uuid.uuid4().hex, token=0))
 
     def close() -> None:
         for conn in conns:
