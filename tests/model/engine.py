@@ -10,8 +10,10 @@ persisted), in one pipeline on one connection:
    its TTL (``PEXPIRE`` of the model's TTL in milliseconds);
 2. the script runs by ``EVALSHA`` with the KEYS and ARGV of the ``Call`` the client code built,
    its data keys mapped to this step's names (channels are not keys and keep their names);
-3. a read-back script (test infrastructure, below) returns every key's type, content and PTTL
-   and deletes it; ``DBSIZE`` then proves the step left nothing behind.
+3. a read-back script (test infrastructure, below) finds every key of the step's hash tag
+   (``SCAN``: also those a script names from a prefix it was given, as Redisson's read-write
+   lock does), returns its type, content and PTTL and deletes it; ``DBSIZE`` then proves the
+   step left nothing behind.
 
 TTLs read back are rounded up to the model's unit (a step takes far less than one unit); a
 reply's millisecond values just below a whole unit (a PTTL read a moment after it was set)
@@ -38,18 +40,23 @@ from redlease.testing import RedisServer
 
 READBACK = b"""
 local out = {}
-for i, k in ipairs(KEYS) do
-  local t = redis.call('type', k).ok
-  local v = {}
-  if t == 'hash' then v = redis.call('hgetall', k)
-  elseif t == 'zset' then v = redis.call('zrange', k, 0, -1, 'withscores')
-  elseif t == 'string' then v = {redis.call('get', k)}
-  elseif t == 'set' then v = redis.call('smembers', k)
-  elseif t == 'list' then v = redis.call('lrange', k, 0, -1)
+local cursor = '0'
+repeat
+  local page = redis.call('scan', cursor, 'match', ARGV[1], 'count', 1000)
+  cursor = page[1]
+  for _, k in ipairs(page[2]) do
+    local t = redis.call('type', k).ok
+    local v = {}
+    if t == 'hash' then v = redis.call('hgetall', k)
+    elseif t == 'zset' then v = redis.call('zrange', k, 0, -1, 'withscores')
+    elseif t == 'string' then v = {redis.call('get', k)}
+    elseif t == 'set' then v = redis.call('smembers', k)
+    elseif t == 'list' then v = redis.call('lrange', k, 0, -1)
+    end
+    out[#out + 1] = {k, t, redis.call('pttl', k), v}
+    redis.call('del', k)
   end
-  out[i] = {t, redis.call('pttl', k), v}
-  if t ~= 'none' then redis.call('del', k) end
-end
+until cursor == '0'
 return out
 """
 READBACK_SHA = hashlib.sha1(READBACK).hexdigest()
@@ -233,11 +240,12 @@ class ServerEngine:
         source: bytes,
         keys: Sequence[str],
         args: Sequence[Any],
-        data_keys: frozenset[str],
+        channels: frozenset[str],
         times: frozenset[str] = frozenset(),
     ) -> Step:
-        """Run ``source`` with ``keys``/``args`` on ``state``; ``data_keys``: the names among
-        ``keys`` that are keys (the others are channels, passed as they are); ``times``: keys
+        """Run ``source`` with ``keys``/``args`` on ``state``; ``channels``: the names among
+        ``keys`` that are channels (passed as they are; every other is a key, or a prefix of
+        keys, and gets the step's tag before it); ``times``: keys
         whose numbers are server times in epoch milliseconds (a fair lock's places), kept in
         the state relative to the model's clock, as ``"@<units from now>"``."""
         began = time.perf_counter()
@@ -250,8 +258,7 @@ class ServerEngine:
             self.loaded.add(READBACK_SHA)
         self.steps += 1
         tag = f"{{s{self.steps}}}"
-        names = sorted({k for k, *_ in state} | {k for k in keys if k in data_keys})
-        fresh = {k: tag + k for k in names}
+        fresh = {k: tag + k for k in [k for k, *_ in state] + list(keys) if k not in channels}
         cmds: list[tuple[Any, ...]] = []
         now_ms = time.time_ns() // 10**6  # the server's clock: the same host's
         for key, kind, ttl, value in state:
@@ -276,7 +283,7 @@ class ServerEngine:
         mapped = [fresh.get(k, k) for k in keys]
         cmds.append(("EVALSHA", sha, len(mapped), *mapped, *args))
         cmds.append(("TIME",))
-        cmds.append(("EVALSHA", READBACK_SHA, len(names), *[fresh[k] for k in names]))
+        cmds.append(("EVALSHA", READBACK_SHA, 0, tag.replace("[", "\\[") + "*"))
         cmds.append(("DBSIZE",))
         cmds.append(("PUBLISH", MARKER, str(self.steps)))
         self.main.send(cmds)
@@ -289,9 +296,8 @@ class ServerEngine:
         if isinstance(back, RespError) or left != 0:
             raise RuntimeError(f"read-back failed ({back!r}) or keys left behind ({left})")
         out: list[KeyState] = []
-        for key, (kind, pttl, content) in zip(names, back, strict=True):
-            if kind == "none":
-                continue
+        for name, kind, pttl, content in back:
+            key = name[len(tag) :]
             if pttl == -1:
                 ttl = -1
             elif pttl >= 0:
@@ -312,6 +318,7 @@ class ServerEngine:
             if key in times:
                 value = _relative(value, server_ms, self.unit_ms)
             out.append((key, kind, ttl, value))
+        out.sort()
         published = self._published(str(self.steps))
         self.seconds += time.perf_counter() - began
         if isinstance(reply, RespError):

@@ -63,9 +63,10 @@ state, as real time is above every token already handed out.
   token, and a TTL at least its local deadline (no data loss on the path);
 * I4 own hold: a release, renewal or re-entry never acts on (changes, lengthens, frees) a
   hold of its owner field whose token is not the one its owner holds (any path);
-* I5 receipts: a final release that ran is recognised by its retry (no data loss since),
-  and a release of a hold that is gone never answers RELEASED unless that very release
-  (owner and request id) ran before;
+* I5 receipts and losses: a final release that ran is recognised by its retry (no data loss
+  since), a release of a hold that is gone never answers RELEASED unless that very release
+  (owner and request id) ran before, and a release or renewal of a hold that is there (its
+  token, no data loss) never answers that it is gone (a false ``LeaseLostError``);
 * I6 nothing stranded: a lock key always has a TTL, and a place in line belongs to a live
   wait or to one whose exit had an unknown outcome.
 """
@@ -84,8 +85,8 @@ from typing import Any, NamedTuple
 
 from redlease import _owners
 from redlease._channels import handed as parse_handed
+from redlease._core import fair, rwlock, scripts
 from redlease._core import lock as core
-from redlease._core import scripts
 from redlease._core.fair import REDISSON_FAIR
 from redlease._core.keys import CLASSIC
 from redlease._core.lock import Acquired, Hold, HoldTable
@@ -236,6 +237,7 @@ class Cur(NamedTuple):
     hung: bool  # a call of it timed out (give-backs go to the background)
     settle: bool  # a release re-sent first by an acquire
     final: str | None  # "raised": the generator raised, the shell's leave is on the wire
+    side: str = ""  # a read-write lock's side ("read", "write"); "" for the lock
 
 
 class Renewal(NamedTuple):
@@ -292,7 +294,9 @@ class Config:
     scripts: tuple[str, ...] = ("AR", "AR")
     layout: str = "redlease"
     """``redlease`` (the lock), ``redlease-fair`` (the fair lock, redlease's line),
-    ``redisson-fair`` (the fair lock in Redisson's ``RedissonFairLock`` layout)."""
+    ``redisson-fair`` (the fair lock in Redisson's ``RedissonFairLock`` layout), ``rw`` and
+    ``redisson-rw`` (the read-write lock in redlease's and Redisson's layouts: ``rwmodel.py``,
+    whose script letters are its own)."""
     procs: tuple[int, ...] | None = None
     """The process of each owner (default: a process each)."""
     depth: int = 12
@@ -324,10 +328,14 @@ class Config:
     """The documented exception to the receipts' window (``lock_release.lua``): receipts
     carried by a hold handed over go with it when it ends by expiry (off: I5 holds them to
     the whole window anyway)."""
+    known: frozenset[str] = frozenset()
+    """Known gaps the model tolerates, each encoded precisely: ``leave-drops-receipts``
+    (``lock_leave.lua`` giving back a hold handed over deletes the receipts it carries)."""
     skip: frozenset[str] = frozenset()
     """Invariants not checked (to look past a known violation): "I1", "I2h" (hand-outs above
     every earlier token), "I2c" (a first hold's token handed out for its call), "I3", "I4",
-    "I5r" (a retry recognised), "I5g" (a gone hold never RELEASED), "I6t" (TTL), "I6l" (line).
+    "I5r" (a retry recognised), "I5g" (a gone hold never RELEASED), "I5l" (a hold that is there
+    never LOST), "I6t" (TTL), "I6l" (line).
     """
 
     def unfixed(self, *names: str) -> Config:
@@ -373,9 +381,6 @@ class Model:
     def __init__(self, config: Config, engine: ServerEngine) -> None:
         self.config = config
         self.engine = engine
-        self.layout = REDISSON_FAIR if config.layout == "redisson-fair" else core.REDLEASE
-        self.fair = config.layout != "redlease"
-        self.keys = k = self.layout.keys(NAME, CLASSIC)
         n = len(config.scripts)
         placement = config.procs or tuple(range(n))
         self.proc_of = placement
@@ -383,21 +388,12 @@ class Model:
         self.fields = [self.processes[p].owner() for p in placement]
         self.owner_of = {f: o for o, f in enumerate(self.fields)}
         self.names = "ABCDEF"[:n]
-        receipts = {k.receipts} | {k.receipt(f) for f in self.fields}
-        self.data_keys = frozenset({k.name, k.queue, k.deadlines, k.fence} | receipts)
-        self.times = frozenset({k.deadlines} if self.layout is REDISSON_FAIR else ())
-        # what each process listens on while it listens (its owners' waiters' channels)
         self.channels: list[tuple[str, ...]] = []
+        """What each process listens on while it listens (its owners' waiters' channels)."""
         self.client_of: dict[str, int] = {}
-        for p in range(len(self.processes)):
-            channels: set[str] = set()
-            for o, f in enumerate(self.fields):
-                if placement[o] == p:
-                    channel, private = self.layout.listen(k, f)
-                    channels |= {channel} | ({private} if private else set())
-                    if private:
-                        self.client_of[private] = p
-            self.channels.append(tuple(sorted(channels)))
+        """A waiter's own channel -> its process."""
+        self.setup()
+        self.channel_names = frozenset(c for chs in self.channels for c in chs)
         self.sources = dict(config.overrides)
         self.unit = config.unit_ms / 1000
         self.policy = RenewalPolicy(config.watchdog * self.unit)
@@ -406,6 +402,9 @@ class Model:
         self.gone: list[bool] = []
         self.uuid = _DetUuid()
         self.server_runs = 0
+        self.renumber = False
+        """Set by a step that may bring new numbers or drop some (a script run, time, a data
+        loss): only then is the state renumbered (a step of an owner moves numbers only)."""
 
     # helpers
 
@@ -493,13 +492,61 @@ class Model:
             req = self._feed(gen, how, value)
         return gen, req
 
+    # what a kind of lock changes (the read-write lock's model overrides these)
+
+    def setup(self) -> None:
+        """The layout, keys, channels and time-valued keys."""
+        cfg = self.config
+        self.layout = REDISSON_FAIR if cfg.layout == "redisson-fair" else core.REDLEASE
+        self.fair = cfg.layout != "redlease"
+        self.keys = k = self.layout.keys(NAME, CLASSIC)
+        self.times = frozenset({k.deadlines} if self.layout is REDISSON_FAIR else ())
+        for p in range(len(self.processes)):
+            channels: set[str] = set()
+            for o, f in enumerate(self.fields):
+                if self.proc_of[o] == p:
+                    channel, private = self.layout.listen(k, f)
+                    channels |= {channel} | ({private} if private else set())
+                    if private:
+                        self.client_of[private] = p
+            self.channels.append(tuple(sorted(channels)))
+
+    def held_now(self, server: tuple[Any, ...]) -> bool:
+        """Something is held (a force release has something to do)."""
+        return bool(self.lock_hash(server)[0])
+
+    def tick_rec(self, rec: Any) -> Any:
+        return None if rec is None else rec._replace(deadline=rec.deadline - 1)
+
+    def side_of(self, letter: str) -> str:
+        return ""
+
+    def is_release(self, letter: str) -> bool:
+        return letter == "R"
+
+    def watched(self, letter: str) -> bool:
+        return letter in "AU"
+
+    def describe(self, letter: str) -> str:
+        return _letter(letter)
+
+    def rec_of(self, ow: Owner, side: str) -> Rec | None:
+        return ow.rec  # type: ignore[return-value]
+
+    def put_rec(self, ow: Owner, side: str, rec: Rec | None) -> Owner:
+        return ow._replace(rec=rec)
+
+    def hold_keys(self, side: str) -> Any:
+        return self.keys
+
     # stepping an owner
 
     def _start(self, st: State, o: int) -> tuple[str, State]:
         ow = st.owners[o]
         letter = self.config.scripts[o][ow.op]
-        rec = ow.rec
-        if letter == "R":
+        side = self.side_of(letter)
+        rec = self.rec_of(ow, side)
+        if self.is_release(letter):
             if rec is None:
                 # nothing to release: NotOwnedError / the lease lost, raised locally
                 st = self._set(st, o, ow._replace(op=ow.op + 1, seq=ow.seq + 1, retries=0))
@@ -510,21 +557,25 @@ class Model:
                 rid = rec.release_id
             releasing = rec.releasing or len(rec.leases) == 1
             rec = rec._replace(release_id=rid, releasing=releasing)
-            st = self._set(st, o, ow._replace(rec=rec))
+            st = self._set(st, o, self.put_rec(ow, side, rec))
             return f"release() (request {rid})", self._begin(st, o, "rel", letter, rid, False)
         if rec is not None and rec.release_id is not None:
             label = f"acquire() re-sends its unknown release {rec.release_id} first"
             return label, self._begin(st, o, "rel", letter, rec.release_id, True)
         st, wait = self._mint(st, o)
-        return f"{_letter(letter)} (wait {wait})", self._begin(st, o, "acq", letter, wait, False)
+        return f"{self.describe(letter)} (wait {wait})", self._begin(
+            st, o, "acq", letter, wait, False
+        )
 
     def _begin(self, st: State, o: int, kind: str, letter: str, id_: str, settle: bool) -> State:
         ow = st.owners[o]
-        rec = ow.rec
+        side = self.side_of(letter)
+        rec = self.rec_of(ow, side)
         held = len(rec.leases) if rec else 0
         cur = Cur(
             kind, letter, id_, held, rec.token if rec and held else 0,
             bool(rec and rec.unsure), 0, (), None, None, False, None, None, False, settle, None,
+            side,
         )  # fmt: skip
         st = self._set(st, o, ow._replace(cur=cur))
         self.gone = []
@@ -597,7 +648,7 @@ class Model:
     def _finish(self, st: State, o: int, cur: Cur, result: Any, exc: BaseException | None) -> State:
         ow = st.owners[o]
         field = self.fields[o]
-        rec = ow.rec
+        rec = self.rec_of(ow, cur.side)
         done = ow._replace(cur=None, op=ow.op + 1, seq=ow.seq + 1, retries=0)
         if cur.kind == "rel":
             if exc is None:
@@ -615,13 +666,17 @@ class Model:
                     # _settled_first raised: the acquire raises (_acquire_raised)
                     if rec is not None:
                         rec = rec._replace(unsure=True)
-                    return self._set(st, o, done._replace(rec=rec))
-                st = self._set(st, o, ow._replace(rec=rec, cur=None))
+                    return self._set(st, o, self.put_rec(done, cur.side, rec))
+                st = self._set(st, o, self.put_rec(ow, cur.side, rec)._replace(cur=None))
                 st, wait = self._mint(st, o)
                 return self._begin(st, o, "acq", cur.letter, wait, False)
             if isinstance(exc, ServerUnavailableError) and ow.retries < self.config.release_retries:
-                return self._set(st, o, ow._replace(rec=rec, cur=None, retries=ow.retries + 1))
-            return self._set(st, o, done._replace(rec=rec))
+                return self._set(
+                    st,
+                    o,
+                    self.put_rec(ow, cur.side, rec)._replace(cur=None, retries=ow.retries + 1),
+                )
+            return self._set(st, o, self.put_rec(done, cur.side, rec))
         # an acquire
         if exc is not None:
             unknown = isinstance(exc, ServerUnavailableError) or not isinstance(exc, RedleaseError)
@@ -634,12 +689,12 @@ class Model:
             elif cur.leave is not None:
                 # the shell's finally: the leave, synchronously, its error suppressed
                 cur = cur._replace(pending=cur.leave, net=None, final="raised", registered=False)
-                return self._set(st, o, ow._replace(rec=rec, cur=cur))
-            return self._set(st, o, done._replace(rec=rec))
+                return self._set(st, o, self.put_rec(ow, cur.side, rec)._replace(cur=cur))
+            return self._set(st, o, self.put_rec(done, cur.side, rec))
         if result is None:
             if self.gone:
                 rec = None  # acquire_failed(gone=True)
-            return self._set(st, o, done._replace(rec=rec))
+            return self._set(st, o, self.put_rec(done, cur.side, rec))
         assert isinstance(result, Acquired)
         if result.count == 1:
             mine = (result.token, field, cur.id)
@@ -651,10 +706,10 @@ class Model:
                     f"I2: {self.names[o]}'s acquire call {cur.id} takes token "
                     f"{result.token}, handed out for {who or 'no call'}",
                 )
-        watched = cur.letter in "AU"
+        watched = self.watched(cur.letter)
         lease = None if watched else float(self.config.lease)
         table, _ = self._table(o, rec)
-        hold = table.granted(self.keys, field, result, lease)
+        hold = table.granted(self.hold_keys(cur.side), field, result, lease)
         requested = result.requested_at / self.unit  # <= 0: units relative to now
         if watched:
             if rec is None or result.count == 1:
@@ -669,7 +724,7 @@ class Model:
         new = Rec(
             tuple(hold.leases), hold.token, hold.epoch, None, False, False, int(deadline // 1)
         )
-        return self._set(st, o, done._replace(rec=new))
+        return self._set(st, o, self.put_rec(done, cur.side, new))
 
     def _table(self, o: int, rec: Rec | None) -> tuple[HoldTable, Hold | None]:
         table = HoldTable()
@@ -708,13 +763,14 @@ class Model:
         if step is None:
             self.engine.listen({f"p{p}": ch for p, ch in enumerate(wanted)})
             step = self.engine.run(
-                st.server, self._source(name), keys, args, self.data_keys, self.times
+                st.server, self._source(name), keys, args, self.channel_names, self.times
             )
             self.server_runs += 1
             if isinstance(step.reply, RespError):
                 raise RuntimeError(f"{name}{args}: {step.reply}")
             self.cache[key] = step
         ghost = self._server_checks(st, step.state, step.reply, meta)
+        self.renumber = True
         msgs = list(st.msgs)
         copies = 2 if self.config.messages else 1
         for channel, payload in step.published:
@@ -753,6 +809,8 @@ class Model:
                     "already handed out",
                 )
             wait = post_h.get("redlease:wait", "")
+            if kind == "acq" and holders == [self.fields[o]]:
+                wait = meta[3]  # made by this call (whatever the script records)
             ghost = ghost._replace(
                 top=post_fence,
                 issued=ghost.issued | {(post_fence, f, wait) for f in holders},
@@ -775,6 +833,16 @@ class Model:
                     f"I4: {who} (token {token}) acts on a hold of its owner field with "
                     f"token {pre_fence}",
                 )
+        carried = set(pre_h.get("redlease:released", "").split())
+        if (
+            kind == "leave"
+            and carried
+            and not post_h
+            and "leave-drops-receipts" in self.config.known
+        ):
+            # a known gap (see Config.known): the leave gives back a hold handed over with
+            # the receipts it carries, and they go with it
+            ghost = ghost._replace(done=frozenset(d for d in ghost.done if d[1] not in carried))
         if kind == "rel":
             rid = meta[3]
             present = field in pre_h and int(pre_h[field]) > 0 and (pre_fence == token or not token)
@@ -795,6 +863,15 @@ class Model:
                 )
             if code == 1 and remaining == 0 and present:
                 ghost = ghost._replace(done=ghost.done | {(field, rid, ghost.losses)})
+            if code != 1 and present and not ghost.losses:
+                _fail(
+                    self.config,
+                    "I5l",
+                    f"I5: {who} (request {rid}) of a hold that is there answers LOST",
+                )
+        there = field in pre_h and pre_fence == token and not ghost.losses
+        if kind == "renew" and there and not int(_as_list(reply)[0]):
+            _fail(self.config, "I5l", f"I5: {who} finds its hold gone, but it is there")
         return ghost
 
     # the adversary and the owners: every step from a state
@@ -852,7 +929,7 @@ class Model:
                     yield "failover to the replica's copy", lambda: self._lose(st, st.replica)
                 if cfg.restart and st.server:
                     yield "the server restarts empty", lambda: self._lose(st, ())
-        if g.forced < cfg.force and self.lock_hash(st.server)[0]:
+        if g.forced < cfg.force and self.held_now(st.server):
             yield "another client force-releases the lock", lambda: self._force(st)
         if cfg.unsubscribe:
             for p, proc in enumerate(st.procs):
@@ -880,8 +957,8 @@ class Model:
             return ("leave", o)
         if cur.kind == "rel":
             return ("rel", o, cur.token, cur.id)
-        if name == "lock_acquire":
-            return ("acq", o, cur.token if cur.held else 0)
+        if name.endswith("_acquire"):
+            return ("acq", o, cur.token if cur.held else 0, cur.id)
         return ("give-back", o)
 
     def _owner_run(self, st: State, o: int, dup: bool) -> State:
@@ -1005,6 +1082,7 @@ class Model:
         that the copy brings back (of waits over, or that end with their grant on the lost
         master) lapse as dead places do (their turn comes, or a free lock meets them):
         excused."""
+        self.renumber = True
         g = st.ghost
         excused = g.excused | set(self.places(server))
         ghost = g._replace(losses=g.losses + 1, excused=frozenset(excused))
@@ -1031,6 +1109,8 @@ class Model:
         return out
 
     def _tick(self, st: State) -> State:
+        self.renumber = True
+
         def later(value: Any) -> Any:  # a server time relative to now ("@<units>")
             if isinstance(value, tuple):
                 return tuple(later(v) for v in value)
@@ -1048,9 +1128,7 @@ class Model:
 
         owners = []
         for ow in st.owners:
-            rec, cur, ren = ow.rec, ow.cur, ow.renewal
-            if rec is not None:
-                rec = rec._replace(deadline=rec.deadline - 1)
+            rec, cur, ren = self.tick_rec(ow.rec), ow.cur, ow.renewal
             if cur is not None:
                 cur = cur._replace(
                     start=cur.start + 1, inputs=tuple((a + 1, h, v) for a, h, v in cur.inputs)
@@ -1158,10 +1236,17 @@ class Result:
 def explore(config: Config, engine: ServerEngine) -> Result:
     """Breadth-first over every interleaving up to ``config.depth`` steps, each state once;
     stops at the first violation (a shortest counterexample) and returns its trace."""
-    model = Model(config, engine)
+    if config.layout in ("rw", "redisson-rw"):
+        from .rwmodel import RwModel
+
+        model: Model = RwModel(config, engine)
+    else:
+        model = Model(config, engine)
     _NUMS.clear()
-    saved = core.uuid
-    core.uuid = model.uuid  # type: ignore[assignment]
+    patched = [m for m in (core, fair, rwlock) if hasattr(m, "uuid")]
+    saved = [m.uuid for m in patched]
+    for m in patched:
+        m.uuid = model.uuid  # type: ignore[attr-defined]
     began = time.monotonic()
     runs0, secs0 = engine.steps, engine.seconds
     try:
@@ -1182,9 +1267,11 @@ def explore(config: Config, engine: ServerEngine) -> Result:
             for st in frontier:
                 for label, make in model.successors(st):
                     model.label_extra = ""
+                    model.renumber = False
                     try:
                         new = make()
-                        new = renumber(new)
+                        if model.renumber:
+                            new = renumber(new)
                         if new in parent:
                             continue
                         model.check(new)
@@ -1197,7 +1284,8 @@ def explore(config: Config, engine: ServerEngine) -> Result:
             frontier = nxt
         return result()
     finally:
-        core.uuid = saved  # type: ignore[assignment]
+        for m, old in zip(patched, saved, strict=True):
+            m.uuid = old  # type: ignore[attr-defined]
 
 
 def _trace(parent: dict[State, tuple[State | None, str]], st: State) -> list[str]:

@@ -25,23 +25,44 @@ LUA = Path(__file__).resolve().parents[2] / "src" / "redlease" / "lua"
 QUIET = {"renewals": False, "messages": False, "unsubscribe": False}
 """The adversary's moves that a defect's trace does not need (a smaller search)."""
 
-# the fixed protocol, default bounds: (config, what it covers); each a few seconds
+KNOWN = frozenset({"leave-drops-receipts"})
+"""Gaps found by the model and not fixed yet, tolerated by the other tests (each has a test
+of its own below that shows it, marked xfail until it is fixed)."""
+
+
+def lock(*scripts: str, **kw: object) -> Config:
+    return Config(scripts=scripts, known=KNOWN, **kw)  # type: ignore[arg-type]
+
+
+# today's protocol, default bounds: a few seconds each
 FIXED = [
-    Config(scripts=("AR", "AR"), depth=10),
-    Config(scripts=("AR", "A"), depth=10, losses=1),
-    Config(scripts=("TT",), depth=11, losses=1),
-    Config(scripts=("LR", "TR"), depth=10),
-    Config(scripts=("AAR", "A"), depth=9),
-    Config(scripts=("ARA",), depth=12, losses=1),
-    Config(scripts=("TR", "LR"), depth=10, force=1, **QUIET),
+    lock("AR", "AR", depth=9),
+    lock("AR", "A", depth=8, losses=1),
+    lock("TT", depth=11, losses=1),
+    lock("LR", "TR", depth=9),
+    lock("AAR", "A", depth=8),
+    lock("ARA", depth=11, losses=1),
+    lock("TR", "LR", depth=9, force=1, **QUIET),
+    lock("AR", "AR", depth=8, layout="redisson-fair"),
+    lock("TT", depth=9, losses=1, layout="redisson-fair"),
+    lock("rR", "wW", depth=8, layout="rw"),
+    lock("pp", "x", depth=8, losses=1, layout="rw"),
+    lock("rR", "wW", depth=8, layout="redisson-rw"),
+    lock("pp", "x", depth=8, losses=1, layout="redisson-rw"),
 ]
 FIXED_SLOW = [
-    Config(scripts=("AR", "AR"), depth=12),
-    Config(scripts=("AR", "AR"), depth=11, losses=1),
-    Config(scripts=("ALR", "U"), depth=10, losses=1),
-    Config(scripts=("AAR", "A"), depth=11),
-    Config(scripts=("TRT", "TR"), depth=12, force=1, losses=1),
-    Config(scripts=("AR", "A", "A"), depth=9),
+    lock("AR", "AR", depth=12),
+    lock("AR", "AR", depth=11, losses=1),
+    lock("ALR", "U", depth=10, losses=1),
+    lock("AAR", "A", depth=11),
+    lock("TRT", "TR", depth=12, force=1, losses=1),
+    lock("AR", "A", "A", depth=9),
+    lock("AR", "AR", depth=10, losses=1, layout="redisson-fair"),
+    lock("LR", "AR", depth=10, layout="redlease-fair"),
+    lock("rR", "wW", depth=10, losses=1, layout="rw"),
+    lock("wrRW", "p", depth=10, layout="rw"),
+    lock("rR", "wW", depth=10, losses=1, layout="redisson-rw"),
+    lock("wrRW", "p", depth=10, layout="redisson-rw"),
 ]
 
 
@@ -52,7 +73,8 @@ def run(engine: ServerEngine, config: Config) -> Result:
 
 
 def label(config: Config) -> str:
-    extra = [f"losses={config.losses}"] if config.losses else []
+    extra = [config.layout] if config.layout != "redlease" else []
+    extra += [f"losses={config.losses}"] if config.losses else []
     extra += [f"force={config.force}"] if config.force else []
     return "-".join([*config.scripts, f"d{config.depth}", *extra])
 
@@ -98,7 +120,7 @@ def found(engine: ServerEngine, config: Config, code: str, *names: str) -> Resul
     """The violation ``code`` on the unfixed ``names`` (scripts), none on today's."""
     broken = run(engine, config.unfixed(*names) if names else config)
     assert broken.violation is not None and broken.violation.startswith(code), broken.report()
-    fixed = run(engine, dataclasses.replace(config, ids="fixed", overrides=()))
+    fixed = run(engine, dataclasses.replace(config, ids="fixed", overrides=(), known=KNOWN))
     assert fixed.violation is None, fixed.report()
     return broken
 
@@ -110,6 +132,7 @@ def test_defect_1_hand_over_token_repeats_after_failover(engine: ServerEngine) -
         scripts=("AR", "A"), depth=11, losses=1, restart=False, ticks=0, lose=False, **QUIET
     )
     broken = found(engine, config, "I2", "lock_release")
+    assert "not above" in (broken.violation or "")
     assert "failover" in " ".join(broken.trace)
 
 
@@ -143,14 +166,16 @@ def test_defect_2_retry_rule_takes_another_calls_hold(engine: ServerEngine) -> N
 
 
 def test_defect_2_two_holders_without_data_loss(engine: ServerEngine) -> None:
-    """Defect 2, as two holders: no data loss, no pause. The old call's hold, reported as
-    granted to a call with a longer lease, has less on the server than its owner believes
-    (I3), and another owner takes the lock while it believes it holds it (I1)."""
+    """Defect 2 without data loss or pause: the old call's hold, reported as granted to the
+    owner's next call, is not that call's: the old call's give-back (sent in the background
+    after its reply timed out) then frees it under the new grant, or its lease is shorter
+    than the new call believes, and another owner may take the lock while this one believes
+    it holds it (I3, then I1)."""
     config = Config(
         scripts=("TL", "T"), depth=11, lease=2, ticks=2, dups=0, skip=frozenset({"I2c"}),
         **QUIET,
     )  # fmt: skip
-    found(engine, config, "I", "lock_acquire")
+    found(engine, config, "I3", "lock_acquire")
 
 
 def test_defect_3_receipt_of_another_process(engine: ServerEngine) -> None:
@@ -185,3 +210,71 @@ def test_receipts_carried_by_an_expired_hand_over_go_with_it(engine: ServerEngin
     broken = run(engine, config)
     assert broken.violation is not None and "not recognised" in broken.violation
     assert "time passes" in " ".join(broken.trace)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="found by the model: lock_leave.lua gives back a hold handed over to a waiter "
+    "that gave up, and deletes the release receipts that hold carries (KNOWN)",
+)
+def test_receipts_survive_a_hand_over_given_back_by_leave(engine: ServerEngine) -> None:
+    """A holder's release hands the lock over to a waiter whose call then gives up (its
+    leave gives the hold back): the receipts that travelled with the hold must survive, or
+    the holder's release, sent again, is told LOST (a false LeaseLostError)."""
+    config = Config(scripts=("AR", "A"), depth=10, ticks=0, **QUIET)
+    result = run(engine, config)
+    assert result.violation is None, result.report()
+
+
+# --- defect 5: the fair lock (Redisson's layout) and the read-write lock (both) -------------
+
+
+@pytest.mark.parametrize(
+    ("layout", "scripts", "unfixed"),
+    [
+        ("redisson-fair", ("TT",), "redisson_fair_acquire"),
+        ("rw", ("pp",), "rw_read_acquire"),
+        ("rw", ("xx",), "rw_write_acquire"),
+        ("redisson-rw", ("pp",), "redisson_rw_read_acquire"),
+        ("redisson-rw", ("xx",), "redisson_rw_write_acquire"),
+    ],
+)
+def test_defect_5_retry_rule_in_fair_and_rw(
+    engine: ServerEngine, layout: str, scripts: tuple[str, ...], unfixed: str
+) -> None:
+    """Defect 5: the same retry rule as defect 2 in the Redisson-layout fair lock and both
+    read-write layouts (read and write side): a try whose reply was lost leaves a hold that
+    the owner's next try is granted (I2)."""
+    config = Config(scripts=scripts, depth=7, layout=layout, **QUIET)
+    found(engine, config, "I2", unfixed)
+
+
+@pytest.mark.parametrize(
+    ("layout", "unfixed"),
+    [("rw", "rw_read_acquire"), ("redisson-rw", "redisson_rw_read_acquire")],
+)
+def test_defect_5_reader_believes_longer_than_its_lease(
+    engine: ServerEngine, layout: str, unfixed: str
+) -> None:
+    """Defect 5, as a reader that believes it reads past its lease: the old call's read hold,
+    granted to a later call as its own, has less lease on the server than that call's owner
+    believes (I3), so a writer may enter while it reads."""
+    config = Config(
+        scripts=("pr", "x"), depth=10, ticks=2, dups=0, layout=layout,
+        skip=frozenset({"I2c"}), **QUIET,
+    )  # fmt: skip
+    broken = found(engine, config, "I3", unfixed)
+    assert "read side" in (broken.violation or "")
+
+
+def test_rw_release_acts_on_a_stale_read_hold(engine: ServerEngine) -> None:
+    """Class (a)/(d) in the read-write lock: after a failover, an owner's release (or
+    re-entry) must not act on a stale read hold of its owner field with another token (I4),
+    in either layout."""
+    for layout in ("rw", "redisson-rw"):
+        config = Config(
+            scripts=("rRrR",), depth=14, losses=1, restart=False, ticks=0, lose=False, dups=0,
+            layout=layout, known=KNOWN, **QUIET,
+        )  # fmt: skip
+        result = run(engine, config)
+        assert result.violation is None, result.report()
