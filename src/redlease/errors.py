@@ -2,9 +2,18 @@
 
 Every error is a ``RedleaseError`` and also the builtin it resembles, so ``except TimeoutError``
 and ``except ConnectionError`` work as users expect. Lock errors carry the lock name and owner.
+
+Every error survives pickling with all it carries (it crosses processes: a Celery task's
+failure, a process pool): ``RedleaseError.__reduce__`` rebuilds the instance from its ``args``
+and restores its attributes, whatever its constructor takes. Every constructor also accepts the
+message alone, so a serializer that keeps only ``args`` (Celery's JSON result backend, which
+calls ``cls(*args)``) gets the class and the message back.
 """
 
 from __future__ import annotations
+
+import pickle
+from typing import Any
 
 __all__ = [
     "ArgumentTypeError",
@@ -27,6 +36,34 @@ __all__ = [
 
 class RedleaseError(Exception):
     """Base class of every error redlease raises."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # not ``cls(*args)`` as Exception's: the constructors take keywords ``args`` lacks
+        return _rebuilt, (type(self), self.args), self._pickled_state()
+
+    def _pickled_state(self) -> dict[str, Any]:
+        """The attributes a pickled copy gets (every one, ``__notes__`` included)."""
+        return dict(vars(self))
+
+
+def _rebuilt(cls: type[RedleaseError], args: tuple[Any, ...]) -> RedleaseError:
+    """An instance of ``cls`` with ``args``, its constructor not run (unpickling: the
+    attributes are restored next, by ``BaseException.__setstate__``)."""
+    exc = cls.__new__(cls, *args)
+    exc.args = args
+    return exc
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if a pickled copy of it can be rebuilt, else a ``RedleaseError`` naming its type
+    and message (for the errors one error carries from elsewhere: one that cannot be rebuilt
+    must not make the whole error unpicklable)."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        kind = type(exc)
+        return RedleaseError(f"{kind.__module__}.{kind.__qualname__}: {exc}")
+    return exc
 
 
 class InvalidArgumentError(RedleaseError, ValueError):
@@ -80,7 +117,7 @@ class ClientClosedError(RedleaseError, RuntimeError):
 class _LockError(RedleaseError):
     """An error about one lock; ``name`` and ``owner`` say which lock and which holder."""
 
-    def __init__(self, message: str, *, name: str, owner: str | None = None) -> None:
+    def __init__(self, message: str, *, name: str = "", owner: str | None = None) -> None:
         super().__init__(message)
         self.name = name
         self.owner = owner
@@ -105,7 +142,13 @@ class ReplicaError(RedleaseError):
     may be lost on failover; a renewal counts as failed. ``reply`` is the master's reply."""
 
     def __init__(
-        self, message: str, *, name: str | None, required: int, acked: int, reply: object
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        required: int = 0,
+        acked: int = 0,
+        reply: object = None,
     ) -> None:
         super().__init__(message)
         self.name = name
@@ -118,7 +161,7 @@ class StaleTokenError(RedleaseError):
     """A fenced write carried a token older than one the resource has already seen: the
     writer's lease ended and a later holder wrote since. Nothing was written."""
 
-    def __init__(self, message: str, *, resource: str, token: int, seen: int) -> None:
+    def __init__(self, message: str, *, resource: str = "", token: int = 0, seen: int = 0) -> None:
         super().__init__(message)
         self.resource = resource
         self.token = token
@@ -147,16 +190,21 @@ class QuorumError(_LockError, ConnectionError):
         self,
         message: str,
         *,
-        name: str,
+        name: str = "",
         owner: str | None = None,
-        quorum: int,
-        outcomes: dict[str, str],
+        quorum: int = 0,
+        outcomes: dict[str, str] | None = None,
         errors: dict[str, BaseException] | None = None,
     ) -> None:
         super().__init__(message, name=name, owner=owner)
         self.quorum = quorum
-        self.outcomes = outcomes
+        self.outcomes = outcomes or {}
         self.errors = errors or {}
+
+    def _pickled_state(self) -> dict[str, Any]:
+        state = super()._pickled_state()
+        state["errors"] = {address: _portable(exc) for address, exc in self.errors.items()}
+        return state
 
 
 class LockUpgradeError(_LockError, RuntimeError):
