@@ -292,6 +292,15 @@ class AsyncLeaseSemaphore:
         keeper(self.client).lease_set(permit, held, sent_at)
         return held
 
+    def disown(self, permit_id: str) -> bool:
+        """Hand the permit ``permit_id`` to another process: this client forgets it (no longer
+        renews it, never reports it lost, keeps no record of it) and the permit stays held
+        until its lease ends or someone releases it by its id (``release`` works from any
+        client). Give it a lease (``acquire(lease=...)``) first: a permit left to the watchdog
+        would otherwise end after ``watchdog_timeout``. Returns whether this client had it;
+        sends nothing."""
+        return keeper(self.client).disown(core.permit_id(permit_id))
+
     async def expire(self, seconds: Seconds) -> bool:
         """Delete the semaphore (its count and its leases) ``seconds`` from now, as Redisson's
         ``expire``; ``False`` when it does not exist. Permits taken meanwhile go with it."""
@@ -452,6 +461,11 @@ class AsyncPermitKeeper:
         if not core.undo_settled(pending, reply, now):
             client = self._client()
             report_unsettled(None if client is None else client._state.listeners, pending, now)
+
+    def disown(self, permit: str) -> bool:
+        """Forget a permit handed to another process; whether it was this client's."""
+        with self.mutex:
+            return self.table.released(permit) is not None
 
     def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
         """Forget a released permit; the error its release reports, if any."""
