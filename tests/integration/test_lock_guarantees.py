@@ -399,6 +399,39 @@ async def test_a_receipt_carried_by_a_hand_over_survives_its_next_holder(side, s
         proxy.close()
 
 
+async def test_a_receipt_carried_to_a_waiter_that_gives_up_survives(side, server, name):
+    """Defect 4, found by the model: a release (its replies lost) hands the lock to a waiter
+    whose acquire then gives up; its leave gives the hold back. The receipt the hold carried
+    must survive, or the release sent again is told ``LeaseLostError``."""
+    from redlease._core.keys import LockKeys
+    from redlease._core.lock import leave_call
+
+    keys = LockKeys.for_name(name)
+    raw = redis.Redis.from_url(server.url)
+    proxy = TcpProxy((server.host, server.port)).start()
+    try:
+        client = side.client(proxy.url, socket_timeout=1, socket_connect_timeout=1)
+        lock = client.lock(name)
+        assert await side(lock.acquire())
+        await side(lock.release())  # the scripts are loaded
+        assert await side(lock.acquire())
+        raw.zadd(keys.queue, {"gone-waiter:1 wait-1 w30000": 1})  # a waiter in line
+        sha = scripts.LOCK_RELEASE.sha.encode()
+        proxy.drop_next_reply(sha)
+        proxy.drop_next_reply(sha)
+        with pytest.raises(ServerUnavailableError):
+            await side(lock.release())  # ran: handed to the waiter
+        assert raw.hget(name, "gone-waiter:1") == b"1"
+        leave = leave_call(keys, "gone-waiter:1", "wait-1", "w30000")  # its call gives up
+        script = leave.script
+        raw.script_load(script.source)
+        assert raw.evalsha(script.sha, len(leave.keys), *leave.keys, *leave.args) == 1
+        assert not raw.exists(name)
+        await side(lock.release())  # recognised: no LeaseLostError
+    finally:
+        proxy.close()
+
+
 def test_request_ids_differ_between_processes() -> None:
     """Ids are minted with a random prefix per process, drawn again in a forked child."""
     from redlease._owners import next_request_id

@@ -183,7 +183,7 @@ def leave_call(keys: LockKeys, owner: str, wait_id: str, place: str) -> Call:
     lost)."""
     return Call(
         scripts.LOCK_LEAVE,
-        (keys.name, keys.channel, keys.queue),
+        (keys.name, keys.channel, keys.queue, keys.receipts),
         (owner, keys.pubsub.command, wait_id, place),
     )
 

@@ -3,6 +3,9 @@
 -- KEYS[1]  lock key
 -- KEYS[2]  unlock channel
 -- KEYS[3]  the line (zset, see lock_acquire.lua)
+-- KEYS[4]  release receipts key (see lock_release.lua): the receipts a hold given back
+--          carried (of releases that handed it over) are kept there for 30 s, as a final
+--          release keeps them, so a retry of one of those releases is still recognised
 -- ARGV[1]  owner field of the waiter
 -- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
@@ -20,8 +23,18 @@ if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
 end
 local place = ARGV[1] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
 redis.call('zrem', KEYS[3], place)
-local fields = redis.call('hmget', KEYS[1], ARGV[1], 'redlease:wait')
+local fields = redis.call('hmget', KEYS[1], ARGV[1], 'redlease:wait', 'redlease:released')
 if fields[1] == '1' and fields[2] == ARGV[3] then
+  if fields[3] then
+    local kept = {}
+    for rid in string.gmatch(fields[3] .. ' ' .. (redis.call('get', KEYS[4]) or ''), '%S+') do
+      if #kept == 16 then
+        break
+      end
+      kept[#kept + 1] = rid
+    end
+    redis.call('set', KEYS[4], table.concat(kept, ' '), 'px', 30000)
+  end
   redis.call('del', KEYS[1])
   redis.pcall(ARGV[2], KEYS[2], '0')
   return 1
