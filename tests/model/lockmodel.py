@@ -29,8 +29,10 @@ glue between the operations and the hold table follows ``_lockbase.LockBase`` (`
 ``token`` from the hold table, a release whose outcome is unknown re-sent first by the next
 acquire with its request id, ``unsure`` after a failed re-entry) and the sync shell
 (``_sync/client.py``: after a call timed out, a give-back goes to the background; an abandoned
-wait's leave is sent as the operation ends). ``uuid.uuid4`` in ``_core.lock`` (the request
-ids of give-backs) is replaced by a deterministic unique id so that replays agree.
+wait's leave is sent as the operation ends). ``uuid.uuid4`` in ``_core`` (the request ids of
+give-backs) is replaced by a deterministic unique id so that replays agree. The fair lock runs
+the same generators with ``fair.REDISSON_FAIR`` (or redlease's line with ``fair=True``); the
+read-write lock, ``_core.rwlock``'s (``rwmodel.py``).
 
 **Ids as the client mints them.** Each simulated process imports its own fresh copy of
 ``redlease/_owners.py`` (as another process would: its own counters, its own random prefix,
@@ -50,17 +52,23 @@ server, fencing counter too. The server's TIME is real: it only moves forward.
 small canonical numbers (``BASE + k * GAP``, k their rank among all such numbers of the
 state), which keeps their order and keeps ``x + 1`` apart from every other number, so
 equal futures meet in the visited set. A script's ``TIME`` then is above every number of the
-state, as real time is above every token already handed out.
+state, as real time is above every token already handed out (and a cached step's new numbers
+rank above the rest as a fresh run's would). Deadlines a layout keeps as server times (a
+Redisson fair lock's places, the read-write lock's leases and places, epoch milliseconds) are
+kept relative to the model's clock instead (``"@<units from now>"``) and move with it.
 
 **Invariants** (after every step; the first violation stops the search with its trace):
 
 * I1 exclusion: no two owners believe they hold the lock (record, not releasing, local
-  deadline not passed), unless data was lost on the path;
+  deadline not passed), unless data was lost on the path (or a force release ran);
 * I2 tokens: every token a server step hands out (a hold with a new ``redlease:fence``) is
   above every token handed out before for the name, across data loss; a first hold the
   client accepts carries the token handed out for that very call (owner and wait id);
 * I3 belief: each owner that believes it holds has its hold alive on the server with its
-  token, and a TTL at least its local deadline (no data loss on the path);
+  token, and a TTL at least its local deadline (no data loss or force release on the path);
+  an explicit lease's deadline is the call's start plus the lease asked for, a watched hold's
+  its grant (or last renewal) plus the watchdog's lease, or the shorter first lease of a
+  hand-over (``ClientState.granted``);
 * I4 own hold: a release, renewal or re-entry never acts on (changes, lengthens, frees) a
   hold of its owner field whose token is not the one its owner holds (any path);
 * I5 receipts and losses: a final release that ran is recognised by its retry (no data loss
@@ -68,7 +76,11 @@ state, as real time is above every token already handed out.
   (owner and request id) ran before, and a release or renewal of a hold that is there (its
   token, no data loss) never answers that it is gone (a false ``LeaseLostError``);
 * I6 nothing stranded: a lock key always has a TTL, and a place in line belongs to a live
-  wait or to one whose exit had an unknown outcome.
+  wait or to one whose exit had an unknown outcome (or that a data loss brought back).
+
+``Config.carried_receipts_expire`` admits the one exception the receipts' window documents
+(``lock_release.lua``: a hold handed over that ends by expiry takes its receipts with it);
+``Config.known`` admits gaps the model found that are not fixed yet, each encoded precisely.
 """
 
 from __future__ import annotations
