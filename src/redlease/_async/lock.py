@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from .._core import lock as core
+from .._keep import plan_keep
 from .._lockbase import AcquirePlan, LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError
 from ..options import Seconds
@@ -83,14 +84,22 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
             self.client._watch()
         return got
 
-    async def release(self) -> None:
+    async def release(self, *, keep_for: Seconds | None = None) -> None:
         """Give back one hold. Raises ``NotOwnedError`` when the calling task holds none,
         ``LeaseLostError`` when its lease was lost meanwhile. After a release that raised
-        ``ServerUnavailableError``, this call is that release sent again."""
-        await self._release(retry=True)
+        ``ServerUnavailableError``, this call is that release sent again.
 
-    async def _release(self, *, retry: bool) -> None:
-        plan = self._plan_release(self.client._owner(), retry=retry)
+        ``keep_for`` (seconds): the last hold goes but the lock stays taken, by no one, that
+        much longer (its TTL is set to it), then expires: nobody takes it meanwhile, the
+        caller included, and no waiter is woken (each re-checks within its usual bound). A
+        scheduled job's ``at_least_for``. Only the last hold of a lock or fair lock in the
+        redlease layout; ``0`` is a plain release."""
+        await self._release(retry=True, keep_for=keep_for)
+
+    async def _release(self, *, retry: bool, keep_for: Seconds | None = None) -> None:
+        owner = self.client._owner()
+        kept = None if keep_for is None else plan_keep(self, owner, keep_for)
+        plan = kept or self._plan_release(owner, retry=retry)
         try:
             # begin async-only
             remaining = await self.client._run_kept(

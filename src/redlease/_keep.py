@@ -1,0 +1,80 @@
+"""``release(keep_for=...)`` of ``Lock`` and ``AsyncLock``, the part that does no I/O: the
+argument, and the plan of a final release that keeps the lock taken (see ``_core.keep``)."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+
+from ._core import keep as core
+from ._core import lock as lockcore
+from ._core.limits import MAX_LEASE
+from ._core.requests import Operation
+from ._lockbase import LockBase, ReleasePlan
+from ._owners import next_request_id
+from .errors import InvalidArgumentError, NotOwnedError
+from .options import Seconds
+
+
+def non_negative_seconds(value: Seconds, what: str) -> float:
+    """``value`` as seconds ``>= 0`` (``timedelta`` accepted), finite and at most
+    ``MAX_LEASE``; else ``InvalidArgumentError`` naming ``what``."""
+    number = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(number, bool)
+        or not isinstance(number, int | float)
+        or math.isnan(number)
+        or number < 0
+    ):
+        raise InvalidArgumentError(f"{what} must be a number of seconds >= 0, got {value!r}")
+    if number > MAX_LEASE:
+        raise InvalidArgumentError(
+            f"{what} must be at most {MAX_LEASE:.0f} s (10 years), got {value!r}"
+        )
+    return float(number)
+
+
+def plan_keep(lock: LockBase, owner: str, keep_for: Seconds) -> ReleasePlan | None:
+    """The plan of ``owner``'s final release of ``lock`` that keeps it taken ``keep_for``
+    seconds; ``None`` when ``keep_for`` is 0 (a plain release). Checked before anything is
+    sent: only the last hold of a lock or fair lock in the redlease layout can be kept."""
+    keep = non_negative_seconds(keep_for, "keep_for")
+    if keep == 0:
+        return None
+    if lock._layout is not lockcore.REDLEASE or type(lock)._release_op is not (
+        LockBase._release_op
+    ):
+        raise InvalidArgumentError(
+            f"keep_for: lock {lock.name!r} cannot be kept (only a lock or a fair lock in the "
+            "redlease layout can)"
+        )
+    state = lock._state
+    with state.mutex:
+        hold = state.holds.get(lock.name, owner)
+        if hold is not None and hold.count > 1:
+            raise InvalidArgumentError(
+                f"keep_for: owner {owner} holds lock {lock.name!r} {hold.count} times; only "
+                "its last release can keep the lock taken"
+            )
+    hold = state.begin_release(lock.name, owner)
+    if hold is None:
+        lost = state.take_lost(lock.name, owner)
+        if lost is not None:
+            raise lost
+        raise NotOwnedError(lock._not_owned(owner), name=lock.name, owner=owner)
+    if hold.release_id is None:
+        hold.release_id = next_request_id()
+    request_id = hold.release_id
+    keep_ms = max(1, math.ceil(keep * 1000))
+
+    def op() -> Operation[int]:
+        return core.release_keep(
+            hold.keys,
+            owner,
+            request_id=request_id,
+            token=hold.token,
+            keep_ms=keep_ms,
+            unsure=hold.unsure,
+        )
+
+    return ReleasePlan(owner=owner, hold=hold, op=op(), again=op)
