@@ -61,6 +61,7 @@ FILES = [
     "multilock.py",
     "client.py",
     "redlock_lock.py",
+    "scheduled.py",
 ]
 """The asyncio files the sync files of the same names are generated from."""
 
@@ -154,6 +155,15 @@ PHRASES: dict[str, list[tuple[str, str]]] = {
     Cancelling ``acquire`` gives back what the masters granted before the cancellation
     propagates; a cancelled ``release`` still completes (bounded).""",
             "",
+        ),
+    ],
+    "scheduled.py": [
+        (
+            """
+    A plain function decorated on an ``AsyncClient`` runs in the event loop, as it would
+    undecorated (make a long one a coroutine function, or call ``asyncio.to_thread`` in it).""",
+            """
+    A coroutine function is refused: decorate it on an ``AsyncClient``.""",
         ),
     ],
     "multilock.py": [

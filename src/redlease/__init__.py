@@ -11,9 +11,11 @@ from ._async.multilock import AsyncMultiLock
 from ._async.redlock import AsyncRedlockClient
 from ._async.redlock_lock import AsyncRedlockLock
 from ._async.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
+from ._async.scheduled import AsyncScheduledLock
 from ._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from ._core.latch import LatchStatistics
 from ._core.semaphore import SemaphoreStatistics
+from ._scheduledbase import ScheduledRun
 from ._sync.client import Client
 from ._sync.latch import CountDownLatch
 from ._sync.lock import FairLock, Lock
@@ -21,6 +23,7 @@ from ._sync.multilock import MultiLock
 from ._sync.redlock import RedlockClient
 from ._sync.redlock_lock import RedlockLock
 from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
+from ._sync.scheduled import ScheduledLock
 from ._sync.semaphore import LeaseSemaphore, Semaphore
 from .errors import (
     ArgumentTypeError,
@@ -53,6 +56,7 @@ __all__ = [
     "AsyncReadWriteLock",
     "AsyncRedlockClient",
     "AsyncRedlockLock",
+    "AsyncScheduledLock",
     "AsyncSemaphore",
     "AsyncWriteLock",
     "Client",
@@ -78,6 +82,8 @@ __all__ = [
     "RedlockClient",
     "RedlockLock",
     "ReplicaError",
+    "ScheduledLock",
+    "ScheduledRun",
     "Semaphore",
     "SemaphoreStatistics",
     "ServerError",

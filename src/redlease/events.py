@@ -6,6 +6,8 @@ in the thread (or task) where it happened; the watchdog's events come from the w
 A semaphore whose abandoned request (an acquire or a drain whose replies were lost) could not
 be confirmed undone sends ``permits_may_stay_taken``: its permits may stay taken (a counting
 semaphore's for good, a lease semaphore's until their lease ends).
+A scheduled lock (``client.scheduled_lock``) that found its slot taken, so its job did not run,
+sends ``skipped``.
 A listener must be quick and must not raise (an exception is logged and ignored).
 """
 
@@ -26,6 +28,7 @@ EventKind = Literal[
     "renewal_failed",
     "lease_lost",
     "permits_may_stay_taken",
+    "skipped",
 ]
 
 
@@ -35,7 +38,8 @@ class LockEvent:
     name: str
     owner: str | None
     wait: float | None = None
-    """Seconds the acquire took, waiting included (``acquired``, ``acquire_failed``)."""
+    """Seconds the acquire took, waiting included (``acquired``, ``acquire_failed``,
+    ``skipped``)."""
     held: float | None = None
     """Seconds since the owner first took the hold (``released``, ``lease_lost``)."""
     hold_count: int | None = None

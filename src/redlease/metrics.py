@@ -22,9 +22,9 @@ _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 
 
 class PrometheusMetrics:
-    """Counts acquisitions, failures, renewal failures, lost leases and semaphore permits that
-    may stay taken; observes wait and hold times; tracks current holds. Use one instance per
-    registry (names are registered once)."""
+    """Counts acquisitions, failures, renewal failures, lost leases, semaphore permits that
+    may stay taken and skipped scheduled-job runs; observes wait and hold times; tracks current
+    holds. Use one instance per registry (names are registered once)."""
 
     def __init__(
         self,
@@ -79,6 +79,14 @@ class PrometheusMetrics:
             namespace=namespace,
             registry=registry,
         )
+        self.skipped_runs = Counter(
+            "skipped_runs",
+            "Scheduled-job runs skipped because the slot was taken (another instance runs the "
+            "job, or ran it less than at_least_for ago).",
+            ["lock"],
+            namespace=namespace,
+            registry=registry,
+        )
         self.holds = Gauge(
             "holds",
             "Locks held now by this process (an owner's reentrant holds count once).",
@@ -104,6 +112,8 @@ class PrometheusMetrics:
             self.renewal_failures.labels(lock).inc()
         elif event.kind == "permits_may_stay_taken":
             self.permits_may_stay_taken.labels(lock).inc()
+        elif event.kind == "skipped":
+            self.skipped_runs.labels(lock).inc()
         elif event.kind == "lease_lost":
             self.lost_leases.labels(lock).inc()
             self.holds.labels(lock).dec()

@@ -60,6 +60,7 @@ from .latch import AsyncCountDownLatch
 from .line import AsyncLines
 from .lock import AsyncFairLock, AsyncLock
 from .rwlock import AsyncReadWriteLock
+from .scheduled import AsyncScheduledLock
 from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from .shared import AsyncClosing
 from .subscriber import Subscriber, wait, wait_event
@@ -226,6 +227,33 @@ class AsyncClient(ClientBase, AsyncClosing):
 
         ``replicas`` overrides the client's replica-confirmed writes for this lock."""
         return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+
+    def scheduled_lock(
+        self,
+        name: str,
+        *,
+        at_most_for: Seconds | None = None,
+        at_least_for: Seconds = 0,
+        keep_alive: bool = False,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> AsyncScheduledLock:
+        """The slot of a scheduled job that every instance runs on the same schedule, so that
+        it runs on one of them per tick (ShedLock's ``@SchedulerLock``; see
+        ``AsyncScheduledLock``): a decorator (a skipped call returns ``None`` at once) and
+        ``async with client.scheduled_lock(...) as run:`` (``run`` true: run the job).
+
+        ``at_most_for``: the lease while the job runs (a dead instance frees the slot after
+        it); ``at_least_for``: the slot stays taken that long after the job began, however
+        fast it ran; ``keep_alive=True``: the watchdog renews the lease while the job runs
+        (``at_most_for`` may then be left out)."""
+        return AsyncScheduledLock(
+            self,
+            name,
+            at_most_for=at_most_for,
+            at_least_for=at_least_for,
+            keep_alive=keep_alive,
+            on_lease_lost=on_lease_lost,
+        )
 
     def fair_lock(
         self,

@@ -53,6 +53,7 @@ from .latch import CountDownLatch
 from .line import Lines
 from .lock import FairLock, Lock
 from .rwlock import ReadWriteLock
+from .scheduled import ScheduledLock
 from .semaphore import LeaseSemaphore, Semaphore
 from .shared import Closing
 from .subscriber import Subscriber, wait, wait_event
@@ -176,6 +177,33 @@ class Client(ClientBase, Closing):
 
         ``replicas`` overrides the client's replica-confirmed writes for this lock."""
         return Lock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+
+    def scheduled_lock(
+        self,
+        name: str,
+        *,
+        at_most_for: Seconds | None = None,
+        at_least_for: Seconds = 0,
+        keep_alive: bool = False,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+    ) -> ScheduledLock:
+        """The slot of a scheduled job that every instance runs on the same schedule, so that
+        it runs on one of them per tick (ShedLock's ``@SchedulerLock``; see
+        ``ScheduledLock``): a decorator (a skipped call returns ``None`` at once) and
+        ``with client.scheduled_lock(...) as run:`` (``run`` true: run the job).
+
+        ``at_most_for``: the lease while the job runs (a dead instance frees the slot after
+        it); ``at_least_for``: the slot stays taken that long after the job began, however
+        fast it ran; ``keep_alive=True``: the watchdog renews the lease while the job runs
+        (``at_most_for`` may then be left out)."""
+        return ScheduledLock(
+            self,
+            name,
+            at_most_for=at_most_for,
+            at_least_for=at_least_for,
+            keep_alive=keep_alive,
+            on_lease_lost=on_lease_lost,
+        )
 
     def fair_lock(
         self,
