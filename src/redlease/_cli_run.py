@@ -27,6 +27,7 @@ from typing import Any
 
 import redis.exceptions
 
+from ._keep import non_negative_seconds
 from ._sync.lock import Lock
 from .cli import (
     COMMAND_TIMEOUT,
@@ -57,6 +58,10 @@ class RunOptions:
     watchdog: float
     keep_going: bool
     grace: float
+    at_least: float = 0.0
+    """Keep the lock taken until this long after it was taken (``release(keep_for=)``)."""
+    conflict_exit_code: int = EX_NOT_ACQUIRED
+    """The exit status when the lock is busy (``flock -E``); 0 also says nothing."""
 
 
 def note(message: str, url: str | None = None) -> None:
@@ -218,8 +223,14 @@ def _check_durations(options: RunOptions) -> None:
         if options.lease is not None:
             lease_seconds(options.lease, "--lease")
         wait_seconds(options.wait, "--wait")
+        non_negative_seconds(options.at_least, "--at-least")
     except InvalidArgumentError as exc:
         raise UsageError(str(exc)) from None
+    if options.lease is not None and options.at_least > options.lease:
+        raise UsageError(
+            f"--at-least ({options.at_least:g} s) must not be longer than --lease"
+            f" ({options.lease:g} s)"
+        )
 
 
 def _socket_timeout(options: RunOptions) -> float:
@@ -247,18 +258,21 @@ def _run(url: str, options: RunOptions, sup: Supervisor) -> int:
             _give_back(lock)  # in case the grant landed just before the signal
             raise
         if not got:
-            if options.wait == 0:
+            if options.conflict_exit_code == 0:
+                pass  # a skip that is a success says nothing (cron mails nobody)
+            elif options.wait == 0:
                 note(f"lock {options.name!r} is busy (--wait 0: tried once)")
             else:
                 note(f"lock {options.name!r} is busy: not acquired within {options.wait:g} s")
-            return EX_NOT_ACQUIRED
+            return options.conflict_exit_code
+        acquired_at = time.monotonic()
         try:
             deadline = _lease_deadline(lock, options.lease, sup)
         except (RedleaseError, redis.exceptions.RedisError, OSError):
             _give_back(lock)
             raise
         status = _run_child(options, sup, deadline)
-        return _finish(lock, options, sup, status, url)
+        return _finish(lock, options, sup, status, url, acquired_at)
     finally:
         sup.waiting = False
         client.close()
@@ -348,13 +362,17 @@ def _run_child(options: RunOptions, sup: Supervisor, lease_deadline: float | Non
                 proc.kill()
 
 
-def _finish(lock: Lock, options: RunOptions, sup: Supervisor, status: int, url: str) -> int:
-    """Release the lock after the command ended; the exit status of ``run``."""
+def _finish(
+    lock: Lock, options: RunOptions, sup: Supervisor, status: int, url: str, acquired_at: float
+) -> int:
+    """Release the lock after the command ended (with ``--at-least``, kept taken until that
+    long after it was taken); the exit status of ``run``."""
     announced = sup.lost.is_set()
     failure: Exception | None = None
     try:
         sup.waiting = True  # a signal now gives up a release stuck on an unreachable server
-        lock.release()
+        kept = options.at_least - (time.monotonic() - acquired_at)
+        lock.release(keep_for=kept if kept > 0 else None)
     except (Interrupted, RedleaseError, redis.exceptions.RedisError, OSError) as exc:
         failure = exc
     finally:

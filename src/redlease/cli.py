@@ -173,6 +173,17 @@ def seconds_arg(*, zero: bool) -> Callable[[str], float]:
     return parse
 
 
+def exit_code_arg(value: str) -> int:
+    """argparse type: an exit status, 0 to 255."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an exit status (0-255)") from None
+    if not 0 <= number <= 255:
+        raise argparse.ArgumentTypeError(f"{value} is not an exit status (0-255)")
+    return number
+
+
 def server_url(args: argparse.Namespace) -> str:
     """``--url``, else ``REDLEASE_URL``; a ``UsageError`` when neither is given or valid."""
     if args.url is not None:
@@ -302,13 +313,19 @@ when the lease runs out. A lost lease (expired, force-released, server restarted
 empty, not renewable for a whole lease) stops COMMAND: SIGTERM, then SIGKILL after
 --grace seconds; with --keep-going COMMAND may finish.
 
+With --at-least the lock stays taken until that long after it was taken, however
+soon COMMAND ends (the key's TTL set to what is left of it, held by nobody): the
+same job started by cron on several machines whose clocks or ticks are a little
+apart runs once (ShedLock's lockAtLeastFor; use it with --wait 0).
+
 SIGINT, SIGTERM and SIGHUP sent to redlease are passed on to COMMAND (SIGINT not
 when redlease runs in the foreground of a terminal: Ctrl-C reaches COMMAND there
 already). redlease waits for COMMAND to end, then releases the lock.
 
 exit status:
   N    COMMAND's own exit status (128+S when a signal S ended it)
-  {EX_NOT_ACQUIRED}   the lock was not acquired within --wait (EX_TEMPFAIL)
+  {EX_NOT_ACQUIRED}   the lock was not acquired within --wait (EX_TEMPFAIL), or the N of
+       --conflict-exit-code N (flock -E); with 0 nothing is printed either
   {EX_LEASE_LOST}   the lease was lost while COMMAND ran (whether COMMAND was stopped
        or, with --keep-going, finished)
   126  COMMAND could not be started; 127 COMMAND was not found
@@ -316,8 +333,10 @@ exit status:
   2    usage error, or no server given (--url or ${URL_ENV})
   128+S  interrupted by signal S while waiting for the lock
 
-example:
+examples:
   redlease run --wait 0 jobs:nightly -- ./nightly.sh --full
+  # crontab on every machine: one run per tick, a skipped one exits 0 silently
+  */5 * * * * redlease run --wait 0 --at-least 60 --conflict-exit-code 0 jobs:sync -- ./sync.sh
 """
 
 
@@ -337,6 +356,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         watchdog=args.watchdog,
         keep_going=args.keep_going,
         grace=args.grace,
+        at_least=args.at_least,
+        conflict_exit_code=args.conflict_exit_code,
     )
     return run(url, options)
 
@@ -386,6 +407,24 @@ def _add_run(commands: Commands) -> None:
         default=10.0,
         metavar="SECONDS",
         help="after a lost lease, seconds between SIGTERM and SIGKILL (default 10)",
+    )
+    parser.add_argument(
+        "--at-least",
+        type=seconds_arg(zero=True),
+        default=0.0,
+        metavar="SECONDS",
+        help="keep the lock taken until this long after it was taken, however soon COMMAND"
+        " ends, so that a job started on several machines at about the same time runs once"
+        " (at most --lease; default 0: released when COMMAND ends)",
+    )
+    parser.add_argument(
+        "--conflict-exit-code",
+        type=exit_code_arg,
+        default=EX_NOT_ACQUIRED,
+        metavar="N",
+        help=f"exit status when the lock is busy (not acquired within --wait; default"
+        f" {EX_NOT_ACQUIRED}), as flock -E; 0 also prints nothing, so a skipped cron run"
+        " mails nobody",
     )
     add_url_option(parser)
     parser.set_defaults(handler=_cmd_run)
