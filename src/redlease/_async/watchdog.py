@@ -60,8 +60,15 @@ class AsyncWatchdog:
             cluster = client.redis if client.cluster else None
             for job in jobs:
                 by_node.setdefault(cluster_node_of(cluster, job[2]), []).append(job)
+            started = time.monotonic()
             done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
-            next_round = time.monotonic() + policy.next_delay(all(done))
+            # renewals count from when they were sent: after a round that succeeded the next
+            # is due an interval after it began, not after it ended, so a round that ended
+            # late (the process was stopped while it waited for a reply) is followed at once
+            # by another, which finds a hold lost meanwhile gone; after a failure, a retry soon
+            next_round = (
+                started + policy.interval if all(done) else time.monotonic() + policy.retry_interval
+            )
 
     async def _renew_on(self, jobs: list[RenewalJob]) -> bool:
         """Send one node's renewal calls in order; True when every one succeeded. After a

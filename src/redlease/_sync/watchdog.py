@@ -82,8 +82,15 @@ class Watchdog:
             if time.monotonic() < wake:
                 continue  # kicked: a hold must be renewed sooner than planned
             jobs = state.renewal_jobs(policy, by_slot=self._client.cluster)
+            started = time.monotonic()
             ok = self._round(jobs) if jobs else True
-            next_round = time.monotonic() + policy.next_delay(ok)
+            # renewals count from when they were sent: after a round that succeeded the next
+            # is due an interval after it began, not after it ended, so a round that ended
+            # late (the process was stopped while it waited for a reply) is followed at once
+            # by another, which finds a hold lost meanwhile gone; after a failure, a retry soon
+            next_round = (
+                started + policy.interval if ok else time.monotonic() + policy.retry_interval
+            )
 
     def _round(self, jobs: list[RenewalJob]) -> bool:
         """Send every renewal call of a round; True when every one succeeded."""
