@@ -61,6 +61,7 @@ FILES = [
     "multilock.py",
     "client.py",
     "redlock_lock.py",
+    "election.py",
     "scheduled.py",
 ]
 """The asyncio files the sync files of the same names are generated from."""
@@ -154,6 +155,16 @@ PHRASES: dict[str, list[tuple[str, str]]] = {
             """
     Cancelling ``acquire`` gives back what the masters granted before the cancellation
     propagates; a cancelled ``release`` still completes (bounded).""",
+            "",
+        ),
+    ],
+    "election.py": [
+        ("an ``asyncio.Event``", "a ``threading.Event``"),
+        (
+            """ ``cancel_on_loss=True`` cancels the task running the
+        block the moment the leadership is lost; the block then ends with
+        ``LeaseLostError`` instead of ``CancelledError`` (as ``asyncio.timeout`` ends
+        with ``TimeoutError``).""",
             "",
         ),
     ],

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._async.client import AsyncClient
+from ._async.election import AsyncElection, AsyncTerm
 from ._async.latch import AsyncCountDownLatch
 from ._async.lock import AsyncFairLock, AsyncLock
 from ._async.multilock import AsyncMultiLock
@@ -17,6 +18,7 @@ from ._core.latch import LatchStatistics
 from ._core.semaphore import SemaphoreStatistics
 from ._scheduledbase import ScheduledRun
 from ._sync.client import Client
+from ._sync.election import Election, Term
 from ._sync.latch import CountDownLatch
 from ._sync.lock import FairLock, Lock
 from ._sync.multilock import MultiLock
@@ -48,6 +50,7 @@ __all__ = [
     "ArgumentTypeError",
     "AsyncClient",
     "AsyncCountDownLatch",
+    "AsyncElection",
     "AsyncFairLock",
     "AsyncLeaseSemaphore",
     "AsyncLock",
@@ -58,10 +61,12 @@ __all__ = [
     "AsyncRedlockLock",
     "AsyncScheduledLock",
     "AsyncSemaphore",
+    "AsyncTerm",
     "AsyncWriteLock",
     "Client",
     "ClientClosedError",
     "CountDownLatch",
+    "Election",
     "FairLock",
     "InvalidArgumentError",
     "LatchStatistics",
@@ -89,6 +94,7 @@ __all__ = [
     "ServerError",
     "ServerUnavailableError",
     "StaleTokenError",
+    "Term",
     "WriteLock",
     "WrongTypeError",
     "__version__",

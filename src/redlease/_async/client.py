@@ -56,6 +56,7 @@ from ..errors import (
 )
 from ..options import Seconds
 from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
+from .election import AsyncElection
 from .latch import AsyncCountDownLatch
 from .line import AsyncLines
 from .lock import AsyncFairLock, AsyncLock
@@ -270,6 +271,12 @@ class AsyncClient(ClientBase, AsyncClosing):
         return AsyncFairLock(
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
+
+    def election(self, name: str, *, identity: str | None = None) -> AsyncElection:
+        """A leader election named ``name`` (see ``AsyncElection``): ``async with
+        election.leadership() as term:`` leads; ``identity`` names this candidate in
+        ``leader()`` and ``observe()`` (default ``"<host name>:<pid>"``)."""
+        return AsyncElection(self, name, identity=identity)
 
     def semaphore(self, name: str) -> AsyncSemaphore:
         """A counting semaphore named ``name`` (Redisson's RSemaphore layout)."""

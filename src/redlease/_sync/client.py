@@ -49,6 +49,7 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..options import Seconds
+from .election import Election
 from .latch import CountDownLatch
 from .line import Lines
 from .lock import FairLock, Lock
@@ -220,6 +221,12 @@ class Client(ClientBase, Closing):
         return FairLock(
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
+
+    def election(self, name: str, *, identity: str | None = None) -> Election:
+        """A leader election named ``name`` (see ``Election``): ``with
+        election.leadership() as term:`` leads; ``identity`` names this candidate in
+        ``leader()`` and ``observe()`` (default ``"<host name>:<pid>"``)."""
+        return Election(self, name, identity=identity)
 
     def semaphore(self, name: str) -> Semaphore:
         """A counting semaphore named ``name`` (Redisson's RSemaphore layout)."""

@@ -1,0 +1,291 @@
+"""Leader election on a lock: one leader at a time, each term with its fencing token."""
+
+from __future__ import annotations
+
+import asyncio  # async-only
+import sys  # async-only
+
+# begin async-only
+# else sync
+# import threading
+# end async-only
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from .._connections import TRANSLATED, log, raise_translated
+from .._electionbase import OBSERVE_POLL, ElectionBase, parse_record
+from ..errors import (
+    ClientClosedError,
+    InvalidArgumentError,
+    LeaseLostError,
+    LockTimeoutError,
+    StaleTokenError,
+)
+from ..options import Seconds, seconds, wait_seconds
+from .subscriber import wait
+
+if TYPE_CHECKING:
+    from .client import AsyncClient
+    from .lock import AsyncLock
+
+
+class AsyncTerm:
+    """One term of leadership, from the moment this candidate leads until it resigns.
+
+    ``token`` is the term's fencing token: strictly greater than every earlier term's (it is
+    the token of the election lock's hold), so a resource that checks it refuses a deposed
+    leader's late writes. ``lost`` is an ``asyncio.Event`` set the moment this candidate is
+    known to have lost the leadership (its lease lost, the lock force-released, the server's
+    data lost); ``error`` then says why.
+    """
+
+    def __init__(self, election: str, identity: str, owner: str) -> None:
+        self.election = election
+        self.identity = identity
+        self.token = 0
+        # begin async-only
+        self.lost = asyncio.Event()
+        # else sync
+        # self.lost = threading.Event()
+        # end async-only
+        self.error: LeaseLostError | None = None
+        self.started = time.monotonic()
+        self._inside = False  # the body of the ``async with`` runs
+        self._owner = owner
+
+    def _lose(self, error: LeaseLostError) -> None:
+        if self.error is None:
+            self.error = error
+        self.lost.set()
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost.is_set() else "leading"
+        return (
+            f"<redlease.AsyncTerm {self.election!r} {self.identity!r} token={self.token} {state}>"
+        )
+
+
+class AsyncElection(ElectionBase):
+    """A leader election among every candidate that uses the same ``name``.
+
+    ``async with election.leadership() as term:`` waits until this candidate leads; leaving the
+    block resigns, and the next candidate in line leads within about one round trip. The
+    leadership is a lock hold renewed by the client's watchdog: a leader that dies is
+    replaced once its lease (the client's ``watchdog_timeout``) runs out; one that was
+    stopped past its lease finds ``term.lost`` set as soon as it runs again.
+    """
+
+    def __init__(self, client: AsyncClient, name: str, *, identity: str | None = None) -> None:
+        super().__init__(name, identity)
+        self.client = client
+        self._lock = client.lock(self.lock_name)
+
+    @property
+    def lock(self) -> AsyncLock:
+        """The election's lock (``statistics()``, ``force_release()``, ...)."""
+        return self._lock
+
+    @asynccontextmanager
+    async def leadership(
+        self,
+        timeout: Seconds | None = None,
+        # begin async-only
+        *,
+        cancel_on_loss: bool = False,
+        # end async-only
+    ) -> AsyncIterator[AsyncTerm]:
+        """``async with election.leadership() as term:`` wait until this candidate leads,
+        lead for the block, then resign.
+
+        ``timeout`` bounds the wait (``LockTimeoutError`` when it runs out; ``0``: one try).
+        Leaving the block after the leadership was lost raises ``LeaseLostError`` (an error
+        of the block itself wins). ``cancel_on_loss=True`` cancels the task running the
+        block the moment the leadership is lost; the block then ends with
+        ``LeaseLostError`` instead of ``CancelledError`` (as ``asyncio.timeout`` ends
+        with ``TimeoutError``)."""
+        wait_for = wait_seconds(timeout, "timeout")
+        identity = self.identity
+        owner = self.client._owner()
+        if self._lock.fencing_token is not None:
+            raise InvalidArgumentError(
+                f"election {self.name!r}: this task already leads it; terms do not nest"
+            )
+        term = AsyncTerm(self.name, identity, owner)
+        # begin async-only
+        task = asyncio.current_task() if cancel_on_loss else None
+        cancelled = False
+        # end async-only
+
+        def lost(error: LeaseLostError) -> None:
+            term._lose(self._lost_error(identity, term.token, owner, error))
+            # begin async-only
+            nonlocal cancelled
+            if task is not None and term._inside and not task.done() and not cancelled:
+                cancelled = task.cancel(f"election {self.name!r}: leadership lost")
+            # end async-only
+
+        lock = self.client.lock(self.lock_name, on_lease_lost=lost)
+        blocking = wait_for != 0  # 0: one try
+        got = await lock.acquire(blocking, wait_for if blocking else None)
+        if not got:
+            raise LockTimeoutError(self._not_elected(wait_for), name=self.lock_name, owner=owner)
+        try:
+            await self._begin(lock, term)
+        except BaseException:
+            await self._resign(lock, term, quiet=True)
+            raise
+        if term.error is not None:  # lost before the term could begin
+            await self._resign(lock, term, quiet=True)
+            raise term.error
+        term._inside = True
+        try:
+            yield term
+        # begin async-only
+        except asyncio.CancelledError:
+            term._inside = False
+            await self._resign(lock, term, quiet=True)
+            if cancelled and term.error is not None and _uncancel(task) == 0:
+                raise term.error from None  # our own cancellation, and nobody else's
+            raise
+        # end async-only
+        except BaseException:
+            term._inside = False
+            await self._resign(lock, term, quiet=True)
+            raise
+        term._inside = False
+        # begin async-only
+        if cancelled:  # the block caught our cancellation and went on
+            _uncancel(task)
+        # end async-only
+        await self._resign(lock, term, quiet=False)
+        if term.error is not None:
+            raise term.error
+
+    async def _begin(self, lock: AsyncLock, term: AsyncTerm) -> None:
+        """The term's token, the leader record, the announcement."""
+        token = lock.fencing_token
+        if token is None:  # the hold was found gone already
+            term._lose(self._lost_error(term.identity, 0, term._owner, None))
+            return
+        term.token = token
+        try:
+            await self.client.fenced_set(self._record_key, f"{token} {term.identity}", token)
+        except StaleTokenError as exc:  # a later term wrote already: this one is over
+            term._lose(self._lost_error(term.identity, token, term._owner, exc))
+            return
+        term.started = time.monotonic()
+        self._started(term.identity, token)
+        await self._announce("elected", token)
+
+    async def _resign(self, lock: AsyncLock, term: AsyncTerm, *, quiet: bool) -> None:
+        """Release the lock (the next candidate leads) and say so. ``quiet``: an error of the
+        release is logged, not raised (the block's own error is on its way)."""
+        try:
+            await lock.release()
+        except LeaseLostError as exc:
+            term._lose(self._lost_error(term.identity, term.token, term._owner, exc))
+        except Exception as exc:
+            if not quiet:
+                raise
+            log.warning("election %r: resigning failed: %s", self.name, exc)
+        finally:
+            if term.token:
+                self._ended(term.identity, term.token, term.error is not None)
+        await self._announce("resigned", term.token)
+
+    async def _announce(self, what: str, token: int) -> None:
+        """Tell observers that a term began or ended: a hint only (they read the record)."""
+        command = self._publish_command(self.client._state.pubsub.sharded)
+        try:
+            await self.client.redis.execute_command(command, self._channel, f"{what} {token}")
+        except TRANSLATED as exc:
+            log.debug("election %r: announcing %s failed: %s", self.name, what, exc)
+
+    async def leader(self) -> str | None:
+        """The identity of the candidate that leads now, else ``None`` (the lock is free, or a
+        new leader has not begun its term yet). A leader that died is reported until its
+        lease runs out; one whose lock is free or held by a later term never is."""
+        for _ in range(2):
+            record = await self._record()
+            status = await self._lock.statistics()
+            token = status.fencing_token
+            if token is None:
+                return None
+            if record is not None and record[0] == token:
+                return record[1]
+            if record is not None and record[0] > token:
+                return None
+            # the lock's term is newer than the record: its leader may be writing it now
+        return None
+
+    async def _record(self) -> tuple[int, str] | None:
+        if self.client._closed:
+            raise ClientClosedError(name=self.name)
+        try:
+            value = await self.client.redis.get(self._record_key)
+        except TRANSLATED as exc:
+            raise_translated(exc, self.client.address, self._record_key, user=self.client._user)
+        return parse_record(value)
+
+    async def observe(
+        self,
+        *,
+        poll: Seconds = OBSERVE_POLL,
+        # begin async-only
+        stop: asyncio.Event | None = None,
+        # else sync
+        # stop: threading.Event | None = None,
+        # end async-only
+    ) -> AsyncIterator[str | None]:
+        """Yield the leader now (its identity, or ``None``), then each time it changes.
+
+        A leader's start and resignation are announced on the election's channel, so they
+        are seen at once; a change nobody announces (a leader that died, a force release) is
+        seen within ``poll`` seconds. Changes closer together than a read may be seen as one.
+        The iteration ends when ``stop`` is set (seen within ``poll``) or the client is
+        closed; ``break`` ends it too."""
+        every = seconds(poll, "poll")
+        client = self.client
+        if not client._state.pubsub.settled:
+            await client._settle_pubsub(self.name)
+        subscriber = client._subscriber_started()
+        waiter = await subscriber.subscribe(self._channel, client._owner(), name=self.name)
+        try:
+            last: tuple[str | None] | None = None
+            while stop is None or not stop.is_set():
+                try:
+                    now = await self.leader()
+                except ClientClosedError:
+                    return
+                if last is None or last[0] != now:
+                    last = (now,)
+                    yield now
+                await wait(waiter, every)
+        finally:
+            subscriber.unsubscribe(waiter)
+
+    async def force_release(self) -> bool:
+        """Depose the leader, whoever it is: the lock is freed (the next candidate leads at
+        once) and the change announced. The deposed leader finds ``term.lost`` set at its
+        watchdog's next round. ``True`` if someone led."""
+        released = await self._lock.force_release()
+        if released:
+            await self._announce("deposed", 0)
+        return released
+
+    def __repr__(self) -> str:
+        return f"<redlease.AsyncElection {self.name!r} on {self.client.address}>"
+
+
+# begin async-only
+def _uncancel(task: asyncio.Task[Any] | None) -> int:
+    """Take back one cancellation of ``task``; the cancellations still pending (always 0 on
+    Python 3.10, which does not count them)."""
+    if task is None or sys.version_info < (3, 11):
+        return 0
+    return task.uncancel()
+
+
+# end async-only
