@@ -60,6 +60,8 @@ class RwSideBase(LockBase):
                 blocking=blocking,
                 timeout=wait,
                 wait_id=next_request_id(),
+                # a re-entry joins only the hold with this token (never a stale copy)
+                token=(self._token(owner) or 0) if held else 0,
                 on_gone=lambda: gone.append(True),
             )
 
@@ -75,6 +77,7 @@ class RwSideBase(LockBase):
             owner,
             held=hold.count,
             request_id=hold.release_id,
+            token=hold.token,
             unsure=hold.unsure,
         )
 

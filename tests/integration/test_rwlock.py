@@ -684,7 +684,8 @@ class RwModel(RuleBasedStateMachine):
     share, a writer is alone (its own reads aside), re-entry on both sides, upgrade refused,
     writers in line go first, retried requests count once; a first acquire takes an owner's
     hold as its retry only if it was made for that very call (wait id), else re-leases it
-    with a fresh token; a call that gives up gives back only a hold made for it."""
+    with a fresh token; a call that gives up gives back only a hold made for it; a re-entry,
+    a release or a renewal naming another token than the hold's acts on nothing."""
 
     url = ""
 
@@ -697,6 +698,7 @@ class RwModel(RuleBasedStateMachine):
         self.readers: dict[str, int] = {}
         self.line: list[str] = []
         self.waits: dict[tuple[str, str], str] = {}  # (side, owner) -> its first hold's call
+        self.tokens: dict[tuple[str, str], int] = {}  # (side, owner) -> its hold's token
         self.last_token = 0
 
     def token_is_new(self, token: int) -> None:
@@ -714,7 +716,8 @@ class RwModel(RuleBasedStateMachine):
     def read(self, owner: str, retry: bool) -> None:
         held = self.readers.get(owner, 0)
         wait = uuid.uuid4().hex
-        call = core.acquire_call(self.keys, core.READ, owner, held, 60.0, False, wait)
+        token = self.tokens.get((core.READ, owner), 0) if held else 0
+        call = core.acquire_call(self.keys, core.READ, owner, held, 60.0, False, wait, token=token)
         reply = self.run(call)
         if held:
             expect = core.GRANTED
@@ -729,6 +732,8 @@ class RwModel(RuleBasedStateMachine):
             if not held:
                 self.token_is_new(reply[3])
                 self.waits[(core.READ, owner)] = wait
+                self.tokens[(core.READ, owner)] = reply[3]
+            assert reply[3] == self.tokens[(core.READ, owner)]
             if retry:  # the reply was lost; the same request again
                 assert self.run(call)[:2] == [core.GRANTED, held + 1]
 
@@ -736,7 +741,8 @@ class RwModel(RuleBasedStateMachine):
     def write(self, owner: str, queue: bool, retry: bool) -> None:
         held = self.write_count if self.writer == owner else 0
         wait = uuid.uuid4().hex
-        call = core.acquire_call(self.keys, core.WRITE, owner, held, 60.0, queue, wait)
+        token = self.tokens.get((core.WRITE, owner), 0) if held else 0
+        call = core.acquire_call(self.keys, core.WRITE, owner, held, 60.0, queue, wait, token=token)
         reply = self.run(call)
         others_read = any(o != owner for o in self.readers)
         if held:
@@ -755,6 +761,8 @@ class RwModel(RuleBasedStateMachine):
             if not held:
                 self.token_is_new(reply[3])
                 self.waits[(core.WRITE, owner)] = wait
+                self.tokens[(core.WRITE, owner)] = reply[3]
+            assert reply[3] == self.tokens[(core.WRITE, owner)]
             if retry:
                 assert self.run(call)[:2] == [core.GRANTED, held + 1]
         elif expect == core.HELD and queue and owner not in self.line:
@@ -765,7 +773,10 @@ class RwModel(RuleBasedStateMachine):
     def read_release(self, data: Any, retry: bool) -> None:
         owner = data.draw(st.sampled_from(sorted(self.readers)))
         held = self.readers[owner]
-        call = core.release_call(self.keys, core.READ, owner, held, request_id=uuid.uuid4().hex)
+        token = self.tokens[(core.READ, owner)]
+        call = core.release_call(
+            self.keys, core.READ, owner, held, request_id=uuid.uuid4().hex, token=token
+        )
         assert self.run(call) == [core.RELEASED, held - 1]
         if retry:
             assert self.run(call) == [core.RELEASED, held - 1]
@@ -780,7 +791,10 @@ class RwModel(RuleBasedStateMachine):
         assert self.writer is not None
         held = self.write_count
         rid = uuid.uuid4().hex
-        call = core.release_call(self.keys, core.WRITE, self.writer, held, request_id=rid)
+        token = self.tokens[(core.WRITE, self.writer)]
+        call = core.release_call(
+            self.keys, core.WRITE, self.writer, held, request_id=rid, token=token
+        )
         assert self.run(call) == [core.RELEASED, held - 1]
         if retry:
             assert self.run(call) == [core.RELEASED, held - 1]
@@ -819,10 +833,36 @@ class RwModel(RuleBasedStateMachine):
             again = self.run(call)
             assert again[:2] == [core.GRANTED, 1] and again[3] == reply[3]
         self.waits[(side, owner)] = wait
+        self.tokens[(side, owner)] = reply[3]
         if side == core.READ:
             self.readers[owner] = 1
         else:
             self.write_count = 1
+
+    @precondition(lambda self: self.readers or self.writer)
+    @rule(data=st.data(), side=st.sampled_from(core.SIDES), what=st.integers(0, 2))
+    def another_token_acts_on_nothing(self, data: Any, side: str, what: int) -> None:
+        """A re-entry (0), a release (1) or a renewal (2) naming another token than the
+        owner's hold has (as the owner of a stale copy after a failover would): LOST (count
+        0) or not renewed, and nothing changes."""
+        holders = sorted(self.readers) if side == core.READ else [self.writer]
+        owner = data.draw(st.sampled_from([h for h in holders if h is not None] or ["c:1"]))
+        held = self.holds(side, owner)
+        if not held:
+            return
+        other = self.tokens[(side, owner)] - data.draw(st.sampled_from([1, -1]))
+        if what == 0:
+            call = core.acquire_call(
+                self.keys, side, owner, held, 60.0, False, uuid.uuid4().hex, token=other
+            )
+            assert self.run(call)[:2] == [core.LOST, 0]
+        elif what == 1:
+            rid = uuid.uuid4().hex
+            call = core.release_call(self.keys, side, owner, held, request_id=rid, token=other)
+            assert self.run(call) == [core.LOST, 0]
+        else:
+            renew = self.keys.side_keys(side).renew_call([owner], 90_000, None, tokens=[other])
+            assert self.run(renew) == [0]
 
     @precondition(lambda self: self.readers or self.writer)
     @rule(data=st.data(), side=st.sampled_from(core.SIDES), own=st.booleans())
@@ -837,6 +877,7 @@ class RwModel(RuleBasedStateMachine):
         if side == core.WRITE and owner in self.line:
             self.line.remove(owner)
         if gives_back:
+            del self.tokens[(side, owner)]
             if side == core.READ:
                 del self.readers[owner]
             else:
@@ -845,7 +886,7 @@ class RwModel(RuleBasedStateMachine):
     @rule(owner=st.sampled_from(OWNERS))
     def release_without_hold_is_lost(self, owner: str) -> None:
         if owner not in self.readers:
-            call = core.release_call(self.keys, core.READ, owner, 1, request_id="x")
+            call = core.release_call(self.keys, core.READ, owner, 1, request_id="x", token=1)
             assert self.run(call)[0] == core.LOST
 
     @invariant()

@@ -235,10 +235,15 @@ def test_a_retried_request_counts_once(server, rw_name):
         assert first[3] == again[3] > 0  # the same fencing token
         # Redisson's lock hash keeps Redisson's fields only (the wait id is in redlease's key)
         assert {f.decode() for f in raw.hkeys(rw_name)} == {"mode", keys.field(side_, owner)}
-        release = keys.release_call(side_, owner, 1, request_id="r1")
+        # a release naming another token acts on no hold of the owner field (a stale copy)
+        other = keys.release_call(side_, owner, 1, request_id="r0", token=first[3] - 1)
+        assert run(other) == [-1, 0]
+        assert raw.hget(rw_name, keys.field(side_, owner)) == b"1"
+        release = keys.release_call(side_, owner, 1, request_id="r1", token=first[3])
         raw.script_load(release.script.source)
         assert run(release) == run(release) == [1, 0]
-        assert run(keys.release_call(side_, owner, 1, request_id="r2")) == [-1, 0]
+        again = keys.release_call(side_, owner, 1, request_id="r2", token=first[3])
+        assert run(again) == [-1, 0]
     assert not raw.exists(rw_name)
     raw.close()
 

@@ -86,19 +86,19 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     yield lock_core.leave_call(keys, OWNER, "w", "w30000")
     yield next(lock_core.force_release(keys))
     fair_keys = REDISSON_FAIR.keys("orders:42", mode)
-    yield REDISSON_FAIR.release_call(fair_keys, OWNER, 1, request_id="r")
+    yield REDISSON_FAIR.release_call(fair_keys, OWNER, 1, request_id="r", token=7)
     yield REDISSON_FAIR.leave_call(fair_keys, OWNER, "w", None, "w30000")
     yield next(lock_core.force_release(fair_keys, REDISSON_FAIR))
     rw = rwlock.RwKeys.for_name("catalog", mode)
     assert rw.side_keys(rwlock.READ).pubsub is mode
     for side in (rwlock.READ, rwlock.WRITE):
-        yield rwlock.release_call(rw, side, OWNER, 1, request_id="r")
+        yield rwlock.release_call(rw, side, OWNER, 1, request_id="r", token=7)
         yield next(rwlock.force_release(rw, side))
     for side in (rwlock.READ, rwlock.WRITE):
         yield rwlock.leave_call(rw, side, OWNER, "w")
     redisson_rw = RedissonRwKeys.for_name("catalog", mode)
     for side in (rwlock.READ, rwlock.WRITE):
-        yield redisson_rw.release_call(side, OWNER, 1, request_id="r")
+        yield redisson_rw.release_call(side, OWNER, 1, request_id="r", token=7)
         yield redisson_rw.force_release_call(side)
         leave = redisson_rw.leave_call(side, OWNER, "w")
         assert leave is not None

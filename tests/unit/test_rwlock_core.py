@@ -62,7 +62,8 @@ def test_each_side_has_its_own_release_receipt() -> None:
     assert KEYS.side_keys(READ).receipt(OWNER) == read
     assert KEYS.side_keys(WRITE).receipt(OWNER) == write
     for side, receipt in ((READ, read), (WRITE, write)):
-        assert core.release_call(KEYS, side, OWNER, 1, request_id="r").keys[-1] == receipt
+        call = core.release_call(KEYS, side, OWNER, 1, request_id="r", token=7)
+        assert call.keys[-1] == receipt
 
 
 def test_side_keys_label_the_holds_and_renew_with_rw_renew() -> None:
@@ -70,10 +71,10 @@ def test_side_keys_label_the_holds_and_renew_with_rw_renew() -> None:
     assert (read.name, write.name) == ("orders:42 (read)", "orders:42 (write)")
     assert isinstance(read, OwnRenewalKeys) and read != write
     assert read == KEYS.side_keys(READ) and hash(read) == hash(KEYS.side_keys(READ))
-    call = read.renew_call(["a:1", "b:2"], 30_000, None)
+    call = read.renew_call(["a:1", "b:2"], 30_000, None, tokens=[7, 8])
     assert call.script is core.RW_RENEW
     assert call.keys == (KEYS.writer, KEYS.readers, KEYS.leases, KEYS.tokens)
-    assert call.args == (30_000, READ, "a:1", "b:2")
+    assert call.args == (30_000, READ, "a:1", "b:2", 7, 8)  # each owner's token after them
 
 
 def test_every_rw_script_is_loaded_once() -> None:
@@ -93,16 +94,19 @@ def _calls() -> list[tuple[Call, int]]:
             undo = call.undo([GRANTED, 1, 30000, 5])
             assert undo is not None
             out.append((undo, 1))
-        reentry = core.acquire_call(KEYS, side, OWNER, 1, 30.0, False, WAIT)
+        reentry = core.acquire_call(KEYS, side, OWNER, 1, 30.0, False, WAIT, token=5)
+        out.append((reentry, 1))
         assert reentry.undo is not None
         undo = reentry.undo([GRANTED, 2, 30000, 5])
         assert undo is not None
         out.append((undo, 1))
         out.append((core.leave_call(KEYS, side, OWNER, WAIT), 1))
-        out.append((core.release_call(KEYS, side, OWNER, 2, request_id="r"), 1))
+        out.append((core.release_call(KEYS, side, OWNER, 2, request_id="r", token=5), 1))
         out.append((next(core.force_release(KEYS, side)), 1))
         for n in (1, 3):
-            renew = KEYS.side_keys(side).renew_call([f"o:{i}" for i in range(n)], 9000, None)
+            renew = KEYS.side_keys(side).renew_call(
+                [f"o:{i}" for i in range(n)], 9000, None, tokens=list(range(1, n + 1))
+            )
             out.append((renew, n))
     out.append((next(core.status(KEYS, OWNER)), 1))
     return out
@@ -127,11 +131,12 @@ def test_receipt_and_place_constants_match_the_scripts() -> None:
 
 
 def test_acquire_call_undo_gives_back_only_a_new_grant() -> None:
-    call = core.acquire_call(KEYS, WRITE, OWNER, 2, 30.0, True, WAIT)
+    call = core.acquire_call(KEYS, WRITE, OWNER, 2, 30.0, True, WAIT, token=5)
+    assert call.args[-2:] == (WAIT, 5)  # the token of the hold the re-entry joins
     assert call.undo is not None
     undo = call.undo([GRANTED, 3, 30000, 5])
     assert undo is not None and undo.script is core.RW_WRITE_RELEASE
-    assert undo.args[:2] == (OWNER, 3)
+    assert undo.args[:2] == (OWNER, 3) and undo.args[-1] == 5  # that hold's token
     assert call.undo([GRANTED, 2, 30000, 5]) is None  # not ours: nothing to give back
     assert call.undo([HELD, 0, 100, 0]) is None
 
@@ -141,7 +146,7 @@ def test_a_first_grants_undo_gives_back_by_the_calls_wait_id(side: str) -> None:
     """Not by count: a give-back delivered late must not free a hold that a later call of
     the same owner was granted meanwhile (the script frees only a hold made for the call)."""
     call = core.acquire_call(KEYS, side, OWNER, 0, 30.0, True, WAIT)
-    assert call.args[-1] == WAIT
+    assert call.args[-2:] == (WAIT, 0)
     assert call.undo is not None
     undo = call.undo([GRANTED, 1, 30000, 5])
     assert undo == core.leave_call(KEYS, side, OWNER, WAIT)
@@ -161,6 +166,7 @@ def start(
     lease: float = 30.0,
     blocking: bool = True,
     timeout: float | None = None,
+    token: int = 0,
 ) -> tuple[Any, Any]:
     op = core.acquire(
         KEYS,
@@ -171,6 +177,7 @@ def start(
         blocking=blocking,
         timeout=timeout,
         wait_id=WAIT,
+        token=token,
         clock=clock,
     )
     first = step(op, first=True)
@@ -181,9 +188,11 @@ def start(
     return op, first
 
 
-def assert_acquire(call: Any, side: str, *, held: int = 0, queue: bool = True) -> None:
+def assert_acquire(
+    call: Any, side: str, *, held: int = 0, queue: bool = True, token: int = 0
+) -> None:
     assert isinstance(call, Call)
-    expected = core.acquire_call(KEYS, side, OWNER, held, 30.0, queue, WAIT)
+    expected = core.acquire_call(KEYS, side, OWNER, held, 30.0, queue, WAIT, token=token)
     assert (call.script, call.keys, call.args) == (expected.script, expected.keys, expected.args)
 
 
@@ -247,20 +256,24 @@ def test_non_blocking_tries_once_and_does_not_queue() -> None:
 @pytest.mark.parametrize("side", core.SIDES)
 def test_a_gone_hold_is_taken_afresh_from_the_servers_count(side: str) -> None:
     """A re-entry that finds the owner's hold gone (an explicit lease ran out, a force
-    release) goes on as a first acquire at once, as Redisson does, instead of raising."""
-    op, _ = start(FakeClock(), side, held=2)
+    release, or a hold of the owner field with another token: a stale copy after a failover)
+    goes on as a first acquire at once, as Redisson does, instead of raising."""
+    op, first = start(FakeClock(), side, held=2, token=7)
+    assert_acquire(first, side, held=2, token=7)  # joins only the hold with the owner's token
     assert_acquire(step(op, [LOST, 0, 0, 0]), side, held=0)
     assert finish(op, [GRANTED, 1, 30000, 9]) == Acquired(1, 30.0, 1000.0, 9)
     # non-blocking, and another owner writes meanwhile: not acquired
-    op, _ = start(FakeClock(), side, held=1, blocking=False)
+    op, _ = start(FakeClock(), side, held=1, blocking=False, token=7)
     assert_acquire(step(op, [LOST, 0, 0, 0]), side, held=0, queue=False)
     assert finish(op, [HELD, 0, 1000, 0]) is None
 
 
 def test_following_the_servers_count_is_bounded() -> None:
-    op, _ = start(FakeClock(), READ, held=3, blocking=False)
+    op, _ = start(FakeClock(), READ, held=3, blocking=False, token=7)
     for count in (2, 1, 0):
-        assert_acquire(step(op, [LOST, count, 0, 0]), READ, held=count, queue=False)
+        # the same hold (its token) while it has a count; a first acquire once it is gone
+        token = 7 if count else 0
+        assert_acquire(step(op, [LOST, count, 0, 0]), READ, held=count, queue=False, token=token)
     with pytest.raises(LeaseLostError) as info:
         op.send([LOST, 5, 0, 0])
     assert info.value.name == "orders:42 (read)" and info.value.owner == OWNER
@@ -272,7 +285,7 @@ def test_a_late_grant_is_given_back_and_the_wait_goes_on() -> None:
     clock.advance(0.995)  # less than the drift allowance (12 ms) left
     back = step(op, [GRANTED, 1, 1000, 5])
     assert isinstance(back, Call) and back.script is core.RW_READ_RELEASE
-    assert back.args[:2] == (OWNER, 1)
+    assert back.args[:2] == (OWNER, 1) and back.args[-1] == 5  # the grant's token
     assert isinstance(step(op, [core.RELEASED, 0]), Subscribe)
 
 
@@ -281,6 +294,7 @@ def test_a_grant_without_enough_replicas_is_given_back() -> None:
     error = ReplicaError("short", name="x", required=1, acked=0, reply=[GRANTED, 1, 30000, 5])
     back = op.throw(error)
     assert isinstance(back, Call) and back.script is core.RW_WRITE_RELEASE
+    assert back.args[:2] == (OWNER, 1) and back.args[-1] == 5  # the grant's token
     with pytest.raises(ReplicaError):
         op.send([core.RELEASED, 0])
 
@@ -357,15 +371,15 @@ def test_waits_are_bounded_and_giving_up_leaves_the_line(
 
 
 def test_release_returns_what_remains_or_raises_lease_lost() -> None:
-    op = core.release(KEYS, WRITE, OWNER, held=2, request_id="r")
+    op = core.release(KEYS, WRITE, OWNER, held=2, request_id="r", token=7)
     call = next(op)
-    assert call == core.release_call(KEYS, WRITE, OWNER, 2, request_id="r")
-    assert call.args == (OWNER, 2, "r", "publish", 0)
+    assert call == core.release_call(KEYS, WRITE, OWNER, 2, request_id="r", token=7)
+    assert call.args == (OWNER, 2, "r", "publish", 0, 7)  # acts only on the hold with token 7
     assert finish(op, [core.RELEASED, 1]) == 1
     # a re-entry whose outcome is unknown: the script may drop one hold more
-    op = core.release(KEYS, READ, OWNER, held=2, request_id="r", unsure=True)
-    assert next(op).args == (OWNER, 2, "r", "publish", 1)
-    op = core.release(KEYS, READ, OWNER, held=1, request_id="r")
+    op = core.release(KEYS, READ, OWNER, held=2, request_id="r", token=7, unsure=True)
+    assert next(op).args == (OWNER, 2, "r", "publish", 1, 7)
+    op = core.release(KEYS, READ, OWNER, held=1, request_id="r", token=7)
     next(op)
     with pytest.raises(LeaseLostError):
         op.send([LOST, 0])
@@ -432,7 +446,12 @@ def test_watchdog_renews_rw_holds_with_their_own_script(plain: int, per_side: li
         keys = batch[0].keys
         assert all(h.keys == keys and h.replication == batch[0].replication for h in batch)
         assert call.replication == batch[0].replication
-        assert call.args == (to_ms(30.0), keys.side, *(h.owner for h in batch))
+        assert call.args == (
+            to_ms(30.0),
+            keys.side,
+            *(h.owner for h in batch),
+            *(h.token for h in batch),  # each hold's own token
+        )
         renewed.extend(batch)
     assert sorted(map(id, renewed)) == sorted(map(id, rw_holds))
 
@@ -456,11 +475,11 @@ def test_redisson_layout_names_keys_as_redisson_does(name: str, channel: str, ho
     assert keys.hold_key("o:1", 2) == hold
     for key in (keys.channel, hold, keys.fence, keys.tokens, keys.receipt(WRITE, "o:1")):
         assert hash_slot(key) == hash_slot(name)
-    read = keys.acquire_call(READ, "o:1", 1, 30.0, True, WAIT)
+    read = keys.acquire_call(READ, "o:1", 1, 30.0, True, WAIT, token=5)
     assert read.keys[:2] == (name, hold)  # the new hold's lease key: count + 1
-    assert read.args[3:] == ("o:1:write", WAIT)
+    assert read.args[3:] == ("o:1:write", WAIT, 5)
     write = keys.acquire_call(WRITE, "o:1", 0, 30.0, True, WAIT)
-    assert write.args[1] == "o:1:write" and write.args[4] == WAIT
+    assert write.args[1] == "o:1:write" and write.args[4:] == (WAIT, 0)
     for side in core.SIDES:  # no line in Redisson's layout: only a hold to give back
         assert keys.leave_call(side, "o:1", WAIT, give_back=False) is None
         leave = keys.leave_call(side, "o:1", WAIT)
@@ -499,7 +518,7 @@ def _redisson_calls() -> list[tuple[Call, int]]:
     out: list[tuple[Call, int]] = []
     for side in core.SIDES:
         for held in (0, 1):
-            call = keys.acquire_call(side, OWNER, held, 30.0, True, WAIT)
+            call = keys.acquire_call(side, OWNER, held, 30.0, True, WAIT, token=5 if held else 0)
             out.append((call, 1))
             assert call.undo is not None
             undo = call.undo([GRANTED, held + 1, 30000, 5])
@@ -508,10 +527,16 @@ def _redisson_calls() -> list[tuple[Call, int]]:
         leave = keys.leave_call(side, OWNER, WAIT)
         assert leave is not None
         out.append((leave, 1))
-        out.append((keys.release_call(side, OWNER, 2, request_id="r"), 1))
+        release = keys.release_call(side, OWNER, 2, request_id="r", token=5)
+        assert release.args[-1] == 5
+        out.append((release, 1))
         out.append((keys.force_release_call(side), 1))
         for n in (1, 3):
-            renew = keys.side_keys(side).renew_call([f"o:{i}" for i in range(n)], 9000, None)
+            renew = keys.side_keys(side).renew_call(
+                [f"o:{i}" for i in range(n)], 9000, None, tokens=list(range(1, n + 1))
+            )
+            fields = tuple(keys.field(side, f"o:{i}") for i in range(n))
+            assert renew.args == (9000, side, *fields, *range(1, n + 1))
             out.append((renew, n))
     out.append((keys.status_call(OWNER), 1))
     return out
@@ -543,10 +568,11 @@ def test_redisson_layout_first_grants_undo_gives_back_by_the_calls_wait_id() -> 
         back = undo([GRANTED, 1, 30000, 5])
         assert back is not None and back.script is LEAVE and back.args[-1] == WAIT
         assert undo([HELD, 0, 100, 0]) is None
-    reentry = keys.acquire_call(WRITE, OWNER, 1, 30.0, True, WAIT).undo
+    reentry = keys.acquire_call(WRITE, OWNER, 1, 30.0, True, WAIT, token=5).undo
     assert reentry is not None
     back = reentry([GRANTED, 2, 30000, 5])
     assert back is not None and back.script is WRITE_RELEASE and back.args[1] == 2
+    assert back.args[-1] == 5  # the token of the hold the re-entry joined
 
 
 @pytest.mark.parametrize("side", core.SIDES)
@@ -562,5 +588,5 @@ def test_a_grant_is_trusted_only_for_the_lease_left_on_the_server(side: str) -> 
     op, _ = start(clock, side, blocking=False)
     clock.advance(2.99)  # the 30 s asked for would be left; the 3 s on the server are not
     back = step(op, [GRANTED, 1, 3000, 7])
-    assert isinstance(back, Call) and back.args[:2] == (OWNER, 1)
+    assert isinstance(back, Call) and back.args[:2] == (OWNER, 1) and back.args[-1] == 7
     assert finish(op, [core.RELEASED, 0]) is None

@@ -101,10 +101,18 @@ class RwLayout(Protocol):
     def label(self, side: str) -> str: ...
     def side_keys(self, side: str) -> OwnRenewalKeys: ...
     def acquire_call(
-        self, side: str, owner: str, held: int, lease: float, queue: bool, wait_id: str
+        self,
+        side: str,
+        owner: str,
+        held: int,
+        lease: float,
+        queue: bool,
+        wait_id: str,
+        *,
+        token: int = 0,
     ) -> Call: ...
     def release_call(
-        self, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
+        self, side: str, owner: str, held: int, *, request_id: str, token: int, unsure: bool = False
     ) -> Call: ...
     def leave_call(
         self, side: str, owner: str, wait_id: str, *, give_back: bool = True
@@ -166,14 +174,24 @@ class RwKeys(RwNames):
         )
 
     def acquire_call(
-        self, side: str, owner: str, held: int, lease: float, queue: bool, wait_id: str
+        self,
+        side: str,
+        owner: str,
+        held: int,
+        lease: float,
+        queue: bool,
+        wait_id: str,
+        *,
+        token: int = 0,
     ) -> Call:
-        return acquire_call(self, side, owner, held, lease, queue, wait_id)
+        return acquire_call(self, side, owner, held, lease, queue, wait_id, token=token)
 
     def release_call(
-        self, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
+        self, side: str, owner: str, held: int, *, request_id: str, token: int, unsure: bool = False
     ) -> Call:
-        return release_call(self, side, owner, held, request_id=request_id, unsure=unsure)
+        return release_call(
+            self, side, owner, held, request_id=request_id, token=token, unsure=unsure
+        )
 
     def leave_call(
         self, side: str, owner: str, wait_id: str, *, give_back: bool = True
@@ -225,13 +243,18 @@ class SideKeys(OwnRenewalKeys):
     side: str
 
     def renew_call(
-        self, owners: Sequence[str], lease_ms: int, replication: Replication | None
+        self,
+        owners: Sequence[str],
+        lease_ms: int,
+        replication: Replication | None,
+        *,
+        tokens: Sequence[int],
     ) -> Call:
         rw = self.rw
         return Call(
             RW_RENEW,
             (rw.writer, rw.readers, rw.leases, rw.tokens),
-            (lease_ms, self.side, *owners),
+            (lease_ms, self.side, *owners, *tokens),
             replication=replication,
         )
 
@@ -256,29 +279,41 @@ def release_undo(
     """What gives back the hold that an acquire try made for a caller who no longer wants
     it (it was cancelled with the reply on its way). A first hold goes back by the call's
     wait id (the leave call), so that a give-back delivered late never frees a hold that a
-    later call of the owner was granted meanwhile; a re-entry's, by its count."""
+    later call of the owner was granted meanwhile; a re-entry's, by its count and the token
+    the grant reported (the hold it joined)."""
     if held == 0:
         give_back = keys.leave_call(side, owner, wait_id, give_back=True)
         assert give_back is not None  # (a layout always has one to give a hold back)
         return first_hold_undo(give_back)
     return grant_undo(
         held,
-        lambda count, _token: keys.release_call(side, owner, count, request_id=uuid.uuid4().hex),
+        lambda count, token: keys.release_call(
+            side, owner, count, request_id=uuid.uuid4().hex, token=token
+        ),
     )
 
 
 def acquire_call(
-    keys: RwKeys, side: str, owner: str, held: int, lease: float, queue: bool, wait_id: str
+    keys: RwKeys,
+    side: str,
+    owner: str,
+    held: int,
+    lease: float,
+    queue: bool,
+    wait_id: str,
+    *,
+    token: int = 0,
 ) -> Call:
-    """One try of the acquire call ``wait_id``; if the caller is cancelled after the server
-    granted it, the undo gives the hold back."""
+    """One try of the acquire call ``wait_id``; ``token``: the token of the hold a re-entry
+    joins (the server counts it on no other hold of the owner field; ignored when ``held`` is
+    0). If the caller is cancelled after the server granted it, the undo gives the hold back."""
     undo = release_undo(keys, side, owner, held, wait_id)
 
     if side == READ:
         return Call(
             RW_READ_ACQUIRE,
             (keys.writer, keys.readers, keys.leases, keys.tokens, keys.places, keys.fence),
-            (to_ms(lease), owner, held, wait_id),
+            (to_ms(lease), owner, held, wait_id, token),
             undo=undo,
         )
     return Call(
@@ -292,17 +327,25 @@ def acquire_call(
             keys.places,
             keys.fence,
         ),
-        (to_ms(lease), owner, held, PLACE_MS if queue else 0, wait_id),
+        (to_ms(lease), owner, held, PLACE_MS if queue else 0, wait_id, token),
         undo=undo,
     )
 
 
 def release_call(
-    keys: RwKeys, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
+    keys: RwKeys,
+    side: str,
+    owner: str,
+    held: int,
+    *,
+    request_id: str,
+    token: int,
+    unsure: bool = False,
 ) -> Call:
-    """The release script call of ``side``; ``unsure``: the owner's last re-entry on that side
+    """The release script call of ``side``; ``token``: the owner's hold's (the release acts
+    on no other hold of the owner field); ``unsure``: the owner's last re-entry on that side
     may have landed unseen (its count may be one more), and that hold goes too."""
-    args = (owner, held, request_id, keys.pubsub.command, int(unsure))
+    args = (owner, held, request_id, keys.pubsub.command, int(unsure), token)
     if side == READ:
         return Call(
             RW_READ_RELEASE,
@@ -368,6 +411,7 @@ def acquire(
     blocking: bool,
     timeout: float | None,
     wait_id: str,
+    token: int = 0,
     clock: Callable[[], float] = time.monotonic,
     on_gone: Callable[[], None] = lambda: None,
 ) -> Operation[Acquired | None]:
@@ -391,6 +435,10 @@ def acquire(
     reply it could not read gives back only a hold made for it, never one that a later call
     of the owner was granted meanwhile. A grant is trusted for the lease left on the server
     when that is shorter than ``lease`` (a retry that finds its own grant).
+
+    ``token`` is the fencing token of the hold a re-entry joins (``held > 0``): the server
+    counts the re-entry only on that hold, never on another hold of the same owner field (a
+    stale copy after a failover); when it is not there, the acquire goes on as a first one.
     """
     deadline = None if timeout is None else clock() + timeout
     # what giving up sends: leave the line, give back a first hold made for this call
@@ -404,12 +452,16 @@ def acquire(
     while True:
         sent_at = clock()
         try:
-            reply = yield keys.acquire_call(side, owner, held, lease, blocking, wait_id)
+            reply = yield keys.acquire_call(
+                side, owner, held, lease, blocking, wait_id, token=token
+            )
         except ReplicaError as exc:
             # not confirmed by enough replicas: a failover could lose it, so give it back
             reply = exc.reply
             if isinstance(reply, list) and int(reply[0]) == GRANTED and reply[1] == held + 1:
-                yield keys.release_call(side, owner, held + 1, request_id=uuid.uuid4().hex)
+                yield keys.release_call(
+                    side, owner, held + 1, request_id=uuid.uuid4().hex, token=int(reply[3])
+                )
             raise
         except ServerUnavailableError:
             pause = outage.failed(listening=subscribed)
@@ -429,10 +481,14 @@ def acquire(
             left = lease if ms < 0 else min(lease, ms / 1000)
             if clock() - sent_at < left - drift(left):
                 return Acquired(count=count, ttl=left, requested_at=sent_at, token=int(reply[3]))
-            yield keys.release_call(side, owner, count, request_id=uuid.uuid4().hex)
+            yield keys.release_call(
+                side, owner, count, request_id=uuid.uuid4().hex, token=int(reply[3])
+            )
             ms = 0
             late.came()
         elif code == LOST:
+            if count == 0:
+                token = 0  # (the hold there, if any, is not the caller's: a first acquire now)
             held = gone.follow(count, lambda: _lost(keys, side, owner, "keeps changing its count"))
             continue
         elif code == UPGRADE:
@@ -462,12 +518,23 @@ def acquire(
 
 
 def release(
-    keys: RwLayout, side: str, owner: str, *, held: int, request_id: str, unsure: bool = False
+    keys: RwLayout,
+    side: str,
+    owner: str,
+    *,
+    held: int,
+    request_id: str,
+    token: int,
+    unsure: bool = False,
 ) -> Operation[int]:
     """Release one hold on ``side``; returns how many holds on that side the owner keeps.
-    ``unsure``: a re-entry whose outcome is unknown may have counted one hold more, which
-    goes too (the caller was told that acquire failed)."""
-    reply = yield keys.release_call(side, owner, held, request_id=request_id, unsure=unsure)
+    ``token``: the owner's hold's (another hold of the owner field, a stale copy after a
+    failover, is not released: ``LeaseLostError``). ``unsure``: a re-entry whose outcome is
+    unknown may have counted one hold more, which goes too (the caller was told that acquire
+    failed)."""
+    reply = yield keys.release_call(
+        side, owner, held, request_id=request_id, token=token, unsure=unsure
+    )
     code, remaining = int(reply[0]), int(reply[1])
     if code != RELEASED:
         raise _lost(keys, side, owner, "is gone (its lease ran out or it was force-released)")

@@ -109,30 +109,45 @@ class RedissonRwKeys(RwNames):
         )
 
     def acquire_call(
-        self, side: str, owner: str, held: int, lease: float, queue: bool, wait_id: str
+        self,
+        side: str,
+        owner: str,
+        held: int,
+        lease: float,
+        queue: bool,
+        wait_id: str,
+        *,
+        token: int = 0,
     ) -> Call:
         """One try of the acquire call ``wait_id`` (``queue`` is moot: this layout has no
-        line); a grant the caller no longer wants (it was cancelled) is given back by the
-        undo."""
+        line; ``token``: the token of the hold a re-entry joins); a grant the caller no longer
+        wants (it was cancelled) is given back by the undo."""
         undo = release_undo(self, side, owner, held, wait_id)
         if side == READ:
             return Call(
                 READ_ACQUIRE,
                 (self.name, self.hold_key(owner, held + 1), self.fence, self.tokens),
-                (to_ms(lease), owner, held, self.field(WRITE, owner), wait_id),
+                (to_ms(lease), owner, held, self.field(WRITE, owner), wait_id, token),
                 undo=undo,
             )
         return Call(
             WRITE_ACQUIRE,
             (self.name, self.fence, self.tokens),
-            (to_ms(lease), self.field(WRITE, owner), held, owner, wait_id),
+            (to_ms(lease), self.field(WRITE, owner), held, owner, wait_id, token),
             undo=undo,
         )
 
     def release_call(
-        self, side: str, owner: str, held: int, *, request_id: str, unsure: bool = False
+        self, side: str, owner: str, held: int, *, request_id: str, token: int, unsure: bool = False
     ) -> Call:
-        args = (self.field(side, owner), held, request_id, self.pubsub.command, int(unsure))
+        args = (
+            self.field(side, owner),
+            held,
+            request_id,
+            self.pubsub.command,
+            int(unsure),
+            token,
+        )
         keys = (self.name, self.channel, self.receipt(side, owner), self.tokens)
         if side == READ:
             return Call(READ_RELEASE, (*keys, self.hold_prefix), args)
@@ -196,12 +211,17 @@ class RedissonSideKeys(OwnRenewalKeys):
     side: str
 
     def renew_call(
-        self, owners: Sequence[str], lease_ms: int, replication: Replication | None
+        self,
+        owners: Sequence[str],
+        lease_ms: int,
+        replication: Replication | None,
+        *,
+        tokens: Sequence[int],
     ) -> Call:
         rw = self.rw
         return Call(
             RENEW,
             (rw.name, rw.tokens, rw.hold_prefix),
-            (lease_ms, self.side, *(rw.field(self.side, owner) for owner in owners)),
+            (lease_ms, self.side, *(rw.field(self.side, owner) for owner in owners), *tokens),
             replication=replication,
         )

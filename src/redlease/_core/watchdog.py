@@ -20,9 +20,15 @@ class OwnRenewalKeys(LockKeys):
     ``lock_renew`` (a read-write lock's sides); ``name`` only labels the holds."""
 
     def renew_call(
-        self, owners: Sequence[str], lease_ms: int, replication: Replication | None
+        self,
+        owners: Sequence[str],
+        lease_ms: int,
+        replication: Replication | None,
+        *,
+        tokens: Sequence[int],
     ) -> Call:
-        """One call renewing these owners' holds; its reply: 1 (renewed) or 0 (gone) each."""
+        """One call renewing these owners' holds, each only if the hold there has the token
+        given for it (``tokens``, in the same order); its reply: 1 (renewed) or 0 (gone) each."""
         raise NotImplementedError
 
 
@@ -70,7 +76,9 @@ class RenewalPolicy:
                 batch = members[start : start + BATCH]
                 owners = [h.owner for h in batch]
                 if isinstance(group, OwnRenewalKeys):
-                    call = group.renew_call(owners, lease_ms, replication)
+                    call = group.renew_call(
+                        owners, lease_ms, replication, tokens=[h.token for h in batch]
+                    )
                 else:
                     call = Call(
                         scripts.LOCK_RENEW,

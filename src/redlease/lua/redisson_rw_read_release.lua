@@ -15,9 +15,15 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- ARGV[5]  1 when the owner's last re-entrant read acquire had an unknown outcome (its reply
 --          was lost), so the count may be one above what it believes: that hold goes too; else 0
+-- ARGV[6]  the fencing token of the caller's read hold: a release acts only on the hold with
+--          that token (in the tokens hash), never on another hold of the same field (a stale
+--          copy after a failover to a replica that missed the owner's release and its next
+--          acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains of the owner's read holds
---  -1 LOST      the caller's read hold is gone (the lock expired, or was force-released)
+--  -1 LOST      the caller's read hold is gone (the lock expired, or was force-released, or
+--               the hold there has another token); nothing changed
 -- When the owner's last read hold goes, the lock lives on for the longest lease left among
 -- the other holds; with none left it is deleted and "0" published (Redisson's unlock message:
 -- it wakes one waiter per client). A retry of a release that already ran answers RELEASED
@@ -34,6 +40,9 @@ end
 local owner = ARGV[1]
 local expected = tonumber(ARGV[2])
 local count = tonumber(redis.call('hget', KEYS[1], owner) or '0')
+if count > 0 and tonumber(redis.call('hget', KEYS[4], owner) or '-1') ~= tonumber(ARGV[6]) then
+  count = 0 -- another hold of this field than the caller's
+end
 if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) then
   for n = count, expected, -1 do
     redis.call('del', hold_key(owner, n))

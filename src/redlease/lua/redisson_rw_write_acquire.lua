@@ -12,11 +12,17 @@
 -- ARGV[5]  wait id: unique per acquire call of the owner (its retries reuse it); a first hold
 --          records it, so that a waiter giving up gives back only a hold made for that very
 --          call (redisson_rw_leave.lua)
+-- ARGV[6]  the fencing token of the caller's write hold (a re-entry; ignored on a first
+--          acquire): a re-entry joins only the hold with that token (in the tokens hash), never
+--          another hold of the same field (a stale copy after a failover to a replica that
+--          missed the owner's release and its next acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new write count, ttl_ms the lock's TTL, token the fencing
 --              token of the owner's write holds
 --   0 HELD     another owner writes, or someone reads; ttl_ms is the lock's TTL
---  -1 LOST     the caller's write count is not what it believes (hold_count: the server's)
+--  -1 LOST     the caller's write count is not what it believes (hold_count: the server's;
+--              0 when the hold there has another token)
 --  -2 UPGRADE  the caller reads and asks to write: it would wait for its own read hold
 -- Retries: a first acquire (ARGV[3] = 0) that finds the owner writing takes that hold as its
 -- own retry (the reply was lost: GRANTED, no second hold counted) only if the hold records
@@ -24,7 +30,9 @@
 -- and could not give it back, a stale copy after a failover) is re-leased to this call:
 -- count 1, a fresh token, this call's wait id and lease (the lock's TTL is set to the lease
 -- when the hold is the lock's only one, else only lengthened to it: the owner's own read
--- holds keep theirs). A re-entry's retry finds the count one above what the caller believes.
+-- holds keep theirs). A re-entry's retry finds the count one above what the caller believes
+-- (same token); a re-entry that finds a hold of its owner's field with another token is
+-- answered LOST with count 0 (its caller then acquires afresh).
 -- Fencing: every token handed out is max(last token + 1, the hold's token + 1, server time in
 -- microseconds), and the counter is set to it: tokens keep increasing after a data loss.
 local field = ARGV[2]
@@ -55,6 +63,10 @@ if expected == 0 and count > 0 then
   end
   local token = new_token(tonumber(held[1] or '0'))
   return {1, 1, redis.call('pttl', KEYS[1]), token}
+end
+if expected > 0 and count > 0
+    and tonumber(redis.call('hget', KEYS[3], field) or '-1') ~= tonumber(ARGV[6]) then
+  return {-1, 0, redis.call('pttl', KEYS[1]), 0} -- another hold of this field than the caller's
 end
 if count == expected + 1 then
   local token = tonumber(redis.call('hget', KEYS[3], field) or '0')

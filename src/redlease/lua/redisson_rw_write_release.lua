@@ -13,9 +13,15 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- ARGV[5]  1 when the owner's last re-entrant write acquire had an unknown outcome (its reply
 --          was lost), so the count may be one above what it believes: that hold goes too; else 0
+-- ARGV[6]  the fencing token of the caller's write hold: a release acts only on the hold with
+--          that token (in the tokens hash), never on another hold of the same field (a stale
+--          copy after a failover to a replica that missed the owner's release and its next
+--          acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains of the owner's write holds
---  -1 LOST      the caller's write hold is gone (the lock expired, or was force-released)
+--  -1 LOST      the caller's write hold is gone (the lock expired, or was force-released, or
+--               the hold there has another token); nothing changed
 -- The last write hold frees the lock, or, when the writer still reads (a downgrade), turns it
 -- into a read lock; either way "1" is published (Redisson's read-unlock message, which
 -- wakes every waiter: readers may all go now). A retry of a release that already ran
@@ -29,6 +35,9 @@ end
 local field = ARGV[1]
 local expected = tonumber(ARGV[2])
 local count = tonumber(redis.call('hget', KEYS[1], field) or '0')
+if count > 0 and tonumber(redis.call('hget', KEYS[4], field) or '-1') ~= tonumber(ARGV[6]) then
+  count = 0 -- another hold of this field than the caller's
+end
 if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) then
   if expected > 1 then
     redis.call('hset', KEYS[1], field, expected - 1)

@@ -12,10 +12,17 @@
 -- ARGV[4]  wait id: unique per acquire call of the owner (its retries reuse it); a first hold
 --          records it, so that a waiter giving up gives back only a hold made for that very
 --          call (rw_leave.lua)
+-- ARGV[5]  the fencing token of the caller's read hold (a re-entry; ignored on a first
+--          acquire): a re-entry joins only the hold with that token, never another hold of the
+--          same owner field (a stale copy after a failover to a replica that missed the
+--          owner's release and its next acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count, ms, token}
 --   1 GRANTED  hold_count is the new count, ms the caller's read lease left, token its token
 --   0 HELD     another owner writes (ms: its lease left), or a writer waits in line (ms: -1)
---  -1 LOST     the caller believed it held a read hold, but it is gone (its lease ran out)
+--  -1 LOST     the caller believed it held a read hold, but it is gone (its lease ran out;
+--              hold_count: the owner's count on the server, 0 when the hold there has another
+--              token)
 -- Each reader has a lease of its own: a reader that is not renewed lapses by itself, and is
 -- dropped by the next script that meets it. Writer preference: while a writer has a live
 -- place in line, a new reader waits; a re-entry and the writer's own downgrade do not.
@@ -24,7 +31,9 @@
 -- the hold records this very call's wait id. A hold of the owner made for another call (a
 -- wait that gave up and could not give it back, a stale copy after a failover) is re-leased
 -- to this call: count 1, a fresh token, this call's wait id and lease. A re-entry's retry
--- finds the count one above what the caller believes (same token).
+-- finds the count one above what the caller believes (same token); a re-entry that finds a
+-- hold of its owner with another token is answered LOST with count 0 (its caller then
+-- acquires afresh).
 -- Fencing: every token handed out is max(last token + 1, the hold's token + 1, server time in
 -- microseconds), and the counter is set to it: tokens keep increasing after a data loss.
 local t = redis.call('time')
@@ -84,6 +93,10 @@ if expected == 0 and count > 0 then
   redis.call('zadd', KEYS[3], now + lease, owner)
   extend(lease)
   return {1, 1, lease, token}
+end
+if expected > 0 and count > 0
+    and tonumber(redis.call('hget', KEYS[4], owner) or '-1') ~= tonumber(ARGV[5]) then
+  return {-1, 0, 0, 0} -- another hold of this owner field than the caller's
 end
 if count == expected + 1 then
   return {1, count, mine - now, tonumber(redis.call('hget', KEYS[4], owner) or '0')}

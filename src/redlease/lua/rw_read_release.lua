@@ -16,9 +16,14 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- ARGV[5]  1 when the owner's last re-entrant read acquire had an unknown outcome (its reply
 --          was lost), so the count may be one above what it believes: that hold goes too; else 0
+-- ARGV[6]  the fencing token of the caller's read hold: a release acts only on the hold with
+--          that token, never on another hold of the same owner field (a stale copy after a
+--          failover to a replica that missed the owner's release and its next acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains (0: the caller reads no more)
---  -1 LOST      the caller's read hold is gone (its lease ran out, force-released)
+--  -1 LOST      the caller's read hold is gone (its lease ran out, force-released, or the
+--               hold there has another token); nothing changed
 -- When no live reader and no writer remains, the owner field of the first live writer in
 -- line is published: only that waiter wakes. A retry of a release that already ran answers
 -- RELEASED again and changes nothing (the receipt of a final release lasts 30 s).
@@ -37,7 +42,8 @@ local expected = tonumber(ARGV[2])
 local after = '(' .. now
 
 local count = 0
-if tonumber(redis.call('zscore', KEYS[3], owner) or '0') > now then
+if tonumber(redis.call('zscore', KEYS[3], owner) or '0') > now
+    and tonumber(redis.call('hget', KEYS[4], owner) or '-1') == tonumber(ARGV[6]) then
   count = tonumber(redis.call('hget', KEYS[2], owner) or '0')
 end
 if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) then

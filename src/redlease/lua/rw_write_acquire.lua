@@ -15,11 +15,17 @@
 -- ARGV[5]  wait id: unique per acquire call of the owner (its retries reuse it); a first hold
 --          records it, so that a waiter giving up gives back only a hold made for that very
 --          call (rw_leave.lua)
+-- ARGV[6]  the fencing token of the caller's write hold (a re-entry; ignored on a first
+--          acquire): a re-entry joins only the hold with that token, never another hold of the
+--          same owner field (a stale copy after a failover to a replica that missed the
+--          owner's release and its next acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count, ms, token}
 --   1 GRANTED  hold_count is the new count, ms the write lease left, token the hold's token
 --   0 HELD     another owner writes or readers read (ms: the longest of their leases), or
 --              a writer ahead in line goes first (ms: -1). A queueing caller has a place.
---  -1 LOST     the caller believed it held the write hold, but it is gone
+--  -1 LOST     the caller believed it held the write hold, but it is gone (hold_count: the
+--              owner's count on the server, 0 when the hold there has another token)
 --  -2 UPGRADE  the caller holds a read hold: waiting for the write lock would wait for itself
 -- Writers are served in arrival order: a free lock goes to the first live place in line. A
 -- place lapses unless its waiter retries in time, so a dead waiter blocks nobody for long.
@@ -28,7 +34,9 @@
 -- the hold records this very call's wait id. A hold of the owner made for another call (a
 -- wait that gave up and could not give it back, a stale copy after a failover) is re-leased
 -- to this call: count 1, a fresh token, this call's wait id and lease. A re-entry's retry
--- finds the count one above what the caller believes (same token).
+-- finds the count one above what the caller believes (same token); a re-entry that finds a
+-- hold of its owner with another token is answered LOST with count 0 (its caller then
+-- acquires afresh).
 -- Fencing: every token handed out is max(last token + 1, the hold's token + 1, server time in
 -- microseconds), and the counter is set to it: tokens keep increasing after a data loss.
 local t = redis.call('time')
@@ -68,6 +76,10 @@ if expected == 0 and count > 0 then
     'wait', ARGV[5])
   redis.call('pexpire', KEYS[1], lease)
   return {1, 1, lease, token}
+end
+if expected > 0 and count > 0
+    and tonumber(redis.call('hget', KEYS[1], 'token') or '-1') ~= tonumber(ARGV[6]) then
+  return {-1, 0, 0, 0} -- another hold of this owner field than the caller's
 end
 if count == expected + 1 then
   return {1, count, ends - now, tonumber(redis.call('hget', KEYS[1], 'token'))}

@@ -14,9 +14,14 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- ARGV[5]  1 when the owner's last re-entrant write acquire had an unknown outcome (its reply
 --          was lost), so the count may be one above what it believes: that hold goes too; else 0
+-- ARGV[6]  the fencing token of the caller's write hold: a release acts only on the hold with
+--          that token, never on another hold of the same owner field (a stale copy after a
+--          failover to a replica that missed the owner's release and its next acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains; 0 means the write lock was freed
---  -1 LOST      the caller's write hold is gone (its lease ran out, force-released)
+--  -1 LOST      the caller's write hold is gone (its lease ran out, force-released, or the
+--               hold there has another token); nothing changed
 -- Wake-ups: with a live writer in line, its owner field is published (only it wakes), once
 -- no reader (the releasing writer's own read holds, after a downgrade) is left; with nobody
 -- in line, "1" is published and every waiter re-checks. A retry of a release that already
@@ -36,9 +41,10 @@ local expected = tonumber(ARGV[2])
 local after = '(' .. now
 
 local count = 0
-if redis.call('hget', KEYS[1], 'writer') == owner
-    and tonumber(redis.call('hget', KEYS[1], 'deadline')) > now then
-  count = tonumber(redis.call('hget', KEYS[1], 'count'))
+local held = redis.call('hmget', KEYS[1], 'writer', 'deadline', 'count', 'token')
+if held[1] == owner and tonumber(held[2]) > now
+    and tonumber(held[4] or '-1') == tonumber(ARGV[6]) then
+  count = tonumber(held[3])
 end
 if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) then
   if expected > 1 then
