@@ -516,10 +516,13 @@ def test_retried_requests_never_count_twice(server, fair_name):
     assert _run(raw, first)[:2] == [1, 1]  # the same request again: still one hold
     assert raw.hget(fair_name, owner) == "1"
     assert int(raw.hget(fair_name, "redlease:fence")) == granted[3] == int(raw.get(keys.fence))
-    release = REDISSON_FAIR.release_call(keys, owner, 1, request_id="r1")
+    # a release naming another token acts on no hold of the owner field (a stale copy)
+    stale = REDISSON_FAIR.release_call(keys, owner, 1, request_id="r0", token=granted[3] - 1)
+    assert _run(raw, stale) == [-1, 0] and raw.hget(fair_name, owner) == "1"
+    release = REDISSON_FAIR.release_call(keys, owner, 1, request_id="r1", token=granted[3])
     assert _run(raw, release) == [1, 0]
     assert _run(raw, release) == [1, 0]  # sent again: recognised by its receipt
-    other = REDISSON_FAIR.release_call(keys, owner, 1, request_id="r2")
+    other = REDISSON_FAIR.release_call(keys, owner, 1, request_id="r2", token=granted[3])
     assert _run(raw, other) == [-1, 0]  # a different release: nothing to release
     again = REDISSON_FAIR.acquire_call(
         keys,
@@ -548,7 +551,7 @@ def test_a_first_acquire_takes_only_its_own_calls_hold_as_its_retry(server, fair
     keys = _script_keys(fair_name)
     owner = f"{uuid.uuid4()}:1"
 
-    def acquire(held: int, wait_id: str, lease: float) -> list[int]:
+    def acquire(held: int, wait_id: str, lease: float, token: int = 0) -> list[int]:
         call = REDISSON_FAIR.acquire_call(
             keys,
             owner,
@@ -559,6 +562,7 @@ def test_a_first_acquire_takes_only_its_own_calls_hold_as_its_retry(server, fair
             timeout=None,
             fair=True,
             handover=False,
+            token=token,
         )
         return _run(raw, call)
 
@@ -566,7 +570,7 @@ def test_a_first_acquire_takes_only_its_own_calls_hold_as_its_retry(server, fair
     assert old[:2] == [1, 1]
     retry = acquire(0, "old", 4.0)  # the old call's own retry: its hold, its token
     assert retry[:2] == [1, 1] and retry[2] <= 4000 and retry[3] == old[3]
-    assert acquire(1, "reentry", 4.0)[:2] == [1, 2]  # and an outer hold the caller forgot
+    assert acquire(1, "reentry", 4.0, old[3])[:2] == [1, 2]  # and an outer hold the caller forgot
     new = acquire(0, "new", 60.0)
     assert new[:3] == [1, 1, 60_000] and new[3] > old[3]
     assert raw.hget(fair_name, owner) == "1" and raw.pttl(fair_name) > 55_000
@@ -588,7 +592,9 @@ def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(se
     me, java = f"{uuid.uuid4()}:1", f"{uuid.uuid4()}:2"
     lease = 30.0
 
-    def acquire(owner: str, held: int, wait_id: str, queue: bool = True) -> list[int]:
+    def acquire(
+        owner: str, held: int, wait_id: str, queue: bool = True, token: int = 0
+    ) -> list[int]:
         call = REDISSON_FAIR.acquire_call(
             keys,
             owner,
@@ -599,11 +605,15 @@ def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(se
             timeout=5.0,
             fair=True,
             handover=False,
+            token=token,
         )
         return _run(raw, call)
 
-    assert acquire(me, 0, "a")[:2] == [1, 1]
-    assert acquire(me, 1, "b")[:2] == [1, 2]  # a re-entry by a later call
+    first = acquire(me, 0, "a")
+    assert first[:2] == [1, 1]
+    assert acquire(me, 1, "b", token=first[3])[:2] == [1, 2]  # a re-entry by a later call
+    # a re-entry naming another token joins no hold of the owner field (a stale copy)
+    assert acquire(me, 1, "s", token=first[3] - 1)[:2] == [-1, 0]
     # the later call gives up (its reply was lost, say): the outer hold stays
     assert _run(raw, REDISSON_FAIR.leave_call(keys, me, "b", 5.0, "5000")) == 0
     assert raw.hget(fair_name, me) == "2"
@@ -611,11 +621,12 @@ def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(se
     # a Java thread in line behind a grant whose reply was lost: leaving gives the grant
     # back and wakes the Java thread on its own channel
     holder = f"{uuid.uuid4()}:3"
-    assert acquire(holder, 0, "h")[:2] == [1, 1]
+    held = acquire(holder, 0, "h")
+    assert held[:2] == [1, 1]
     assert acquire(me, 0, "c")[0] == 0  # in line
     raw.rpush(keys.queue, java)
     raw.zadd(keys.deadlines, {java: time.time() * 1000 + 60_000})
-    _run(raw, REDISSON_FAIR.release_call(keys, holder, 1, request_id="r"))
+    _run(raw, REDISSON_FAIR.release_call(keys, holder, 1, request_id="r", token=held[3]))
     assert acquire(me, 0, "c")[:2] == [1, 1]  # granted; suppose the reply is lost
     pubsub = raw.pubsub()
     pubsub.subscribe(f"{keys.channel}:{java}")

@@ -90,13 +90,26 @@ def _calls() -> list[Call]:
     assert acquire.undo is not None
     undo = acquire.undo([1, 1, 30000, 5])
     assert undo is not None
+    reentry = LAYOUT.acquire_call(
+        KEYS,
+        OWNER,
+        held=1,
+        lease=30.0,
+        queue=False,
+        wait_id="w",
+        timeout=None,
+        fair=True,
+        handover=True,
+        token=7,
+    )
     return [
         acquire,
         undo,
-        LAYOUT.release_call(KEYS, OWNER, 2, request_id="r", unsure=True),
+        LAYOUT.release_call(KEYS, OWNER, 2, request_id="r", token=7, unsure=True),
         LAYOUT.leave_call(KEYS, OWNER, "w", 3.0, "3000"),
         LAYOUT.force_release_call(KEYS),
         LAYOUT.status_call(KEYS),
+        reentry,
     ]
 
 
@@ -119,9 +132,11 @@ def test_calls_match_the_script_headers(call: Call) -> None:
 
 
 def test_the_calls_arguments() -> None:
-    acquire, undo, release, leave, force, status = _calls()
+    acquire, undo, release, leave, force, status, reentry = _calls()
     assert acquire.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.fence)
-    assert acquire.args == (30000, OWNER, 0, fair.THREAD_WAIT_MS, 1, "w")
+    assert acquire.args == (30000, OWNER, 0, fair.THREAD_WAIT_MS, 1, "w", 0)
+    # a re-entry joins only the hold with the owner's token
+    assert reentry.args == (30000, OWNER, 1, fair.THREAD_WAIT_MS, 0, "w", 7)
     # a first hold goes back by its call's wait id, never a later call's hold of the owner
     assert undo.script is fair.REDISSON_FAIR_LEAVE and undo.args == (OWNER, 300_000, "publish", "w")
     assert release.keys == (
@@ -131,13 +146,13 @@ def test_the_calls_arguments() -> None:
         KEYS.channel,
         KEYS.receipt(OWNER),
     )
-    assert release.args == (OWNER, 2, "r", "publish", 1)
+    assert release.args == (OWNER, 2, "r", "publish", 1, 7)  # acts only on the hold with 7
     assert leave.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.channel)
     assert leave.args == (OWNER, 3000, "publish", "w")  # the same wait as its acquire's
     assert force.args == ("publish",)
     assert status.script is scripts.LOCK_STATUS and status.keys == (KEYS.name, KEYS.deadlines)
     sharded = LAYOUT.keys("orders:42", PubSub(sharded=True))
-    assert LAYOUT.release_call(sharded, OWNER, 1, request_id="r").args[3] == "spublish"
+    assert LAYOUT.release_call(sharded, OWNER, 1, request_id="r", token=7).args[3] == "spublish"
     assert LAYOUT.leave_call(sharded, OWNER, "w", None, "w30000").args == (
         OWNER,
         fair.THREAD_WAIT_MS,
@@ -161,11 +176,12 @@ def test_a_grants_undo_only_takes_back_a_counted_grant() -> None:
         timeout=None,
         fair=True,
         handover=True,
+        token=5,
     )
     assert reentry.undo is not None
     back = reentry.undo([1, 2, 30000, 5])  # a re-entry's hold goes back by its count
     assert back is not None and back.script is fair.REDISSON_FAIR_RELEASE
-    assert back.args[:2] == (OWNER, 2)
+    assert back.args[:2] == (OWNER, 2) and back.args[-1] == 5  # and the hold's token
     assert reentry.undo([1, 1, 30000, 5]) is None
 
 
@@ -218,7 +234,7 @@ def test_a_waiter_listens_on_its_own_channel_and_leaves_with_its_wait() -> None:
     leave = LAYOUT.leave_call(KEYS, OWNER, "w", 10.0, "w30000")
     assert first == Subscribe(KEYS.channel, OWNER, leave, True, f"{KEYS.channel}:{OWNER}")
     call = step(op, False)
-    assert call.script is fair.REDISSON_FAIR_ACQUIRE and call.args[3:] == (10000, 1, "w")
+    assert call.script is fair.REDISSON_FAIR_ACQUIRE and call.args[3:] == (10000, 1, "w", 0)
     assert step(op, [0, 0, 12000, 5]) == Subscribe(
         KEYS.channel, OWNER, leave, private=f"{KEYS.channel}:{OWNER}"
     )
@@ -239,6 +255,7 @@ def test_a_late_grant_is_given_back_with_the_fair_release() -> None:
     clock.advance(2.0)
     back = step(op, [1, 1, 1000, 9])
     assert back.script is fair.REDISSON_FAIR_RELEASE and back.args[:2] == (OWNER, 1)
+    assert back.args[-1] == 9  # the grant's token
     assert finish(op, [1, 0]) is None
 
 
@@ -246,6 +263,7 @@ def test_release_and_status_with_the_layout() -> None:
     op = lock.release(KEYS, OWNER, held=1, request_id="r", token=7, handoff_ms=1000, layout=LAYOUT)
     call = step(op, first=True)
     assert call.script is fair.REDISSON_FAIR_RELEASE  # no hand-off window in this layout
+    assert call.args[-1] == 7  # the owner's token: no other hold of its field is released
     assert finish(op, [1, 0]) == 0
     op = lock.release(KEYS, OWNER, held=1, request_id="r", token=7, layout=LAYOUT)
     step(op, first=True)

@@ -130,7 +130,7 @@ class RedissonFairLayout(Layout):
         return Call(
             REDISSON_FAIR_ACQUIRE,
             (keys.name, keys.queue, keys.deadlines, keys.fence),
-            (to_ms(lease), owner, held, wait_ms(timeout), int(queue), wait_id),
+            (to_ms(lease), owner, held, wait_ms(timeout), int(queue), wait_id, token),
             undo=undo,
         )
 
@@ -141,14 +141,17 @@ class RedissonFairLayout(Layout):
         held: int,
         *,
         request_id: str,
-        token: int = 0,
+        token: int,
         handoff_ms: int = 0,
         unsure: bool = False,
     ) -> Call:
+        """``token``: the owner's hold's (the release acts on no other hold of the owner
+        field: a stale copy after a failover is LOST); ``handoff_ms`` does not apply (a
+        release wakes the first waiter, never hands the lock over)."""
         return Call(
             REDISSON_FAIR_RELEASE,
             (keys.name, keys.queue, keys.deadlines, keys.channel, keys.receipt(owner)),
-            (owner, held, request_id, keys.pubsub.command, int(unsure)),
+            (owner, held, request_id, keys.pubsub.command, int(unsure), token),
         )
 
     def leave_call(

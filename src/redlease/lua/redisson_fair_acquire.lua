@@ -16,6 +16,11 @@
 --          records it (field "redlease:wait", which Redisson's scripts ignore), so that a
 --          first acquire takes only a hold made for this very call as its retry, and a waiter
 --          giving up gives back only such a hold (redisson_fair_leave.lua).
+-- ARGV[7]  the fencing token of the caller's hold (a re-entry; ignored on a first acquire):
+--          a re-entry joins only the hold with that token (field "redlease:fence"), never
+--          another hold of the same owner field (a stale copy after a failover to a replica
+--          that missed the owner's release and its next acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
@@ -23,15 +28,18 @@
 --              free but it is the turn of the first waiter in line; token: the last fencing
 --              token handed out. A queueing caller now has a place in line (a caller that
 --              has one keeps it as it is, as in Redisson).
---  -1 LOST     the caller believed it held the lock, but its hold is gone
+--  -1 LOST     the caller believed it held the lock, but its hold is gone (hold_count: the
+--              owner's count on the server, 0 when the hold there has another token)
 -- Retries: a first acquire (ARGV[3] = 0) that finds its owner's field takes that hold as its
 -- own retry (the reply was lost: GRANTED with the TTL on the key, no second hold counted) only
 -- if the hold records this very call's wait id. A hold of the owner made for another call (a
 -- wait that gave up and could not give it back, a stale copy after a failover) is re-leased
 -- to this call: count 1, a fresh token, this call's wait id and lease. A re-entry's retry
--- finds the count one above what the caller believes (same token). A free lock goes to the
--- caller when the line is empty or the caller is first in it: it then leaves the line. Time
--- is the server's clock (Redisson's clients write their own in these places).
+-- finds the count one above what the caller believes (same token); a re-entry that finds a
+-- hold of its owner with another token is answered LOST with count 0 (its caller then
+-- acquires afresh). A free lock goes to the caller when the line is empty or the caller is
+-- first in it: it then leaves the line. Time is the server's clock (Redisson's clients write
+-- their own in these places).
 -- Fencing: the hold's token is in field "redlease:fence" of the lock hash (Redisson's scripts
 -- ignore it); every token handed out is max(last token + 1, the hold's token + 1, server time
 -- in microseconds), and the counter is set to it: tokens keep increasing after a data loss.
@@ -54,6 +62,9 @@ if expected == 0 and count > 0 then
   redis.call('hset', KEYS[1], ARGV[2], 1, 'redlease:fence', token, 'redlease:wait', ARGV[6])
   redis.call('pexpire', KEYS[1], lease)
   return {1, 1, lease, token}
+end
+if expected > 0 and count > 0 and tonumber(fields[2] or '-1') ~= tonumber(ARGV[7]) then
+  return {-1, 0, redis.call('pttl', KEYS[1]), 0} -- another hold of this owner field
 end
 if count == expected + 1 then
   return {1, count, redis.call('pttl', KEYS[1]), tonumber(fields[2] or '0')}

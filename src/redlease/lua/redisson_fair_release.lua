@@ -13,11 +13,17 @@
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- ARGV[5]  1 when the owner's last re-entrant acquire had an unknown outcome (its reply was
 --          lost), so the count may be one above what it believes: that hold goes too; else 0
+-- ARGV[6]  the fencing token of the caller's hold: a release acts only on the hold with that
+--          token (field "redlease:fence"), never on another hold of the same owner field (a
+--          stale copy after a failover to a replica that missed the owner's release and its
+--          next acquire)
+--          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains (the caller's count less one); 0 means the lock
 --               was freed and the first live waiter woken ("0" on its channel)
---  -1 LOST      the caller's hold is gone (lease expired, force-released); nothing changed,
---               but a free lock's first waiter is woken (as Redisson's unlock does)
+--  -1 LOST      the caller's hold is gone (lease expired, force-released, or the hold there
+--               has another token); nothing changed, but a free lock's first waiter is woken
+--               (as Redisson's unlock does)
 -- A retry of a release that already ran answers RELEASED again and changes nothing: the
 -- receipt of a final release is kept for 30 s (RECEIPT_MS). Lapsed places leave the line
 -- from its head first (server clock). The wake-up is a hint, sent by pcall: a user the server
@@ -44,7 +50,11 @@ local function wake_first()
   end
 end
 local expected = tonumber(ARGV[2])
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]) or '0')
+local fields = redis.call('hmget', KEYS[1], ARGV[1], 'redlease:fence')
+local count = tonumber(fields[1] or '0')
+if count > 0 and tonumber(fields[2] or '-1') ~= tonumber(ARGV[6]) then
+  count = 0 -- another hold of this owner field than the caller's
+end
 if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[5]) then
   if expected > 1 then
     redis.call('hset', KEYS[1], ARGV[1], expected - 1)
