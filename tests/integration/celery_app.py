@@ -120,6 +120,16 @@ def run_retry(self: Any, name: str, seconds: float = 30) -> str:
     return record_run(self, name, seconds)
 
 
+@app.task(
+    name="t.run_wait",
+    bind=True,
+    base=ExclusiveTask,
+    exclusive={"key": "wait:{name}", "on_busy": "wait", "timeout": 20},
+)
+def run_wait(self: Any, name: str, seconds: float = 30) -> str:
+    return record_run(self, name, seconds)
+
+
 def _retrying(self: Any, name: str, countdown: float) -> str:
     """The first try retries itself after ``countdown``; the second runs to the end."""
     if self.request.retries == 0:

@@ -224,6 +224,18 @@ def test_on_busy_retry_runs_after_the_first_never_beside_it(worker, raw, name):
     assert after["token"] > before["token"]  # a later hold, a greater fencing token
 
 
+def test_on_busy_wait_runs_as_soon_as_the_first_ends(worker, raw, name):
+    first = celery_app.run_wait.delay(name, 30)
+    wait_for(lambda: len(runs(raw, name)) == 1, worker)
+    duplicate = celery_app.run_wait.delay(name, 0.01)
+    raw.rpush(f"{name}:go", 1)
+    assert first.get(timeout=20) == "ran"
+    assert duplicate.get(timeout=20) == "ran"
+    before, after = runs(raw, name)
+    assert after["task"] == duplicate.id and after["retries"] == 0  # waited, not retried
+    assert not after["overlap"] and after["token"] > before["token"]
+
+
 def test_celery_retries_keep_the_key(worker, raw, name):
     """The first try retries itself (2.5 s countdown): a duplicate sent once that try has
     ended finds the key reserved for the retry and is skipped; the retry then runs."""
@@ -382,6 +394,35 @@ def test_direct_calls_are_excluded_too(server, name):
         finally:
             lock.release()
     assert fail(name) == "ran"
+
+    @app.task(
+        base=ExclusiveTask,
+        name="direct.wait",
+        exclusive={"key": "d:{n}", "on_busy": "wait", "timeout": 0.3},
+    )
+    def wait(n: str) -> str:
+        return "ran"
+
+    held, end = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another thread holds the key until ``end``
+        with redlease.Client.from_url(server.url) as other, other.lock(f"{PREFIX}d:{name}"):
+            held.set()
+            end.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        started = time.monotonic()
+        with pytest.raises(LockTimeoutError):
+            wait(name)  # waited its 0.3 s
+        assert time.monotonic() - started >= 0.3
+        threading.Timer(0.1, end.set).start()
+        assert wait(name) == "ran"  # woken when the holder let go
+    finally:
+        end.set()
+        holder.join(10)
     assert client_for(app) is client_for(app)  # one client per process
     client_for(app).close()
 
