@@ -307,6 +307,7 @@ def test_a_read_lock_answered_only_by_late_grants_slows_down() -> None:
         lease=0.01,
         blocking=True,
         timeout=None,
+        wait_id="w",
         clock=clock,
     )
     paused = _drive_late_grants(op, clock, 0.01, [codes.GRANTED, 1, 10, 1], rounds=40)
@@ -348,6 +349,7 @@ def test_redlock_and_outage_backoffs_never_pause_zero() -> None:
         blocking=True,
         timeout=5.0,
         master_timeout=0.1,
+        wait_id="w",
         clock=clock,
         random=lambda: 0.0,  # the worst draw
     )
