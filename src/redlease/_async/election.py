@@ -226,6 +226,8 @@ class AsyncElection(ElectionBase):
         try:
             value = await self.client.redis.get(self._record_key)
         except TRANSLATED as exc:
+            if self.client._closed:  # closed while the read was under way
+                raise ClientClosedError(name=self.name) from None
             raise_translated(exc, self.client.address, self._record_key, user=self.client._user)
         return parse_record(value)
 

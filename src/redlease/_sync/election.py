@@ -187,6 +187,8 @@ class Election(ElectionBase):
         try:
             value = self.client.redis.get(self._record_key)
         except TRANSLATED as exc:
+            if self.client._closed:  # closed while the read was under way
+                raise ClientClosedError(name=self.name) from None
             raise_translated(exc, self.client.address, self._record_key, user=self.client._user)
         return parse_record(value)
 
