@@ -147,7 +147,8 @@ class AsyncElection(ElectionBase):
             term._inside = False
             await self._resign(lock, term, quiet=True)
             if cancelled and term.error is not None and _uncancel(task) == 0:
-                raise term.error from None  # our own cancellation, and nobody else's
+                # our own cancellation, and nobody else's: the loss is what ended the block
+                raise term.error from term.error.__cause__
             raise
         # end async-only
         except BaseException:
