@@ -217,7 +217,7 @@ def test_a_waiter_that_gives_up_gives_a_hand_over_back(server, name):
     assert _holder(raw, name) == ("waiter:1", 1)
     assert 0 < raw.pttl(name) <= 1000
     pubsub = _listen(raw, keys.channel)
-    leave = (keys.name, keys.channel, keys.queue)
+    leave = (keys.name, keys.channel, keys.queue, keys.receipts)
     # another acquire call of the same owner (a later one, or a re-entry) that gives up
     # never gives back a hold that was not made for it
     assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", "wait-2", "w30000") == 0

@@ -8,7 +8,8 @@
 -- KEYS[6]  fencing counter (see lock_acquire.lua)
 -- ARGV[1]  owner field
 -- ARGV[2]  hold count the caller believes it has
--- ARGV[3]  request id (unique per release call, reused by a retry of the same call)
+-- ARGV[3]  request id (unique per release call, reused by a retry of the same call; at most
+--          33 bytes, no spaces)
 -- ARGV[4]  hand-off window in milliseconds (0: no hand-off, Redisson's free-for-all)
 -- ARGV[5]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
@@ -27,7 +28,8 @@
 --               has another token); nothing changed
 -- Receipts: a retry of a final release that already ran answers RELEASED again and changes
 -- nothing. Request ids are unique across processes and hosts, so only the release that made
--- a receipt is answered by it. The request ids of the last RECEIPTS final releases travel
+-- a receipt is answered by it. The request ids of the last 16 final releases (at least:
+-- as many whole ids as RECEIPT_BYTES holds) travel
 -- with the lock from holder to holder (field "redlease:released" of the lock hash, which a
 -- hand-over copies); a release that frees the lock writes them, with those still in KEYS[3]
 -- (a free-lock acquire or a Redisson holder in between starts a hash without them), to KEYS[3]
@@ -62,7 +64,7 @@
 if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[5] must be publish or spublish')
 end
-local RECEIPTS = 16
+local RECEIPT_BYTES = 16 * 34 -- the last 16 receipts at least
 local OUTSIDERS_CHECK_US = 100000
 local expected = tonumber(ARGV[2])
 local fields = redis.call('hmget', KEYS[1], ARGV[1], 'redlease:handed', 'redlease:fence',
@@ -87,16 +89,22 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
   end
   -- (on Redis 6.2 the wake-up below is sent by pcall: a denied one leaves the release done and
   -- the waiters to re-check on their own, within 5 s, never a lock deleted and an error told)
-  local kept = {ARGV[3]} -- this request's id, then those that came with the lock
-  local function keep(list)
-    for rid in string.gmatch(list or '', '%S+') do
-      if #kept == RECEIPTS then
-        break
-      end
-      kept[#kept + 1] = rid
+  -- this request's id, then those that came with the lock, then (on a final release that
+  -- frees it) those still in KEYS[3]: the newest first, cut to whole ids within RECEIPT_BYTES,
+  -- which holds at least the last 16 (an id is at most 33 bytes and a space)
+  local function receipts(older)
+    local list = ARGV[3]
+    if fields[4] then
+      list = list .. ' ' .. fields[4]
     end
+    if older then
+      list = list .. ' ' .. older
+    end
+    if #list > RECEIPT_BYTES then
+      list = string.match(string.sub(list, 1, RECEIPT_BYTES + 1), '^(.*) ') or ARGV[3]
+    end
+    return list
   end
-  keep(fields[4])
   local fence = tonumber(fields[3] or '0')
   redis.call('del', KEYS[1])
   local function client_of(place)
@@ -180,15 +188,15 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
       end
       redis.call('hset', KEYS[1], owner, 1, 'redlease:fence', token, 'redlease:wait', wait,
         'redlease:lease', bound, 'redlease:handed', checked, 'redlease:released',
-        table.concat(kept, ' '))
+        receipts(nil))
       redis.call('pexpire', KEYS[1], lease)
       redis.pcall(ARGV[5], channel, owner .. string.format(' %d %d ', token, lease) .. wait)
       return {1, 0}
     end
   end
   redis.pcall(ARGV[5], KEYS[2], '0')
-  keep(redis.call('get', KEYS[3])) -- older receipts, from before a free-lock acquire
-  redis.call('set', KEYS[3], table.concat(kept, ' '), 'px', 30000)
+  -- with the older receipts, from before a free-lock acquire
+  redis.call('set', KEYS[3], receipts(redis.call('get', KEYS[3])), 'px', 30000)
   return {1, 0}
 end
 if count > 0 and count == expected - 1 then
