@@ -1,8 +1,10 @@
 """Fixtures of the stateful tests: one private server per test (on the newest binary found;
-``REDLEASE_STATEFUL_SERVERS=all`` for every one), each test run with sync and asyncio owners.
+``REDLEASE_STATEFUL_SERVERS=all`` for every one), or a master with a replica for the rules
+that fail over; each test run with sync and asyncio owners; ids minted per emulated client
+process (``helpers.Process``).
 
-Settings: ``DEFAULT`` keeps each machine to a few seconds; ``SLOW`` (tests marked ``slow``)
-explores longer runs.
+Settings: ``DEFAULT`` keeps each machine to a few seconds (``FAILOVER``, for the machine that
+loses data, to about ten); ``SLOW`` (tests marked ``slow``) explores longer runs.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from redlease.testing import RedisServer, ServerBinary, find_servers
+
+from .helpers import Replicated, minting_per_process
 
 
 def _servers() -> list[ServerBinary]:
@@ -31,6 +35,14 @@ DEFAULT = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+FAILOVER = settings(
+    max_examples=30,
+    stateful_step_count=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+"""The lock machine that loses data: more runs, as few of them draw every rule a loss of
+data needs to show a defect (each run draws a subset of the rules)."""
 SLOW = settings(
     max_examples=50,
     stateful_step_count=30,
@@ -48,3 +60,20 @@ def stateful_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
 @pytest.fixture(params=["sync", "async"])
 def is_async(request: pytest.FixtureRequest) -> bool:
     return request.param == "async"  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=STATEFUL_SERVERS, ids=[s.label for s in STATEFUL_SERVERS])
+def replicated(request: pytest.FixtureRequest) -> Iterator[Replicated]:
+    """A master and its replica (``helpers.Replicated``), for failovers."""
+    topology = Replicated(request.param)
+    try:
+        yield topology
+    finally:
+        topology.close()
+
+
+@pytest.fixture(autouse=True)
+def processes() -> Iterator[None]:
+    """Ids minted by the ``helpers.Process`` of the minting thread or task."""
+    with minting_per_process():
+        yield

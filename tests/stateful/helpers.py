@@ -11,21 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import contextvars
+import importlib.util
 import inspect
+import itertools
 import queue
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
 from typing import Any
 
 import redis
 
 import redlease
+from redlease import _owners
 from redlease._core import latch as latch_core
 from redlease._core import scripts
 from redlease._core import semaphore as semaphore_core
-from redlease.testing import RedisServer, TcpProxy
+from redlease.testing import RedisServer, ServerBinary, TcpProxy
 
 CALL_TIMEOUT = 30.0
 """Every call of an owner returns within this (else the test fails: a hung call)."""
@@ -228,13 +235,156 @@ def results(futures: Iterable[concurrent.futures.Future[Any]], timeout: float) -
     return [f.result(max(0.0, deadline - time.monotonic())) for f in futures]
 
 
+# --- client processes ---------------------------------------------------------------------
+
+
+class Process:
+    """One client process, as far as the ids a client mints go: the owner ids and the request
+    ids (an acquire's wait id, a release's id) that ``redlease._owners`` mints, by its own code
+    run on state of its own. The module is loaded again under another name, so its
+    module-level code sets that state up exactly as a new process's import does (a per-process
+    counter starts at 1 again; a per-process random part is drawn again). Owners made in two
+    ``Process``es mint ids as owners in two worker processes would; a test needs no real
+    second process to see what ids that collide, or do not, do to receipts and retries.
+
+    ``minting_per_process()`` routes the library's minting to the ``Process`` of the thread
+    or task that mints (``Process.enter()``, done by an ``Actor`` made with it); elsewhere it
+    mints as before."""
+
+    _names = itertools.count(1)
+
+    def __init__(self) -> None:
+        name = f"redlease._owners_of_process_{next(self._names)}"
+        spec = importlib.util.spec_from_file_location(name, _owners.__file__)
+        assert spec is not None and spec.loader is not None
+        self.ids: ModuleType = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(self.ids)
+
+    def enter(self) -> None:
+        """Ids minted from now on in this thread (or this task) come from this process."""
+        _current_process.set(self)
+
+
+_current_process: contextvars.ContextVar[Process | None] = contextvars.ContextVar(
+    "stateful_process", default=None
+)
+_MINTED = ("next_request_id", "next_owner_id")
+"""The functions of ``redlease._owners`` that mint ids (those the module has)."""
+
+
+@contextlib.contextmanager
+def minting_per_process() -> Iterator[None]:
+    """While in effect, every module of the library that mints ids with ``_owners``'s
+    functions mints through the ``Process`` entered in the minting thread or task (as before
+    when none was)."""
+    patched: list[tuple[ModuleType, str, Any]] = []
+    for name in _MINTED:
+        original = getattr(_owners, name, None)
+        if original is None:
+            continue
+
+        def route(*args: Any, _name: str = name, _original: Any = original) -> Any:
+            process = _current_process.get()
+            if process is None:
+                return _original(*args)
+            return getattr(process.ids, _name)(*args)
+
+        for module in list(sys.modules.values()):
+            mod_name = getattr(module, "__name__", "") or ""
+            if mod_name == "redlease" or mod_name.startswith("redlease."):
+                if mod_name.startswith("redlease._owners_of_process_"):
+                    continue
+                if getattr(module, name, None) is original:
+                    patched.append((module, name, original))
+                    setattr(module, name, route)
+    try:
+        yield
+    finally:
+        for module, name, original in reversed(patched):
+            setattr(module, name, original)
+
+
+# --- a master with a replica, for failovers -----------------------------------------------
+
+
+class Replicated:
+    """A master and a replica fed through a ``TcpProxy`` (the replication link), for rules
+    that lose data: ``stall()`` freezes the link (the replica falls behind, its copy of every
+    key still alive), ``failover()`` kills the master and promotes the replica, behind or
+    not (``REPLICAOF NO ONE``), then gives it a fresh replica of its own; ``restart_empty()``
+    kills the master and starts it again with no data. ``master`` is the server clients must
+    use now."""
+
+    def __init__(self, binary: ServerBinary) -> None:
+        self.binary = binary
+        self.master = RedisServer(binary).start()
+        self.link: TcpProxy | None = None
+        self.replica: RedisServer | None = None
+        self.failovers = 0
+        try:
+            self._new_replica()
+        except BaseException:
+            self.close()
+            raise
+
+    def _new_replica(self) -> None:
+        self.link = TcpProxy(("127.0.0.1", self.master.port)).start()
+        self.replica = RedisServer(self.binary, replica_of=self.link).start()
+        self.replica.wait_replica_synced(timeout=30)
+
+    @property
+    def stalled(self) -> bool:
+        return self.link is not None and self.link.frozen
+
+    def stall(self) -> None:
+        assert self.link is not None
+        self.link.freeze()
+
+    def heal(self) -> None:
+        """Replication flows again, and the replica has everything before this returns."""
+        assert self.link is not None and self.replica is not None
+        self.link.thaw()
+        self.replica.wait_replica_synced(timeout=30)
+
+    def failover(self, behind: Callable[[RedisServer], None] | None = None) -> RedisServer:
+        """The master dies; its replica (as far behind as it is) becomes the master.
+        ``behind(replica)``, once it is promoted and before any client can reach it, may set
+        some of its keys back to what an earlier moment had: a replica that stopped
+        replicating then."""
+        assert self.link is not None and self.replica is not None
+        old, self.master = self.master, self.replica
+        old.kill()
+        self.master.promote()
+        if behind is not None:
+            behind(self.master)
+        self.link.close()
+        old.close()
+        self.failovers += 1
+        self._new_replica()
+        return self.master
+
+    def restart_empty(self) -> RedisServer:
+        """The master dies and starts again on its port with no data (nothing persisted);
+        its replica syncs the empty data set once the link flows."""
+        self.master.restart()
+        return self.master
+
+    def close(self) -> None:
+        for thing in (self.link, self.replica, self.master):
+            if thing is not None:
+                with contextlib.suppress(Exception):
+                    thing.close()
+
+
 class Actor:
     """Runs an owner's calls one at a time in one thread (sync) or one task on ``loop``
     (asyncio), so that all of them are made by the same owner of a lock (``Owner.start``
-    makes a task per call: a new owner each time)."""
+    makes a task per call: a new owner each time). With ``process``, the ids its calls mint
+    are that process's (see ``Process``)."""
 
-    def __init__(self, loop: LoopThread | None) -> None:
+    def __init__(self, loop: LoopThread | None, process: Process | None = None) -> None:
         self._loop = loop
+        self._process = process
         self._sync: queue.Queue[Any] = queue.Queue()
         if loop is None:
             self._thread = threading.Thread(target=self._serve_sync, daemon=True)
@@ -248,6 +398,8 @@ class Actor:
         return asyncio.Queue()
 
     def _serve_sync(self) -> None:
+        if self._process is not None:
+            self._process.enter()
         while (item := self._sync.get()) is not None:
             call, future = item
             try:
@@ -256,6 +408,8 @@ class Actor:
                 future.set_exception(exc)
 
     async def _serve_async(self) -> None:
+        if self._process is not None:
+            self._process.enter()
         while (item := await self._async.get()) is not None:
             call, future = item
             try:

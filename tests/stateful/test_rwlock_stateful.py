@@ -1,11 +1,12 @@
 """Stateful adversarial test of the read-write lock on a real server, sync and asyncio.
 
-Three owners, each a client over its own ``TcpProxy`` (``helpers.World``), take and release
-read and write holds (blocking with a short timeout, or not; re-entrant) while rules lose
-replies (the server ran the script, the client never hears), deliver a call late on a frozen
-link, freeze a link, lose a renewal's reply, force-release a side and let a short explicit
-lease run out. Every call of an owner is made by one thread (sync) or one task (asyncio) of
-its own: the lock is owned per thread or task.
+Three owners, each a client over its own ``TcpProxy`` (``helpers.World``; two clients in one
+client process and one in another, as far as the wait ids they mint go: ``helpers.Process``),
+take and release read and write holds (blocking with a short timeout, or not; re-entrant)
+while rules lose replies (the server ran the script, the client never hears), deliver a call
+late on a frozen link, freeze a link, lose a renewal's reply, force-release a side and let a
+short explicit lease run out. Every call of an owner is made by one thread (sync) or one task
+(asyncio) of its own: the lock is owned per thread or task.
 
 A fault leaves the owner's hold on that side *unsettled* (the client may not know what the
 server has: an unknown outcome, a hold taken away) until the owner's next call on that side
@@ -40,7 +41,7 @@ from redlease.errors import LockUpgradeError
 from redlease.testing import RedisServer
 
 from .conftest import DEFAULT, SLOW
-from .helpers import CALL_TIMEOUT, Actor, World, unique_name, wait_until
+from .helpers import CALL_TIMEOUT, Actor, Process, World, unique_name, wait_until
 
 OWNERS = 3
 owners = st.integers(0, OWNERS - 1)
@@ -65,7 +66,8 @@ class RwMachine(RuleBasedStateMachine):
             self.world.raw.script_load(script.source)
         self.name = unique_name("stateful-rw")
         self.keys = core.RwKeys.for_name(self.name)
-        self.actors = [Actor(self.world.loop) for _ in range(OWNERS)]
+        processes = [Process(), Process()]  # owners 0 and 1 share one, 2 has the other
+        self.actors = [Actor(self.world.loop, processes[o // 2]) for o in range(OWNERS)]
         self.rws = [
             o.client.rw_lock(self.name, on_lease_lost=self._reporter(i))
             for i, o in enumerate(self.world.owners)
