@@ -1506,6 +1506,8 @@ def print_rmw_table(results: Sequence[Result]) -> None:
             ],
             rows,
         )
+    if rows:
+        print()
     for r in results:  # the two figures that must be 0, one line per seed
         if r.available and r.scenario.seeded:
             print(
