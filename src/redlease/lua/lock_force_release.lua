@@ -34,14 +34,12 @@ if redis.acl_check_cmd and not redis.acl_check_cmd(ARGV[2], KEYS[2], ARGV[1]) th
 end
 local carried = redis.call('hget', KEYS[1], 'redlease:released')
 if carried then
-  local kept = {}
-  for rid in string.gmatch(carried .. ' ' .. (redis.call('get', KEYS[3]) or ''), '%S+') do
-    if #kept == 16 then
-      break
-    end
-    kept[#kept + 1] = rid
+  -- newest first, cut to whole ids within 16 x 34 bytes, as lock_release.lua keeps them
+  local list = carried .. ' ' .. (redis.call('get', KEYS[3]) or '')
+  if #list > 16 * 34 then
+    list = string.match(string.sub(list, 1, 16 * 34 + 1), '^(.*) ') or carried
   end
-  redis.call('set', KEYS[3], table.concat(kept, ' '), 'px', 30000)
+  redis.call('set', KEYS[3], list, 'px', 30000)
 end
 redis.call('del', KEYS[1])
 redis.pcall(ARGV[2], KEYS[2], ARGV[1])

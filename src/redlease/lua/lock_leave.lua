@@ -26,14 +26,12 @@ redis.call('zrem', KEYS[3], place)
 local fields = redis.call('hmget', KEYS[1], ARGV[1], 'redlease:wait', 'redlease:released')
 if fields[1] == '1' and fields[2] == ARGV[3] then
   if fields[3] then
-    local kept = {}
-    for rid in string.gmatch(fields[3] .. ' ' .. (redis.call('get', KEYS[4]) or ''), '%S+') do
-      if #kept == 16 then
-        break
-      end
-      kept[#kept + 1] = rid
+    -- newest first, cut to whole ids within 16 x 34 bytes, as lock_release.lua keeps them
+    local list = fields[3] .. ' ' .. (redis.call('get', KEYS[4]) or '')
+    if #list > 16 * 34 then
+      list = string.match(string.sub(list, 1, 16 * 34 + 1), '^(.*) ') or fields[3]
     end
-    redis.call('set', KEYS[4], table.concat(kept, ' '), 'px', 30000)
+    redis.call('set', KEYS[4], list, 'px', 30000)
   end
   redis.call('del', KEYS[1])
   redis.pcall(ARGV[2], KEYS[2], '0')
