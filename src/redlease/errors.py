@@ -13,7 +13,7 @@ calls ``cls(*args)``) gets the class and the message back.
 from __future__ import annotations
 
 import pickle
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "ArgumentTypeError",
@@ -22,10 +22,12 @@ __all__ = [
     "LeaseLostError",
     "LockTimeoutError",
     "LockUpgradeError",
+    "LossCause",
     "NotOwnedError",
     "PermissionDeniedError",
     "QuorumError",
     "RedleaseError",
+    "RedleaseWarning",
     "ReplicaError",
     "ServerError",
     "ServerUnavailableError",
@@ -44,6 +46,11 @@ class RedleaseError(Exception):
     def _pickled_state(self) -> dict[str, Any]:
         """The attributes a pickled copy gets (every one, ``__notes__`` included)."""
         return dict(vars(self))
+
+
+class RedleaseWarning(UserWarning):
+    """A configuration redlease can work with but that weakens what it promises (for example a
+    server whose eviction policy may delete a held lock's key)."""
 
 
 def _rebuilt(cls: type[RedleaseError], args: tuple[Any, ...]) -> RedleaseError:
@@ -127,8 +134,28 @@ class NotOwnedError(_LockError, RuntimeError):
     """The caller released (or renewed) a lock it does not hold."""
 
 
+LossCause = Literal["expired", "forced", "server_lost", "unknown"]
+"""Why a hold was lost: ``expired`` (its lease ran out, or it could not be renewed in time),
+``forced`` (an operator's forced release: ``redlease release --force``, ``force_release()``),
+``server_lost`` (the server no longer has it as the client last knew it: a restart, a failover
+to a replica that had not seen it), ``unknown`` (gone, and the client cannot tell why)."""
+
+
 class LeaseLostError(NotOwnedError):
-    """The caller's lease expired, or the lock was force-released or taken, while it was held."""
+    """The caller's lease expired, or the lock was force-released or taken, while it was held.
+
+    ``cause`` says why, as far as the client can tell (``LossCause``)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str = "",
+        owner: str | None = None,
+        cause: LossCause = "unknown",
+    ) -> None:
+        super().__init__(message, name=name, owner=owner)
+        self.cause: LossCause = cause
 
 
 class LockTimeoutError(_LockError, TimeoutError):

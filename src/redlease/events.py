@@ -47,6 +47,9 @@ class LockEvent:
     fencing_token: int | None = None
     error: BaseException | None = None
     """Why (``renewal_failed``, ``lease_lost``, ``permits_may_stay_taken``)."""
+    cause: str | None = None
+    """Why a hold was lost (``lease_lost``): ``expired``, ``forced``, ``server_lost`` or
+    ``unknown``, as ``LeaseLostError.cause``."""
 
 
 Listener = Callable[[LockEvent], None]

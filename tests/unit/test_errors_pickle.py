@@ -31,7 +31,11 @@ def public_exception_classes() -> list[type[BaseException]]:
     for module in (redlease.errors, redlease):
         for name in module.__all__:
             value = getattr(module, name, None)
-            if isinstance(value, type) and issubclass(value, BaseException):
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and not issubclass(value, Warning)  # RedleaseWarning: a category, never raised
+            ):
                 found[value.__qualname__] = value
     return [found[name] for name in sorted(found)]
 
@@ -52,6 +56,7 @@ class Unpicklable(Exception):
 SAMPLES: dict[str, Any] = {
     "name": "orders:42",
     "owner": "c0ffee:1:thread-7",
+    "cause": "forced",
     "key_type": "list",
     "command": "evalsha",
     "address": "10.0.0.7:6379",
