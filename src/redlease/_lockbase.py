@@ -34,6 +34,14 @@ def fair_layout(value: object) -> core.Layout:
     return REDISSON_FAIR if options.layout(value) == "redisson" else core.REDLEASE
 
 
+def not_acquired(blocking: bool, timeout: Seconds | None) -> str:
+    """How a bounded acquire failed, for its ``LockTimeoutError``: within its timeout, or in
+    its single try (``blocking=False`` or ``timeout=0``)."""
+    if not blocking or timeout == 0:
+        return "not acquired in its single try (blocking=False or timeout=0)"
+    return f"not acquired within {timeout} s"
+
+
 @dataclass(frozen=True)
 class AcquirePlan:
     owner: str
@@ -98,7 +106,7 @@ class LockBase:
     def _plan_acquire(
         self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
-        wait = wait_args(blocking, timeout)
+        blocking, wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
 
         def acquire(held: int) -> Operation[core.Acquired | None]:
@@ -134,8 +142,8 @@ class LockBase:
         """The local line this acquire waits in and how long it may wait there, after the
         arguments are checked; ``None`` when it goes straight to the server: a try
         (``blocking=False``), or an owner that already holds the lock (a re-entry must
-        never wait behind its own client's waiters)."""
-        wait = wait_args(blocking, timeout)
+        never wait behind its own client's waiters). ``timeout=0`` is a try."""
+        blocking, wait = wait_args(blocking, timeout)
         chosen_lease(lease, self._lease)
         line = self._line
         if not blocking or line is None or self._state.count(self.name, owner):
@@ -267,8 +275,8 @@ class LockBase:
     def _wait_channel(self) -> str:
         return self._keys.channel
 
-    def _not_acquired(self, timeout: Seconds | None) -> str:
-        return f"lock {self.name!r} not acquired within {timeout} s"
+    def _not_acquired(self, timeout: Seconds | None, blocking: bool = True) -> str:
+        return f"lock {self.name!r} {not_acquired(blocking, timeout)}"
 
     def _statistics(self, owner: str, status: core.Status, local_waiters: int) -> LockStatistics:
         count = status.holders.get(owner, 0)

@@ -160,7 +160,7 @@ class RedlockLockBase:
     def _plan_acquire(
         self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
-        wait = wait_args(blocking, timeout)
+        blocking, wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
         op = core.acquire(
             self._keys,

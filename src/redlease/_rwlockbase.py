@@ -9,7 +9,7 @@ from ._core import rwlock as core
 from ._core.lock import Acquired, Hold, Status
 from ._core.requests import Operation
 from ._core.rwlock_redisson import RedissonRwKeys
-from ._lockbase import AcquirePlan, LockBase
+from ._lockbase import AcquirePlan, LockBase, not_acquired
 from ._owners import next_request_id
 from .errors import InvalidArgumentError
 from .options import Seconds, chosen_lease, wait_args
@@ -47,7 +47,7 @@ class RwSideBase(LockBase):
     def _plan_acquire(
         self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
-        wait = wait_args(blocking, timeout)
+        blocking, wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
 
         def acquire(held: int) -> Operation[Acquired | None]:
@@ -98,5 +98,5 @@ class RwSideBase(LockBase):
     def _wait_channel(self) -> str:
         return self._rw.channel
 
-    def _not_acquired(self, timeout: Seconds | None) -> str:
-        return f"{self._side} lock of {self.rw_name!r} not acquired within {timeout} s"
+    def _not_acquired(self, timeout: Seconds | None, blocking: bool = True) -> str:
+        return f"{self._side} lock of {self.rw_name!r} {not_acquired(blocking, timeout)}"

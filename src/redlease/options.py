@@ -104,10 +104,19 @@ def layout(value: object) -> str:
     return value
 
 
-def wait_args(blocking: bool, timeout: Seconds | None) -> float | None:
-    """Check ``acquire(blocking, timeout)`` as ``threading.Lock.acquire`` would, and stricter:
-    a timeout must be positive (use ``blocking=False`` for a single try). Any finite timeout
-    works, however long."""
-    if not blocking and timeout is not None:
-        raise InvalidArgumentError("a timeout cannot be given with blocking=False")
-    return limits.wait(timeout, "timeout", zero=False)
+def wait_args(blocking: bool, timeout: Seconds | None) -> tuple[bool, float | None]:
+    """Check ``acquire(blocking, timeout)`` as ``threading.Lock.acquire`` would; returns the
+    ``(blocking, wait)`` to go on with. ``timeout=0`` is a single try, as ``blocking=False``
+    (``threading.Lock.acquire(timeout=0)``, redis-py's ``blocking_timeout=0``); a timeout
+    other than 0 with ``blocking=False`` is refused. Any finite timeout works, however
+    long; a negative one is refused."""
+    wait = limits.wait(timeout, "timeout", zero=True)
+    if not blocking:
+        if wait:
+            raise InvalidArgumentError(
+                f"a timeout cannot be given with blocking=False (a single try), got {timeout!r}"
+            )
+        return False, None
+    if wait == 0:
+        return False, None
+    return True, wait

@@ -406,7 +406,7 @@ async def test_statistics(side, server, name):
     [
         ({"lease": 0}, "lease"),
         ({"lease": -1}, "lease"),
-        ({"timeout": 0}, "timeout"),
+        ({"timeout": -1e-9}, "timeout"),
         ({"timeout": -2}, "timeout"),
         ({"timeout": math.nan}, "timeout"),
         ({"blocking": False, "timeout": 1}, "timeout"),

@@ -658,7 +658,7 @@ async def test_bad_arguments(side, server, name):
         with pytest.raises(NotOwnedError):
             await side(lock.release())
         with pytest.raises(InvalidArgumentError):
-            async with side.hold(lock, timeout=0):
+            async with side.hold(lock, timeout=-1):
                 pass
     assert not await side(rw.read_lock().locked())
 

@@ -149,18 +149,29 @@ def test_a_bad_wait_is_refused_naming_it(value: Any) -> None:
 def test_any_finite_wait_is_taken_however_long(value: Any) -> None:
     got = semaphore.wait_timeout(value)
     assert got is not None and math.isfinite(got) and got > 0
-    assert options.wait_args(True, value) == got
+    assert options.wait_args(True, value) == (True, got)
     assert options.wait_seconds(value, "--wait") == got
 
 
-def test_zero_tries_once_for_semaphores_and_latches_not_for_locks() -> None:
+def test_zero_tries_once_everywhere() -> None:
+    """``timeout=0`` is a single try for semaphores and latches (a wait of 0) and for locks
+    (``blocking=False``), as ``threading.Lock.acquire(timeout=0)`` and redis-py's
+    ``blocking_timeout=0``."""
     assert semaphore.wait_timeout(0) == 0.0
     assert semaphore.wait_timeout(None) is None
-    assert options.wait_args(True, None) is None
-    with pytest.raises(InvalidArgumentError, match="timeout must be None or seconds > 0"):
-        options.wait_args(True, 0)
+    assert options.wait_args(True, None) == (True, None)
+    assert options.wait_args(True, 0) == (False, None)
+    assert options.wait_args(True, 0.0) == (False, None)
+    assert options.wait_args(True, timedelta(0)) == (False, None)
+    assert options.wait_args(False, None) == (False, None)
+    assert options.wait_args(False, 0) == (False, None)
+    assert options.wait_args(True, 2) == (True, 2.0)
     with pytest.raises(InvalidArgumentError, match="blocking=False"):
         options.wait_args(False, 1)
+    with pytest.raises(InvalidArgumentError, match="timeout must be None or seconds >= 0"):
+        options.wait_args(True, -1)
+    with pytest.raises(InvalidArgumentError, match="timeout must be None or seconds >= 0"):
+        options.wait_args(False, -1)
 
 
 def test_a_huge_wait_never_hands_the_shell_a_huge_wait() -> None:

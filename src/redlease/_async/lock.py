@@ -23,8 +23,9 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
     """A reentrant lease lock, owned per asyncio task, in Redisson's RLock layout.
 
     ``async with lock:`` waits as long as it takes; ``lock.acquire(timeout=5, lease=10)`` is
-    Redisson's ``tryLock(5, 10, SECONDS)``; ``async with lock.hold(timeout=5):`` raises
-    ``LockTimeoutError`` when the wait runs out.
+    Redisson's ``tryLock(5, 10, SECONDS)``; ``lock.acquire(timeout=0)`` (or
+    ``blocking=False``) is ``tryLock()``, a single try; ``async with lock.hold(timeout=5):``
+    raises ``LockTimeoutError`` when the wait runs out.
     Cancelling ``acquire`` after the server granted the hold gives it back; a cancelled
     ``release`` still completes (bounded) before the cancellation propagates.
     """
@@ -52,7 +53,9 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> bool:
         """Take a hold; ``False`` when ``timeout`` ran out (or the lock was held and
-        ``blocking`` is false). Without a ``lease`` the watchdog renews the hold."""
+        ``blocking`` is false). ``timeout=0`` (or ``blocking=False``) tries once, without
+        waiting; ``None`` waits as long as it takes. Without a ``lease`` the watchdog renews
+        the hold."""
         return await self._acquire(blocking, timeout, lease) is not None
 
     async def _acquire(
@@ -119,14 +122,16 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
 
     @asynccontextmanager
     async def hold(
-        self, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, timeout: Seconds | None = None, lease: Seconds | None = None, *, blocking: bool = True
     ) -> AsyncIterator[Lease]:
         """``async with lock.hold(timeout=5) as lease:`` a bounded wait that raises
-        ``LockTimeoutError`` when it runs out, then releases on exit."""
-        got = await self._acquire(True, timeout, lease)
+        ``LockTimeoutError`` when it runs out, then releases on exit. ``timeout=0`` or
+        ``blocking=False``: a single try, ``LockTimeoutError`` at once when the lock is
+        taken."""
+        got = await self._acquire(blocking, timeout, lease)
         if got is None:
             raise LockTimeoutError(
-                self._not_acquired(timeout),
+                self._not_acquired(timeout, blocking),
                 name=self.name,
                 owner=self.client._owner(),
             )

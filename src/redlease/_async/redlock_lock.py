@@ -49,8 +49,9 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> bool:
         """Take a hold on a majority; ``False`` when ``timeout`` ran out or (``blocking``
-        false) the lock is held. Raises ``QuorumError`` when no majority can be had (see
-        the README). Without a ``lease`` the watchdog renews the hold."""
+        false, or ``timeout=0``: a single try) the lock is held. Raises ``QuorumError``
+        when no majority can be had (see the README). Without a ``lease`` the watchdog
+        renews the hold."""
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
         got = self._acquired(plan, await self.client._run(plan.op, self.name))
         if got and plan.lease is None:

@@ -24,8 +24,9 @@ class Lock(LockBase, Held, LockQueries):
     """A reentrant lease lock, owned per thread, in Redisson's RLock layout.
 
     ``with lock:`` waits as long as it takes; ``lock.acquire(timeout=5, lease=10)`` is
-    Redisson's ``tryLock(5, 10, SECONDS)``; ``with lock.hold(timeout=5):`` raises
-    ``LockTimeoutError`` when the wait runs out.
+    Redisson's ``tryLock(5, 10, SECONDS)``; ``lock.acquire(timeout=0)`` (or
+    ``blocking=False``) is ``tryLock()``, a single try; ``with lock.hold(timeout=5):``
+    raises ``LockTimeoutError`` when the wait runs out.
     """
 
     def __init__(
@@ -51,7 +52,9 @@ class Lock(LockBase, Held, LockQueries):
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> bool:
         """Take a hold; ``False`` when ``timeout`` ran out (or the lock was held and
-        ``blocking`` is false). Without a ``lease`` the watchdog renews the hold."""
+        ``blocking`` is false). ``timeout=0`` (or ``blocking=False``) tries once, without
+        waiting; ``None`` waits as long as it takes. Without a ``lease`` the watchdog renews
+        the hold."""
         return self._acquire(blocking, timeout, lease) is not None
 
     def _acquire(
@@ -107,13 +110,17 @@ class Lock(LockBase, Held, LockQueries):
         self._released(plan, remaining)
 
     @contextmanager
-    def hold(self, timeout: Seconds | None = None, lease: Seconds | None = None) -> Iterator[Lease]:
+    def hold(
+        self, timeout: Seconds | None = None, lease: Seconds | None = None, *, blocking: bool = True
+    ) -> Iterator[Lease]:
         """``with lock.hold(timeout=5) as lease:`` a bounded wait that raises
-        ``LockTimeoutError`` when it runs out, then releases on exit."""
-        got = self._acquire(True, timeout, lease)
+        ``LockTimeoutError`` when it runs out, then releases on exit. ``timeout=0`` or
+        ``blocking=False``: a single try, ``LockTimeoutError`` at once when the lock is
+        taken."""
+        got = self._acquire(blocking, timeout, lease)
         if got is None:
             raise LockTimeoutError(
-                self._not_acquired(timeout),
+                self._not_acquired(timeout, blocking),
                 name=self.name,
                 owner=self.client._owner(),
             )

@@ -44,9 +44,10 @@ class MultiLock(Held):
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> bool:
         """Take every member; ``False`` (holding none) when ``timeout`` ran out or, with
-        ``blocking`` false, when a member is held elsewhere. ``lease`` applies to each member
+        ``blocking`` false or ``timeout=0`` (a single try of each), when a member is held
+        elsewhere. ``lease`` applies to each member
         (``None``: each member's own default)."""
-        wait = wait_args(blocking, timeout)
+        blocking, wait = wait_args(blocking, timeout)
         optional_seconds(lease, "lease")
         deadline = None if wait is None else time.monotonic() + wait
         taken: list[SupportsLock] = []
