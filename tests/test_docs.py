@@ -3,7 +3,10 @@
 One test per document: its blocks run in order in one namespace, as a reader would paste them
 into one session. The namespace holds ``url`` (a private server's URL, where the text says
 ``redis://127.0.0.1:6379/0`` or "your server") and ``client`` (a ``Client`` on it, closed after
-the document); redlock.md also gets ``urls``, three independent masters. A block after
+the document); redlock.md also gets ``urls``, three independent masters. A client a document
+makes itself and leaves open (``client = Client.from_url(url)``, as a reader keeps one per
+process) is closed by the test after the document's last block, so no page has to end with a
+``client.close()`` block that means nothing to its reader. A block after
 ``<!-- skip: next "why" -->`` is not run (only where a real Sentinel or cluster is needed).
 Shell, console, SQL and text blocks are not run.
 """
@@ -44,6 +47,13 @@ def test_documents_found() -> None:
     assert len(DOCUMENTS) > 10, DOCUMENTS
 
 
+def _close_clients(namespace: dict[str, object]) -> None:
+    """Close the sync clients a document's examples left open (closing twice is harmless)."""
+    for value in list(namespace.values()):
+        if isinstance(value, (redlease.Client, redlease.RedlockClient)):
+            value.close()
+
+
 @pytest.mark.parametrize("path", DOCUMENTS, ids=[str(p.relative_to(ROOT)) for p in DOCUMENTS])
 def test_examples(path: Path, docs_server: RedisServer) -> None:
     document = _SYBIL.parse(path)
@@ -60,6 +70,7 @@ def test_examples(path: Path, docs_server: RedisServer) -> None:
             raw.flushdb()
         client = stack.enter_context(redlease.Client.from_url(url))
         document.namespace.update(url=url, client=client, urls=[m.url for m in masters])
+        stack.callback(_close_clients, document.namespace)
         ran = skipped = 0
         for example in examples:
             try:
