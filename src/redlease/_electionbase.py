@@ -99,6 +99,7 @@ class ElectionBase:
             f"election {self.name!r}: {identity} lost the leadership of term {token}{why}",
             name=self.lock_name,
             owner=owner,
+            cause=cause.cause if isinstance(cause, LeaseLostError) else "unknown",
         )
         error.__cause__ = cause
         return error

@@ -239,7 +239,7 @@ class LockBase:
             # done on the master, just not confirmed by enough replicas
             self._released(plan, int(exc.reply[1]))
         elif isinstance(exc, LeaseLostError):
-            self._state.forget(plan.hold)  # the server no longer has it
+            self._state.lost_at_release(plan.hold, exc)  # the server no longer has it
         # else the outcome is unknown (no reply): keep the hold, still marked as being released
         # so the watchdog does not call it lost, with its request id, so a retry is safe
 

@@ -22,6 +22,7 @@ from ._core.requests import Call, Replication
 from ._core.watchdog import RenewalPolicy
 from .errors import (
     LeaseLostError,
+    LossCause,
 )
 from .events import Listeners, LockEvent
 
@@ -274,7 +275,8 @@ class ClientState:
         told and the owner's next release that finds nothing raises."""
         if not hold.watched or hold.releasing:
             return
-        self.lease_lost(hold, lost_error(hold, "found gone by a later acquire"), dropped=True)
+        error = lost_error(hold, "found gone by a later acquire", self.loss_cause(hold))
+        self.lease_lost(hold, error, dropped=True)
 
     def maybe_reentered(self, name: str, owner: str) -> None:
         """An acquire failed with an unknown outcome: if it was a re-entry, the server may
@@ -342,6 +344,7 @@ class ClientState:
                     held=time.monotonic() - hold.acquired_at,
                     fencing_token=hold.token,
                     error=error,
+                    cause=error.cause,
                 )
             )
         for listener in hold.listeners:
@@ -349,6 +352,37 @@ class ClientState:
                 listener(error)
             except Exception:
                 log.exception("lease-lost callback for lock %r failed", hold.keys.name)
+
+    def lost_at_release(self, hold: Hold, error: LeaseLostError) -> None:
+        """A release found ``hold`` gone on the server (the release raises ``error``): its
+        record goes, and the listeners hear of the loss (``lease_lost``) unless they already
+        did; ``error.cause`` is set from what the client can tell."""
+        if error.cause == "unknown":
+            error.cause = self.loss_cause(hold)
+        with self.mutex:
+            if self.holds.drop(hold.keys.name, hold.owner, hold.epoch) is None:
+                return  # already reported lost (or re-acquired meanwhile)
+        if self.listeners:
+            self.listeners.send(
+                LockEvent(
+                    "lease_lost",
+                    hold.keys.name,
+                    hold.owner,
+                    held=time.monotonic() - hold.acquired_at,
+                    fencing_token=hold.token,
+                    error=error,
+                    cause=error.cause,
+                )
+            )
+
+    def loss_cause(self, hold: Hold, now: float | None = None) -> LossCause:
+        """Why ``hold`` is gone, as far as the client can tell at ``now``: ``expired`` when
+        its lease had certainly run out (a watched hold not renewed for a whole
+        ``watchdog_timeout``; an explicit lease past its end), else ``unknown``."""
+        now = time.monotonic() if now is None else now
+        leases = [lease for lease in hold.leases if lease is not None]
+        lease = self.watchdog_timeout if hold.watched or not leases else max(leases)
+        return "expired" if now - hold.renewed_at >= lease else "unknown"
 
     def watchdog_wake(self, next_round: float) -> float:
         """When the watchdog must wake next: at its next round, or sooner for a hold whose
@@ -389,7 +423,8 @@ class ClientState:
             if int(renewed):
                 hold.renewed_at, hold.renew_by = sent_at, None
             elif not hold.releasing:
-                self.lease_lost(hold, lost_error(hold, "the watchdog found it gone"))
+                cause = self.loss_cause(hold, sent_at)
+                self.lease_lost(hold, lost_error(hold, "the watchdog found it gone", cause))
 
     def renewal_failed(self, batch: list[Hold], policy: RenewalPolicy, exc: Exception) -> None:
         """A renewal round could not reach the server: holds past a whole lease are lost."""
@@ -401,7 +436,7 @@ class ClientState:
                     LockEvent("renewal_failed", hold.keys.name, hold.owner, error=exc)
                 )
             if policy.expired(hold.renewed_at, now):
-                self.lease_lost(hold, lost_error(hold, "not renewed for a whole lease"))
+                self.lease_lost(hold, lost_error(hold, "not renewed for a whole lease", "expired"))
 
     def forget(self, hold: Hold) -> None:
         with self.mutex:
@@ -413,9 +448,10 @@ class ClientState:
             self._lost.clear()
 
 
-def lost_error(hold: Hold, why: str) -> LeaseLostError:
+def lost_error(hold: Hold, why: str, cause: LossCause = "unknown") -> LeaseLostError:
     return LeaseLostError(
         f"lock {hold.keys.name!r}: lease of owner {hold.owner} lost ({why})",
         name=hold.keys.name,
         owner=hold.owner,
+        cause=cause,
     )

@@ -67,9 +67,13 @@ def apply_renewals(
         elif hold.releasing:
             continue
         elif renewal.renewed is False:
-            state.lease_lost(hold, lost_error(hold, "no majority of masters has it any more"))
+            error = lost_error(hold, "no majority of masters has it any more")
+            error.cause = state.loss_cause(hold, renewal.sent_at)
+            state.lease_lost(hold, error)
         elif policy.expired(hold.renewed_at, now):
-            state.lease_lost(hold, lost_error(hold, "not renewed on a majority for a whole lease"))
+            state.lease_lost(
+                hold, lost_error(hold, "not renewed on a majority for a whole lease", "expired")
+            )
 
 
 def renewal_failed(
@@ -79,7 +83,9 @@ def renewal_failed(
     log.warning("Redlock lease renewal failed: %s", exc)
     for hold in holds:
         if not hold.releasing and policy.expired(hold.renewed_at, now):
-            state.lease_lost(hold, lost_error(hold, "not renewed on a majority for a whole lease"))
+            state.lease_lost(
+                hold, lost_error(hold, "not renewed on a majority for a whole lease", "expired")
+            )
 
 
 class RedlockClientBase(StateViews):
@@ -231,7 +237,7 @@ class RedlockLockBase:
 
     def _release_failed(self, plan: ReleasePlan, exc: BaseException) -> None:
         if isinstance(exc, LeaseLostError):
-            self._state.forget(plan.hold)  # no majority has it
+            self._state.lost_at_release(plan.hold, exc)  # no majority has it
         elif isinstance(exc, QuorumError) and plan.hold.count == 1:
             # a final release that reached too few masters: stop renewing it; the masters not
             # reached keep it until its lease runs out (the error says which)

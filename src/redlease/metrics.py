@@ -4,116 +4,180 @@
     client.add_listener(metrics)
     prometheus_client.start_http_server(9108, addr="127.0.0.1")
 
-The ``lock`` label is the lock name; pass ``lock_label`` to map names with ids in them
-(``"order:42"``) onto a few values (``"order"``), so the number of series stays bounded.
+By default no metric has a per-lock label: one series per metric (and outcome or cause), however
+many locks there are. Ask for a ``lock`` label with ``per_lock=True`` (the lock name as is) or
+with ``lock_label=`` (a callable that maps names with ids in them, ``"order:42"``, onto a few
+values, ``"order"``, so the number of series stays bounded).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
 from .events import LockEvent
 
-__all__ = ["PrometheusMetrics"]
+__all__ = ["HOLD_BUCKETS", "WAIT_BUCKETS", "PrometheusMetrics"]
 
-_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+WAIT_BUCKETS: tuple[float, ...] = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+)
+"""Seconds: from a loopback round trip (half a millisecond) to five minutes of waiting."""
+
+HOLD_BUCKETS: tuple[float, ...] = (
+    0.001,
+    0.005,
+    0.01,
+    0.05,
+    0.1,
+    0.5,
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    300,
+    600,
+    1800,
+    3600,
+)
+"""Seconds: from a millisecond's critical section to an hour-long job."""
+
+CAUSES = ("expired", "forced", "server_lost", "unknown")
+"""The values of ``lost_leases_total``'s ``cause`` label (``redlease.LossCause``)."""
 
 
 class PrometheusMetrics:
-    """Counts acquisitions, failures, renewal failures, lost leases, semaphore permits that
-    may stay taken and skipped scheduled-job runs; observes wait and hold times; tracks current
-    holds. Use one instance per registry (names are registered once)."""
+    """Counts acquisitions, failures, renewal failures, leases lost while held (by cause),
+    semaphore permits that may stay taken and skipped runs (scheduled jobs, ``on_busy="skip"``);
+    observes wait and hold times; tracks current holds. Use one instance per registry (names
+    are registered once).
+
+    ``per_lock=True`` adds a ``lock`` label (the lock name) to every metric; ``lock_label``
+    maps a name onto the label's value (and implies the label). Without either, no metric has
+    a per-lock label."""
 
     def __init__(
         self,
         registry: CollectorRegistry = REGISTRY,
         *,
         namespace: str = "redlease",
-        lock_label: Callable[[str], str] = str,
+        per_lock: bool = False,
+        lock_label: Callable[[str], str] | None = None,
+        wait_buckets: Sequence[float] = WAIT_BUCKETS,
+        hold_buckets: Sequence[float] = HOLD_BUCKETS,
     ) -> None:
-        self._label = lock_label
+        self._label: Callable[[str], str] | None = (
+            lock_label if lock_label is not None else (str if per_lock else None)
+        )
+        lock = ["lock"] if self._label is not None else []
+        common: dict[str, Any] = {"namespace": namespace, "registry": registry}
         self.acquisitions = Counter(
             "acquisitions",
             "Lock acquisitions by outcome (acquired, failed: timed out or would block).",
-            ["lock", "outcome"],
-            namespace=namespace,
-            registry=registry,
+            [*lock, "outcome"],
+            **common,
         )
         self.wait_seconds = Histogram(
             "wait_seconds",
-            "Seconds an acquire took, waiting included.",
-            ["lock"],
-            namespace=namespace,
-            registry=registry,
-            buckets=_BUCKETS,
+            "Seconds an acquire took, waiting included (acquired or failed).",
+            lock,
+            buckets=tuple(wait_buckets),
+            **common,
         )
         self.hold_seconds = Histogram(
             "hold_seconds",
             "Seconds from the first acquisition to the last release of a hold.",
-            ["lock"],
-            namespace=namespace,
-            registry=registry,
-            buckets=_BUCKETS,
+            lock,
+            buckets=tuple(hold_buckets),
+            **common,
         )
         self.renewal_failures = Counter(
             "renewal_failures",
-            "Lease renewals that could not be confirmed.",
-            ["lock"],
-            namespace=namespace,
-            registry=registry,
+            "Lease renewals the watchdog could not confirm (the server could not be reached "
+            "or did not answer in time), one per hold per failed round.",
+            lock,
+            **common,
         )
         self.lost_leases = Counter(
             "lost_leases",
-            "Holds found lost while held (expired, force-released, server restarted).",
-            ["lock"],
-            namespace=namespace,
-            registry=registry,
+            "Holds found lost while held, by cause: expired (not renewed in time, or an "
+            "explicit lease ran out), forced (force-released), server_lost (the server lost "
+            "its data), unknown.",
+            [*lock, "cause"],
+            **common,
         )
         self.permits_may_stay_taken = Counter(
             "permits_may_stay_taken",
             "Semaphore requests abandoned (replies lost) whose undo could not be confirmed: "
             "their permits may stay taken.",
-            ["lock"],
-            namespace=namespace,
-            registry=registry,
+            lock,
+            **common,
         )
         self.skipped_runs = Counter(
             "skipped_runs",
-            "Scheduled-job runs skipped because the slot was taken (another instance runs the "
-            "job, or ran it less than at_least_for ago).",
-            ["lock"],
-            namespace=namespace,
-            registry=registry,
+            "Runs skipped because the lock was taken: scheduled jobs (another instance runs "
+            'the job, or ran it less than at_least_for ago) and @locked(on_busy="skip").',
+            lock,
+            **common,
         )
         self.holds = Gauge(
             "holds",
             "Locks held now by this process (an owner's reentrant holds count once).",
-            ["lock"],
-            namespace=namespace,
-            registry=registry,
+            lock,
+            **common,
         )
+        if self._label is None:  # the series exist from the start, at 0
+            for outcome in ("acquired", "failed"):
+                self.acquisitions.labels(outcome)
+            for cause in CAUSES:
+                self.lost_leases.labels(cause)
 
     def __call__(self, event: LockEvent) -> None:
-        lock = self._label(event.name)
+        lock = () if self._label is None else (self._label(event.name),)
         if event.kind == "acquired":
-            self.acquisitions.labels(lock, "acquired").inc()
-            self.wait_seconds.labels(lock).observe(event.wait or 0.0)
+            self.acquisitions.labels(*lock, "acquired").inc()
+            self._of(self.wait_seconds, lock).observe(event.wait or 0.0)
             if event.hold_count == 1:
-                self.holds.labels(lock).inc()
+                self._of(self.holds, lock).inc()
         elif event.kind == "acquire_failed":
-            self.acquisitions.labels(lock, "failed").inc()
-            self.wait_seconds.labels(lock).observe(event.wait or 0.0)
+            self.acquisitions.labels(*lock, "failed").inc()
+            self._of(self.wait_seconds, lock).observe(event.wait or 0.0)
         elif event.kind == "released" and event.hold_count == 0:
-            self.hold_seconds.labels(lock).observe(event.held or 0.0)
-            self.holds.labels(lock).dec()
+            self._of(self.hold_seconds, lock).observe(event.held or 0.0)
+            self._of(self.holds, lock).dec()
         elif event.kind == "renewal_failed":
-            self.renewal_failures.labels(lock).inc()
+            self._of(self.renewal_failures, lock).inc()
         elif event.kind == "permits_may_stay_taken":
-            self.permits_may_stay_taken.labels(lock).inc()
+            self._of(self.permits_may_stay_taken, lock).inc()
         elif event.kind == "skipped":
-            self.skipped_runs.labels(lock).inc()
+            self._of(self.skipped_runs, lock).inc()
         elif event.kind == "lease_lost":
-            self.lost_leases.labels(lock).inc()
-            self.holds.labels(lock).dec()
+            cause = event.cause if event.cause in CAUSES else "unknown"
+            self.lost_leases.labels(*lock, cause).inc()
+            self._of(self.holds, lock).dec()
+
+    @staticmethod
+    def _of(metric: Any, lock: tuple[str, ...]) -> Any:
+        """The metric's child for ``lock`` (the metric itself when it has no labels)."""
+        return metric.labels(*lock) if lock else metric

@@ -115,7 +115,7 @@ async def test_decorator_skips_at_once_while_another_instance_holds_the_slot(
     events: list[Any] = []
     other.add_listener(events.append)
     registry = CollectorRegistry()
-    other.add_listener(PrometheusMetrics(registry))
+    other.add_listener(PrometheusMetrics(registry, per_lock=True))
     job = job_of(side, other.scheduled_lock(name, at_most_for=10))
     async with entered(side, holder.scheduled_lock(name, at_most_for=30)) as run:
         assert run and run.acquired

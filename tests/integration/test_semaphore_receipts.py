@@ -144,7 +144,7 @@ async def test_an_undo_that_never_reaches_the_server_is_reported(
     registry = prometheus_client.CollectorRegistry()
     with TcpProxy(("127.0.0.1", server.port)) as proxy:
         client, events = _client(side, proxy)
-        client.add_listener(PrometheusMetrics(registry))
+        client.add_listener(PrometheusMetrics(registry, per_lock=True))
         sem = client.semaphore(name)
         assert await side(sem.try_set_permits(2))
         with caplog.at_level(logging.WARNING, logger="redlease"):

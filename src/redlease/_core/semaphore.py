@@ -36,7 +36,7 @@ from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
+from ..errors import InvalidArgumentError, LeaseLostError, LossCause, ServerUnavailableError
 from . import limits
 from .backoff import Outage
 from .keys import (
@@ -1026,11 +1026,12 @@ class Permit:
     ``None`` once renewed (then it has at least the renewal's lease)."""
 
 
-def lost_error(permit: Permit, why: str) -> LeaseLostError:
+def lost_error(permit: Permit, why: str, cause: LossCause = "unknown") -> LeaseLostError:
     return LeaseLostError(
         f"lease semaphore {permit.keys.name!r}: permit {permit.permit_id} lost ({why})",
         name=permit.keys.name,
         owner=permit.permit_id,
+        cause=cause,
     )
 
 
@@ -1245,7 +1246,7 @@ class PermitTable:
         for record in batch:
             left = lease if record.lease_left is None else min(lease, record.lease_left)
             if not record.releasing and now - record.renewed_at >= left:
-                error = lost_error(record, "not renewed for a whole lease")
+                error = lost_error(record, "not renewed for a whole lease", "expired")
                 if self.lost(record, error):
                     gone.append((record, error))
         return gone
