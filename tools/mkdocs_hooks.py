@@ -1,4 +1,4 @@
-"""mkdocs hooks (registered in mkdocs.yml): checks on every page the site build renders.
+"""mkdocs hooks (registered in mkdocs.yml): a check on every page, and the API reference pages.
 
 A list written without a blank line before it, or a sub-list indented by two spaces instead of
 four, is not a list for Python-Markdown: its items render as one paragraph with literal "- "
@@ -9,8 +9,10 @@ be published (``mkdocs build`` in .ci/run; tests/unit/test_docs_hooks.py checks 
 
 from __future__ import annotations
 
+import ast
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 from typing import Any
 
 # a line of running text that starts with what Markdown meant as a list marker
@@ -79,3 +81,191 @@ def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
             "(a list needs a blank line before it; a sub-list, 4 spaces of indentation):\n" + shown
         )
     return html
+
+
+# --- The API reference: one page per public class, generated at build time -------------------
+#
+# Every class in ``redlease.__all__`` gets a page ``api/<Class>.md`` holding mkdocstrings'
+# ``::: redlease.<Class>`` (its docstring, every public method and property with its signature,
+# parameters, return type and what it raises), and every public module outside the package's
+# top level (``redlease.contrib.*``, ``redlease.events``, ``redlease.testing``,
+# ``redlease.metrics``) a page ``api/<module>.md``. The pages are made from the source on each
+# build (nothing to regenerate: a class added to ``__all__`` or a contrib module added to
+# src/redlease/contrib/ has its page in the next build) and put in the nav in place of the
+# ``API reference: api/index.md`` entry of mkdocs.yml. tests/unit/test_api_pages.py checks that
+# the pages are exactly ``__all__``'s classes and the modules.
+
+SRC = Path(__file__).resolve().parent.parent / "src" / "redlease"
+
+# the nav's groups; a class not named here goes to its group by kind (an error, an asyncio class)
+_VALUES = [
+    "Lease",
+    "LockStatistics",
+    "SemaphoreStatistics",
+    "LatchStatistics",
+    "ScheduledRun",
+]
+_SYNC = [
+    "Client",
+    "Lock",
+    "FairLock",
+    "ReadWriteLock",
+    "ReadLock",
+    "WriteLock",
+    "Semaphore",
+    "LeaseSemaphore",
+    "CountDownLatch",
+    "ScheduledLock",
+    "Election",
+    "Term",
+    "MultiLock",
+    "RedlockClient",
+    "RedlockLock",
+]
+# the guide page of each class (by its name without "Async")
+_GUIDES = {
+    "Client": ("lock.md", "Lock"),
+    "Lock": ("lock.md", "Lock"),
+    "FairLock": ("fair-lock.md", "Fair lock"),
+    "ReadWriteLock": ("rw-lock.md", "Read-write lock"),
+    "ReadLock": ("rw-lock.md", "Read-write lock"),
+    "WriteLock": ("rw-lock.md", "Read-write lock"),
+    "Semaphore": ("semaphores.md", "Semaphores and latches"),
+    "LeaseSemaphore": ("semaphores.md", "Semaphores and latches"),
+    "CountDownLatch": ("semaphores.md", "Semaphores and latches"),
+    "SemaphoreStatistics": ("semaphores.md", "Semaphores and latches"),
+    "LatchStatistics": ("semaphores.md", "Semaphores and latches"),
+    "ScheduledLock": ("scheduled-jobs.md", "Scheduled jobs"),
+    "ScheduledRun": ("scheduled-jobs.md", "Scheduled jobs"),
+    "Election": ("election.md", "Leader election"),
+    "Term": ("election.md", "Leader election"),
+    "MultiLock": ("redlock.md", "Redlock and multi-lock"),
+    "RedlockClient": ("redlock.md", "Redlock and multi-lock"),
+    "RedlockLock": ("redlock.md", "Redlock and multi-lock"),
+    "Lease": ("lock.md", "Lock"),
+    "LockStatistics": ("observability.md", "Observability"),
+}
+_MODULES = ["redlease.events", "redlease.metrics", "redlease.testing"]
+_MODULE_GUIDES = {
+    "redlease.events": ("observability.md", "Observability"),
+    "redlease.metrics": ("observability.md", "Observability"),
+    "redlease.testing": ("testing.md", "Servers in your own tests"),
+    "redlease.contrib.celery": ("celery.md", "Celery tasks that never run twice"),
+    "redlease.contrib.django": ("django.md", "Django"),
+    "redlease.contrib.fastapi": ("fastapi.md", "FastAPI"),
+}
+
+
+def public_classes() -> list[tuple[str, str]]:
+    """``(name, module)`` of every class in ``redlease.__all__``, read from the source.
+
+    ``module`` is the module it is defined in, relative to the package (``errors``,
+    ``_sync.lock``); a name of ``__all__`` that is not a class (``LossCause``) is left out.
+    """
+    tree = ast.parse((SRC / "__init__.py").read_text())
+    exported: list[str] = []
+    origin: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            for alias in node.names:
+                origin[alias.asname or alias.name] = node.module
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            exported = [ast.literal_eval(e) for e in node.value.elts]  # type: ignore[attr-defined]
+    classes = []
+    for name in exported:
+        module = origin.get(name)
+        if module is None:
+            continue
+        path = SRC.joinpath(*module.split(".")).with_suffix(".py")
+        defined = ast.parse(path.read_text())
+        if any(isinstance(n, ast.ClassDef) and n.name == name for n in defined.body):
+            classes.append((name, module))
+    return classes
+
+
+def public_modules() -> list[str]:
+    """The documented modules: events, metrics, testing, and every ``redlease.contrib`` one."""
+    contrib = sorted(
+        f"redlease.contrib.{p.stem}"
+        for p in (SRC / "contrib").glob("*.py")
+        if not p.stem.startswith("_")
+    )
+    return [*_MODULES, *contrib]
+
+
+def _guide(guide: tuple[str, str] | None) -> str:
+    if guide is None or not (SRC.parent.parent / "docs" / guide[0]).exists():
+        return ""
+    return f" · guide: [{guide[1]}](../{guide[0]})"
+
+
+def api_pages() -> dict[str, tuple[str, str]]:
+    """``{path: (nav group, page text)}`` for every page of the API reference."""
+    pages: dict[str, tuple[str, str]] = {}
+    classes = public_classes()
+    names = {name for name, _ in classes}
+    order = {name: i for i, name in enumerate([*_SYNC, *_VALUES, "RedleaseError"])}
+    by_order = sorted(classes, key=lambda c: (order.get(c[0].removeprefix("Async"), 99), c[0]))
+    for name, module in by_order:
+        plain = name.removeprefix("Async")
+        if module == "errors":
+            group = "Errors"
+        elif name in _VALUES:
+            group = "Values"
+        elif name.startswith("Async") and plain in names:
+            group = "asyncio API"
+        else:
+            group = "Sync API"
+        twin = f"Async{name}" if f"Async{name}" in names else plain if plain != name else None
+        twin_text = ""
+        if twin and twin in names:
+            side = "asyncio" if twin.startswith("Async") else "sync"
+            twin_text = f" · {side} twin: [{twin}]({twin}.md)"
+        text = (
+            f"# {name}\n\n"
+            f"`from redlease import {name}`{twin_text}{_guide(_GUIDES.get(plain))}\n\n"
+            f"::: redlease.{name}\n"
+        )
+        pages[f"api/{name}.md"] = (group, text)
+    for module in public_modules():
+        text = f"# {module}\n\n`import {module}`{_guide(_MODULE_GUIDES.get(module))}\n\n"
+        # a module shows what its __all__ exports, not its helpers
+        text += f"::: {module}\n    options:\n      filters: public\n"
+        group = "Integrations" if ".contrib." in module else "Modules"
+        pages[f"api/{module}.md"] = (group, text)
+    return pages
+
+
+_GROUPS = ["Sync API", "asyncio API", "Values", "Errors", "Modules", "Integrations"]
+_NAV_TITLE = "API reference"
+
+
+def on_config(config: Any) -> Any:
+    """Put the generated pages in the nav, in place of ``API reference: api/index.md``."""
+    pages = api_pages()
+    section: list[Any] = ["api/index.md"]
+    for group in _GROUPS:
+        entries = [
+            {path.removeprefix("api/").removesuffix(".md"): path}
+            for path, (page_group, _) in pages.items()
+            if page_group == group
+        ]
+        if entries:
+            section.append({group: entries})
+    nav = config["nav"]
+    for i, item in enumerate(nav):
+        if isinstance(item, dict) and item.get(_NAV_TITLE) == "api/index.md":
+            nav[i] = {_NAV_TITLE: section}
+            break
+    return config
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Add the generated pages to the site."""
+    from mkdocs.structure.files import File
+
+    for path, (_, text) in api_pages().items():
+        files.append(File.generated(config, path, content=text))
+    return files

@@ -44,6 +44,8 @@ class StateViews:
 
     @property
     def watchdog_timeout(self) -> float:
+        """Seconds a hold taken with no ``lease`` lasts unless renewed; the watchdog renews
+        such holds every third of it."""
         return self._state.watchdog_timeout
 
     def add_listener(self, listener: Listener) -> None:
@@ -51,6 +53,7 @@ class StateViews:
         self._state.listeners.add(listener)
 
     def remove_listener(self, listener: Listener) -> None:
+        """Stop calling ``listener``, added by ``add_listener``."""
         self._state.listeners.remove(listener)
 
 
@@ -67,6 +70,8 @@ class ClientBase(StateViews):
         replica_timeout: Seconds = 1.0,
     ) -> None:
         self.redis = redis_client
+        """The redis-py client the client sends its commands through (yours, or made by
+        ``from_url``)."""
         self._state = ClientState(
             seconds(watchdog_timeout, "watchdog_timeout"),
             window(handoff_window, "handoff_window"),
@@ -74,8 +79,10 @@ class ClientBase(StateViews):
         )
         self._policy = RenewalPolicy(self._state.watchdog_timeout)
         self.address = describe(redis_client)
+        """The server's address, as shown in errors and logs (never a password)."""
         self._user = user_of(redis_client)
         self.cluster = is_cluster(redis_client)
+        """Whether the server is a Redis Cluster."""
         if self.cluster and self._state.replication is not None:
             raise InvalidArgumentError("replica-confirmed writes are not supported on a cluster")
         if not self.cluster:  # a cluster's masters are asked before the first operation

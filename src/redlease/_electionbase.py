@@ -67,8 +67,10 @@ class ElectionBase:
 
     def __init__(self, name: str, identity: str | None) -> None:
         self.name = lock_name(name)
+        """The election's name, as given."""
         try:
             self.lock_name = same_slot_key(self.name, LOCK_PREFIX)
+            """The name of the lock the leader holds."""
             self._record_key = same_slot_key(self.name, RECORD_PREFIX)
         except ValueError as exc:  # braces that do not form a hash tag
             raise InvalidArgumentError(str(exc).replace("lock name", "election name")) from None

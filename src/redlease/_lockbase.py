@@ -101,6 +101,7 @@ class LockBase:
 
     @property
     def name(self) -> str:
+        """The lock's name, as given (the server's keys are made from it)."""
         return self._keys.name
 
     def _plan_acquire(

@@ -161,6 +161,7 @@ class RedlockLockBase:
 
     @property
     def name(self) -> str:
+        """The lock's name, as given (the same on every master)."""
         return self._keys.name
 
     def _plan_acquire(

@@ -32,8 +32,11 @@ class ScheduledRun:
     resources the job writes to; ``None`` when skipped."""
 
     name: str
+    """The job's lock name."""
     acquired: bool
+    """Whether this instance got the slot (run the job)."""
     fencing_token: int | None = None
+    """The run's token; ``None`` when skipped."""
 
     def __bool__(self) -> bool:
         return self.acquired
@@ -77,7 +80,9 @@ class ScheduledBase:
         """How long a dead instance keeps the slot at most (with ``keep_alive``: the
         client's ``watchdog_timeout``, the lease the watchdog renews)."""
         self.at_least_for = least
+        """How long the slot stays taken after a run began, however soon it ended."""
         self.keep_alive = keep_alive
+        """Whether the watchdog renews the slot while the job runs."""
         self._lease = None if keep_alive else most
         """The lock's lease while the job runs (``None``: the watchdog's)."""
 

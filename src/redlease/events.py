@@ -34,9 +34,16 @@ EventKind = Literal[
 
 @dataclass(frozen=True)
 class LockEvent:
+    """One thing that happened to a lock of the client: what ``client.add_listener(fn)``
+    passes to ``fn``. Fields that do not apply to its ``kind`` are ``None``."""
+
     kind: EventKind
+    """What happened: ``acquired``, ``acquire_failed``, ``released``, ``renewal_failed``,
+    ``lease_lost``, ``permits_may_stay_taken`` or ``skipped``."""
     name: str
+    """The lock's (or semaphore's, or scheduled job's) name."""
     owner: str | None
+    """The owner id of the thread or task concerned."""
     wait: float | None = None
     """Seconds the acquire took, waiting included (``acquired``, ``acquire_failed``,
     ``skipped``)."""
@@ -45,6 +52,7 @@ class LockEvent:
     hold_count: int | None = None
     """The owner's holds after the event (``acquired``, ``released``)."""
     fencing_token: int | None = None
+    """The hold's fencing token (``acquired``, ``released``, ``lease_lost``)."""
     error: BaseException | None = None
     """Why (``renewal_failed``, ``lease_lost``, ``permits_may_stay_taken``)."""
     cause: str | None = None

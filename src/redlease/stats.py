@@ -10,8 +10,11 @@ class Lease:
     """A hold just acquired: what ``with lock.hold(...) as lease`` hands back."""
 
     name: str
+    """The lock's name."""
     owner: str
+    """The owner's id (this thread's or task's, unique across processes and hosts)."""
     hold_count: int
+    """The owner's holds on the lock, this one included (more than 1: a re-entry)."""
     lease: float | None
     """Seconds the hold lasts unless renewed; ``None`` when the watchdog renews it."""
     ttl: float
@@ -26,11 +29,17 @@ class LockStatistics:
     """A lock as the server and this client see it, read in one round trip."""
 
     name: str
+    """The lock's name."""
     locked: bool
+    """Whether anyone holds it."""
     owned: bool
+    """Whether the calling thread (or task) holds it."""
     hold_count: int
+    """The calling thread's (or task's) holds on it."""
     ttl: float | None
+    """Seconds left on the lease; ``None`` when free."""
     holders: dict[str, int]
+    """Each holder's owner id and hold count (several for a read lock)."""
     fencing_token: int | None
     """The token of the current hold (``None`` when free or held by a Redisson client)."""
     waiters: int

@@ -43,15 +43,20 @@ class AsyncTerm:
 
     def __init__(self, election: str, identity: str, owner: str) -> None:
         self.election = election
+        """The election's name."""
         self.identity = identity
+        """This candidate's identity (what ``leader()`` reports while it leads)."""
         self.token = 0
+        """The term's fencing token: greater than every earlier term's and hold's on the name."""
         # begin async-only
         self.lost = asyncio.Event()
         # else sync
         # self.lost = threading.Event()
         # end async-only
         self.error: LeaseLostError | None = None
+        """Why the leadership was lost (``None`` while it lasts)."""
         self.started = time.monotonic()
+        """When the term began (``time.monotonic()``)."""
         self._inside = False  # the body of the ``async with`` runs
         self._owner = owner
 
@@ -80,6 +85,7 @@ class AsyncElection(ElectionBase):
     def __init__(self, client: AsyncClient, name: str, *, identity: str | None = None) -> None:
         super().__init__(name, identity)
         self.client = client
+        """The client that made it."""
         self._lock = client.lock(self.lock_name)
 
     @property

@@ -26,12 +26,14 @@ class AsyncCountDownLatch:
 
     def __init__(self, client: AsyncClient, name: str) -> None:
         self.client = client
+        """The client that made it."""
         self._keys = core.keys_for(
             primitive_name(name, "latch"), cluster=client.cluster, pubsub=client._state.pubsub
         )
 
     @property
     def name(self) -> str:
+        """The latch's name, as given."""
         return self._keys.name
 
     async def try_set_count(self, count: int) -> bool:
@@ -64,6 +66,8 @@ class AsyncCountDownLatch:
         return await self.client._run(op, self.name)
 
     async def statistics(self) -> LatchStatistics:
+        """The latch as the server has it (its count) and this client's waiters, in one
+        round trip."""
         state = await self.client._run(core.status(self._keys), self.name)
         sub = self.client._subscriber
         local = sub.waiting(self._keys.channel) if sub is not None else 0

@@ -48,6 +48,7 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
             cluster=client.cluster,
         )
         self.client = client
+        """The client that made it."""
 
     async def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
@@ -216,3 +217,4 @@ class AsyncFairLock(AsyncLock):
             layout=fair_layout(layout),
         )
         self.client = client
+        """The client that made it."""

@@ -40,6 +40,7 @@ class AsyncMultiLock(AsyncHeld):
     def __init__(self, *locks: SupportsAsyncLock) -> None:
         check_members(locks)
         self.locks = locks
+        """The locks, in the order given (taken in a fixed order of their own)."""
         self._order = sorted(locks, key=order_key)
 
     async def acquire(

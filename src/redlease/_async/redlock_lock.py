@@ -44,6 +44,7 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
             on_lease_lost=on_lease_lost,
         )
         self.client = client
+        """The client that made it."""
 
     async def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None

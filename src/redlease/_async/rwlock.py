@@ -76,6 +76,7 @@ class AsyncReadWriteLock:
         layout: str = "redlease",
     ) -> None:
         self.client = client
+        """The client that made it."""
         layout = check_layout(layout)
         self._read = AsyncReadLock(
             client,
@@ -96,6 +97,7 @@ class AsyncReadWriteLock:
 
     @property
     def name(self) -> str:
+        """The read-write lock's name, as given (both sides share it)."""
         return self._read.rw_name
 
     def read_lock(self) -> AsyncReadLock:

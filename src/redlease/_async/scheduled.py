@@ -64,12 +64,14 @@ class AsyncScheduledLock(ScheduledBase):
             keep_alive=keep_alive,
         )
         self.client = client
+        """The client that made it."""
         self._lock = client.lock(name, lease=self._lease, on_lease_lost=on_lease_lost)
         self._entered: dict[str, list[AbstractAsyncContextManager[ScheduledRun]]] = {}
         """The runs entered by ``async with self``, per owner (task; a list: nested ones)."""
 
     @property
     def name(self) -> str:
+        """The job's lock name, as given."""
         return self._lock.name
 
     @asynccontextmanager

@@ -50,12 +50,14 @@ class AsyncSemaphore(AsyncHeld):
 
     def __init__(self, client: AsyncClient, name: str) -> None:
         self.client = client
+        """The client that made it."""
         self._keys = core.SemaphoreKeys.for_name(
             core.primitive_name(name, "semaphore"), client._state.pubsub
         )
 
     @property
     def name(self) -> str:
+        """The semaphore's name, as given."""
         return self._keys.name
 
     async def try_set_permits(self, permits: int) -> bool:
@@ -129,6 +131,8 @@ class AsyncSemaphore(AsyncHeld):
         return (await self.client._run(core.status(self._keys), self.name)).available or 0
 
     async def statistics(self) -> SemaphoreStatistics:
+        """The semaphore as the server has it (permits available) and this client's
+        waiters, in one round trip."""
         status = await self.client._run(core.status(self._keys), self.name)
         return core.statistics(status, self.name, _local_waiters(self.client, self._keys.channel))
 
@@ -169,6 +173,7 @@ class AsyncLeaseSemaphore:
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
     ) -> None:
         self.client = client
+        """The client that made it."""
         self._keys = core.LeaseSemaphoreKeys.for_name(
             core.primitive_name(name, "lease semaphore"), client._state.pubsub
         )
@@ -179,6 +184,7 @@ class AsyncLeaseSemaphore:
 
     @property
     def name(self) -> str:
+        """The semaphore's name, as given."""
         return self._keys.name
 
     async def try_set_permits(self, permits: int) -> bool:
@@ -324,6 +330,8 @@ class AsyncLeaseSemaphore:
         return (await self.client._run(core.lease_status(self._keys), self.name)).available or 0
 
     async def statistics(self) -> SemaphoreStatistics:
+        """The semaphore as the server has it (permits available, permits leased out) and
+        this client's waiters, in one round trip."""
         status = await self.client._run(core.lease_status(self._keys), self.name)
         local = _local_waiters(self.client, self._keys.channel)
         return core.lease_statistics(status, self.name, local)

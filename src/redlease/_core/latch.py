@@ -87,6 +87,7 @@ class LatchStatistics:
     """A latch as the server and this client see it, read in one round trip."""
 
     name: str
+    """The latch's name."""
     count: int
     """0: open."""
     waiters: int

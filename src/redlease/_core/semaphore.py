@@ -364,6 +364,7 @@ class SemaphoreStatistics:
     """A semaphore as the server and this client see it, read in one round trip."""
 
     name: str
+    """The semaphore's name."""
     permits: int | None
     """Total permits: set plus added (``None``: never set, or set by a Redisson client)."""
     available: int

@@ -38,11 +38,16 @@ class Term:
 
     def __init__(self, election: str, identity: str, owner: str) -> None:
         self.election = election
+        """The election's name."""
         self.identity = identity
+        """This candidate's identity (what ``leader()`` reports while it leads)."""
         self.token = 0
+        """The term's fencing token: greater than every earlier term's and hold's on the name."""
         self.lost = threading.Event()
         self.error: LeaseLostError | None = None
+        """Why the leadership was lost (``None`` while it lasts)."""
         self.started = time.monotonic()
+        """When the term began (``time.monotonic()``)."""
         self._inside = False  # the body of the ``with`` runs
         self._owner = owner
 
@@ -69,6 +74,7 @@ class Election(ElectionBase):
     def __init__(self, client: Client, name: str, *, identity: str | None = None) -> None:
         super().__init__(name, identity)
         self.client = client
+        """The client that made it."""
         self._lock = client.lock(self.lock_name)
 
     @property

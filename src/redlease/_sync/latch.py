@@ -24,12 +24,14 @@ class CountDownLatch:
 
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
+        """The client that made it."""
         self._keys = core.keys_for(
             primitive_name(name, "latch"), cluster=client.cluster, pubsub=client._state.pubsub
         )
 
     @property
     def name(self) -> str:
+        """The latch's name, as given."""
         return self._keys.name
 
     def try_set_count(self, count: int) -> bool:
@@ -57,6 +59,8 @@ class CountDownLatch:
         return self.client._run(op, self.name)
 
     def statistics(self) -> LatchStatistics:
+        """The latch as the server has it (its count) and this client's waiters, in one
+        round trip."""
         state = self.client._run(core.status(self._keys), self.name)
         sub = self.client._subscriber
         local = sub.waiting(self._keys.channel) if sub is not None else 0

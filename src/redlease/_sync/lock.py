@@ -47,6 +47,7 @@ class Lock(LockBase, Held, LockQueries):
             cluster=client.cluster,
         )
         self.client = client
+        """The client that made it."""
 
     def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
@@ -205,3 +206,4 @@ class FairLock(Lock):
             layout=fair_layout(layout),
         )
         self.client = client
+        """The client that made it."""

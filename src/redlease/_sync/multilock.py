@@ -38,6 +38,7 @@ class MultiLock(Held):
     def __init__(self, *locks: SupportsLock) -> None:
         check_members(locks)
         self.locks = locks
+        """The locks, in the order given (taken in a fixed order of their own)."""
         self._order = sorted(locks, key=order_key)
 
     def acquire(

@@ -62,10 +62,12 @@ class RedlockClient(RedlockDriver, Closing):
                 )
         timeout = seconds(watchdog_timeout, "watchdog_timeout")
         self.master_timeout = seconds(master_timeout, "master_timeout")
+        """Seconds each master is given to answer one call."""
         self._masters = [
             Master(Client(c, watchdog_timeout=timeout, handoff_window=0)) for c in clients
         ]
         self.addresses = check_masters([m.address for m in self._masters])
+        """The masters' addresses, in the order given."""
         self._state = ClientState(timeout, 0.0, None)
         self._policy = RenewalPolicy(timeout)
         self._start_driver()

@@ -42,6 +42,7 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
             on_lease_lost=on_lease_lost,
         )
         self.client = client
+        """The client that made it."""
 
     def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None

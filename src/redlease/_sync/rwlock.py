@@ -77,6 +77,7 @@ class ReadWriteLock:
         layout: str = "redlease",
     ) -> None:
         self.client = client
+        """The client that made it."""
         layout = check_layout(layout)
         self._read = ReadLock(
             client,
@@ -97,6 +98,7 @@ class ReadWriteLock:
 
     @property
     def name(self) -> str:
+        """The read-write lock's name, as given (both sides share it)."""
         return self._read.rw_name
 
     def read_lock(self) -> ReadLock:

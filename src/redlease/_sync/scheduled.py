@@ -64,12 +64,14 @@ class ScheduledLock(ScheduledBase):
             keep_alive=keep_alive,
         )
         self.client = client
+        """The client that made it."""
         self._lock = client.lock(name, lease=self._lease, on_lease_lost=on_lease_lost)
         self._entered: dict[str, list[AbstractContextManager[ScheduledRun]]] = {}
         """The runs entered by ``with self``, per owner (thread; a list: nested ones)."""
 
     @property
     def name(self) -> str:
+        """The job's lock name, as given."""
         return self._lock.name
 
     @contextmanager

@@ -47,12 +47,14 @@ class Semaphore(Held):
 
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
+        """The client that made it."""
         self._keys = core.SemaphoreKeys.for_name(
             core.primitive_name(name, "semaphore"), client._state.pubsub
         )
 
     @property
     def name(self) -> str:
+        """The semaphore's name, as given."""
         return self._keys.name
 
     def try_set_permits(self, permits: int) -> bool:
@@ -126,6 +128,8 @@ class Semaphore(Held):
         return self.client._run(core.status(self._keys), self.name).available or 0
 
     def statistics(self) -> SemaphoreStatistics:
+        """The semaphore as the server has it (permits available) and this client's
+        waiters, in one round trip."""
         status = self.client._run(core.status(self._keys), self.name)
         return core.statistics(status, self.name, _local_waiters(self.client, self._keys.channel))
 
@@ -164,6 +168,7 @@ class LeaseSemaphore:
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
     ) -> None:
         self.client = client
+        """The client that made it."""
         self._keys = core.LeaseSemaphoreKeys.for_name(
             core.primitive_name(name, "lease semaphore"), client._state.pubsub
         )
@@ -174,6 +179,7 @@ class LeaseSemaphore:
 
     @property
     def name(self) -> str:
+        """The semaphore's name, as given."""
         return self._keys.name
 
     def try_set_permits(self, permits: int) -> bool:
@@ -310,6 +316,8 @@ class LeaseSemaphore:
         return self.client._run(core.lease_status(self._keys), self.name).available or 0
 
     def statistics(self) -> SemaphoreStatistics:
+        """The semaphore as the server has it (permits available, permits leased out) and
+        this client's waiters, in one round trip."""
         status = self.client._run(core.lease_status(self._keys), self.name)
         local = _local_waiters(self.client, self._keys.channel)
         return core.lease_statistics(status, self.name, local)
