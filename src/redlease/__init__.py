@@ -16,6 +16,7 @@ from ._async.scheduled import AsyncScheduledLock
 from ._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from ._core.latch import LatchStatistics
 from ._core.semaphore import SemaphoreStatistics
+from ._locked import locked
 from ._scheduledbase import ScheduledRun
 from ._sync.client import Client
 from ._sync.election import Election, Term
@@ -102,6 +103,7 @@ __all__ = [
     "WriteLock",
     "WrongTypeError",
     "__version__",
+    "locked",
 ]
 
 

@@ -7,7 +7,8 @@ A semaphore whose abandoned request (an acquire or a drain whose replies were lo
 be confirmed undone sends ``permits_may_stay_taken``: its permits may stay taken (a counting
 semaphore's for good, a lease semaphore's until their lease ends).
 A scheduled lock (``client.scheduled_lock``) that found its slot taken, so its job did not run,
-sends ``skipped``.
+sends ``skipped``; so does a call of a ``@locked(..., on_busy="skip")`` function that found its
+lock busy (it returned ``None`` without running).
 A listener must be quick and must not raise (an exception is logged and ignored).
 """
 

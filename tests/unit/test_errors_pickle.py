@@ -14,7 +14,9 @@ A serializer that keeps only ``args`` (Celery's default JSON result backend rebu
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
+import multiprocessing
 import pickle
 import typing
 from typing import Any
@@ -169,3 +171,27 @@ def test_rebuilt_from_args_alone(cls: type[BaseException]) -> None:
     rebuilt = cls(*exc.args)
     assert type(rebuilt) is cls
     assert rebuilt.args == exc.args and str(rebuilt) == str(exc)
+
+
+def raise_in_child(qualname: str) -> None:
+    """Run in a worker process: raise the sample error of the class named ``qualname``."""
+    raise make(next(cls for cls in CLASSES if cls.__qualname__ == qualname))
+
+
+def test_through_a_process_pool() -> None:
+    """A ``ProcessPoolExecutor`` round trip (the worker pickles the error, the caller
+    unpickles it): every class comes back as itself, with its attributes, so a caller's
+    ``except LockTimeoutError`` matches."""
+    context = multiprocessing.get_context("fork")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+        for cls in CLASSES:
+            exc = make(cls)
+            with pytest.raises(cls) as info:
+                pool.submit(raise_in_child, cls.__qualname__).result(timeout=60)
+            copy = info.value
+            assert type(copy) is cls
+            assert copy.args == exc.args and str(copy) == str(exc)
+            assert same(
+                {k: v for k, v in vars(copy).items() if k != "errors"},
+                {k: v for k, v in vars(exc).items() if k != "errors"},
+            )

@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import contextlib
-import functools
-import inspect
 import threading
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import redis
 import redis.cluster
@@ -35,7 +33,7 @@ from .._connections import (
 )
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
-from .._naming import name_maker
+from .._locked import OnBusy, bound
 from .._owners import HANDOFF_WINDOW, ThreadOwners, fork_generation, fork_safe
 from .._urls import checked_url, is_sentinel_url, sentinel_master
 from .._wire import SPARE_CONNECTIONS, Packer
@@ -265,31 +263,46 @@ class Client(ClientBase, Closing):
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
 
+    @overload
     def locked(
-        self, template: str, *, timeout: Seconds | None = None, lease: Seconds | None = None
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]:
+        self,
+        template: str,
+        *,
+        timeout: Seconds | None = None,
+        lease: Seconds | None = None,
+        on_busy: Literal["wait", "raise"] = "wait",
+    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+
+    @overload
+    def locked(
+        self,
+        template: str,
+        *,
+        timeout: Seconds | None = None,
+        lease: Seconds | None = None,
+        on_busy: Literal["skip"],
+    ) -> Callable[[Callable[P, R]], Callable[P, R | None]]: ...
+
+    def locked(
+        self,
+        template: str,
+        *,
+        timeout: Seconds | None = None,
+        lease: Seconds | None = None,
+        on_busy: OnBusy = "wait",
+    ) -> Any:
         """Decorate a function so that each call runs holding the lock named by ``template``
         formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
 
-        ``timeout`` bounds the wait (``LockTimeoutError`` when it runs out); ``lease`` as for
-        ``acquire``. A template field that names no parameter is an error at decoration.
+        ``on_busy``: what a call does when the lock is taken. ``"wait"`` (the default) waits
+        up to ``timeout`` (``None``: as long as it takes), then raises ``LockTimeoutError``;
+        ``"raise"`` raises it at once; ``"skip"`` returns ``None`` at once without running
+        the function (logged at INFO, a ``skipped`` event to the listeners). ``"raise"`` and
+        ``"skip"`` try once unless given a ``timeout``. ``timeout=0`` is a single try.
+        ``lease`` as for ``acquire``. A template field that names no parameter is an error
+        at decoration. For a client made later (at startup), see ``redlease.locked``.
         """
-
-        def decorate(fn: Callable[P, R]) -> Callable[P, R]:
-            if inspect.iscoroutinefunction(fn):
-                raise InvalidArgumentError(
-                    f"{fn.__qualname__} is a coroutine function: use AsyncClient.locked"
-                )
-            make_name = name_maker(fn, template)
-
-            @functools.wraps(fn)
-            def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-                with self.lock(make_name(args, kwargs)).hold(timeout=timeout, lease=lease):
-                    return fn(*args, **kwargs)
-
-            return wrapper
-
-        return decorate
+        return bound(self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=False)
 
     def fenced_get(self, key: str, token: int) -> bytes | str | None:
         """Read the string ``key`` as the holder of ``token``, and make ``key`` refuse every
