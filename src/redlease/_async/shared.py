@@ -42,6 +42,13 @@ class AsyncClosing:
     async def close(self) -> None:
         raise NotImplementedError
 
+    # begin async-only
+    async def aclose(self) -> None:
+        """The same as ``close()``, in redis-py's spelling (``redis.asyncio.Redis.aclose``
+        since 5.0.1, the standard library's for asynchronous resources)."""
+        await self.close()
+
+    # end async-only
     async def __aenter__(self: C) -> C:
         return self
 
