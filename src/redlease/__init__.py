@@ -31,6 +31,7 @@ from ._sync.semaphore import LeaseSemaphore, Semaphore
 from .errors import (
     ArgumentTypeError,
     ClientClosedError,
+    EvictionPolicyError,
     InvalidArgumentError,
     LeaseLostError,
     LockTimeoutError,
@@ -47,7 +48,7 @@ from .errors import (
     StaleTokenError,
     WrongTypeError,
 )
-from .stats import Lease, LockStatistics
+from .stats import EvictionPolicy, Lease, LockStatistics
 
 __all__ = [
     "ArgumentTypeError",
@@ -70,6 +71,8 @@ __all__ = [
     "ClientClosedError",
     "CountDownLatch",
     "Election",
+    "EvictionPolicy",
+    "EvictionPolicyError",
     "FairLock",
     "InvalidArgumentError",
     "LatchStatistics",

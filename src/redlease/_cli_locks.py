@@ -14,15 +14,17 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
 import redis.exceptions
 
 from ._connections import describe, raise_translated
+from ._servers import describe as describe_policy
 from ._sync.client import Client
 from .cli import PROG, CommandError, UsageError, connect
+from .stats import EvictionPolicy
 
 __all__ = ["LockView", "force_release", "list_locks", "status"]
 
@@ -52,6 +54,8 @@ class LockView:
     """The current hold's token (``status`` only; ``None`` when free or unknown)."""
     waiters: int | None = None
     """Waiters in line on the server (``status`` only; ``None`` when not read)."""
+    server: EvictionPolicy | None = None
+    """What the server does with lock keys when memory runs short."""
 
     @property
     def locked(self) -> bool:
@@ -68,6 +72,8 @@ class LockView:
         if self.waiters is not None:
             out["fencing_token"] = self.fencing_token
             out["waiters"] = self.waiters
+        if self.server is not None:
+            out["server"] = server_json(self.server)
         return out
 
     def line(self) -> str:
@@ -85,6 +91,26 @@ class LockView:
         if self.waiters:
             extra += f", {self.waiters} waiting"
         return f"{name}: held by {holders}, {ttl}{extra}"
+
+
+def server_json(policy: EvictionPolicy) -> dict[str, Any]:
+    """A server's eviction policy as ``status --json`` and ``list --json`` show it."""
+    return {
+        "address": policy.address,
+        "maxmemory_policy": policy.policy,
+        "maxmemory": policy.maxmemory,
+        "evictable": policy.evictable,
+    }
+
+
+def server_line(policy: EvictionPolicy) -> str:
+    """The first line of ``status`` and ``list``: the server and what it does with lock keys."""
+    return f"server {policy.address}: {describe_policy(policy)}"
+
+
+def _policy(client: Client) -> EvictionPolicy:
+    (policy,) = client.eviction_policies()  # not a cluster: one server
+    return policy
 
 
 def printable(name: str) -> str:
@@ -179,16 +205,18 @@ def status(url: str, names: Sequence[str], *, as_json: bool) -> int:
     """Print each lock's state; exit 1 when a name is not a lock (the others are printed)."""
     views: list[LockView] = []
     failed = False
-    with connect(url) as client:
+    with connect(url, eviction="ignore") as client:  # shown below, not warned about
+        server = _policy(client)
         for name in names:
             try:
-                views.append(_read(client, name))
+                views.append(replace(_read(client, name), server=server))
             except CommandError as exc:
                 _error(str(exc))
                 failed = True
     if as_json:
         _say(json.dumps([v.as_json() for v in views], indent=2))
     else:
+        _say(server_line(server))
         for view in views:
             _say(view.line())
     return 1 if failed else 0
@@ -199,7 +227,8 @@ def list_locks(url: str, pattern: str, *, limit: int, as_json: bool) -> int:
     found: list[LockView] = []
     calls = looked_at = 0
     complete = True
-    with connect(url) as client:
+    with connect(url, eviction="ignore") as client:
+        server = _policy(client)
         r = client.redis
         cursor = 0
         while len(found) <= limit:
@@ -213,10 +242,11 @@ def list_locks(url: str, pattern: str, *, limit: int, as_json: bool) -> int:
                 complete = False
                 break
     more = len(found) > limit
-    found = sorted(found[:limit], key=lambda v: v.name)
+    found = sorted((replace(v, server=server) for v in found[:limit]), key=lambda v: v.name)
     if as_json:
         _say(json.dumps([v.as_json() for v in found], indent=2))
     else:
+        _say(server_line(server))
         for view in found:
             _say(view.line())
         if not found and complete:
@@ -254,7 +284,7 @@ def force_release(url: str, name: str, *, yes: bool) -> int:
             f"not force-releasing lock {printable(name)!r} without confirmation: stdin is not"
             " a terminal (add --yes)"
         )
-    with connect(url) as client:
+    with connect(url, eviction="ignore") as client:
         view = _read(client, name)
         if not view.locked:
             raise CommandError(f"lock {printable(name)!r} is not held: nothing to release")

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
@@ -39,7 +40,13 @@ from .cli import (
     connect,
     redact,
 )
-from .errors import InvalidArgumentError, LeaseLostError, NotOwnedError, RedleaseError
+from .errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    NotOwnedError,
+    RedleaseError,
+    RedleaseWarning,
+)
 from .options import lease_seconds, wait_seconds
 
 __all__ = ["RunOptions", "run"]
@@ -194,7 +201,10 @@ def quiet_background(url: str) -> Iterator[None]:
     logger.propagate = False
     threading.excepthook = thread_died
     try:
-        yield
+        with warnings.catch_warnings():
+            # a RedleaseWarning is also logged: said once, as one line, by the handler
+            warnings.simplefilter("ignore", RedleaseWarning)
+            yield
     finally:
         threading.excepthook = old_hook
         logger.removeHandler(handler)

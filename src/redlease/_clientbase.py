@@ -9,6 +9,7 @@ from ._core import fence
 from ._core.requests import Operation
 from ._core.watchdog import RenewalPolicy
 from ._owners import HANDOFF_WINDOW, ClientState
+from ._servers import Eviction, ServerChecks, eviction_mode
 from .errors import InvalidArgumentError
 from .events import Listener
 from .options import Seconds, replication, seconds, window
@@ -68,7 +69,10 @@ class ClientBase(StateViews):
         handoff_window: Seconds | None = HANDOFF_WINDOW,
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
+        eviction: Eviction = "warn",
     ) -> None:
+        self._checks = ServerChecks(eviction_mode(eviction))
+        """The first-use check of each server (its eviction policy), see ``_servers``."""
         self.redis = redis_client
         """The redis-py client the client sends its commands through (yours, or made by
         ``from_url``)."""

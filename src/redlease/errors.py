@@ -18,6 +18,7 @@ from typing import Any, Literal
 __all__ = [
     "ArgumentTypeError",
     "ClientClosedError",
+    "EvictionPolicyError",
     "InvalidArgumentError",
     "LeaseLostError",
     "LockTimeoutError",
@@ -109,6 +110,17 @@ class ServerError(RedleaseError, RuntimeError):
     def __init__(self, message: str, *, name: str | None = None) -> None:
         super().__init__(message)
         self.name = name
+
+
+class EvictionPolicyError(RedleaseError, RuntimeError):
+    """A client made with ``eviction="refuse"`` met a server whose eviction policy may delete
+    a held lock's key (``maxmemory-policy`` ``volatile-*`` or ``allkeys-*`` with a memory
+    limit). ``address`` is the server, ``policy`` its policy. Nothing was sent for the call."""
+
+    def __init__(self, message: str, *, address: str = "", policy: str = "") -> None:
+        super().__init__(message)
+        self.address = address
+        self.policy = policy
 
 
 class ClientClosedError(RedleaseError, RuntimeError):

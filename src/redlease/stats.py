@@ -46,3 +46,23 @@ class LockStatistics:
     """Waiters in line on the server (blocking acquires of redlease clients)."""
     local_waiters: int
     """Threads or tasks of this client waiting for the lock now."""
+
+
+@dataclass(frozen=True)
+class EvictionPolicy:
+    """What a server does with lock keys when memory runs short, as a client read it at its
+    first use (``CONFIG GET maxmemory*``, else ``INFO memory``)."""
+
+    address: str
+    """The server (``host:port``; a cluster master's node name)."""
+    policy: str | None
+    """``maxmemory-policy`` (``noeviction``, ``volatile-lru``, ...); ``None`` when the client's
+    user may run neither ``CONFIG GET`` nor ``INFO``."""
+    maxmemory: int | None
+    """``maxmemory`` in bytes (0: no limit); ``None`` when not known."""
+    evictable: bool | None
+    """Whether a held lock's key may be evicted: true under a ``volatile-*`` or ``allkeys-*``
+    policy with a memory limit; false under ``noeviction`` or with no limit
+    (``maxmemory 0``); ``None`` when not known."""
+    source: str | None
+    """Where it was read: ``"config"``, ``"info"``, or ``None``."""

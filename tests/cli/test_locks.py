@@ -51,13 +51,22 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
     result = run_cli("status", "--url", url, "--json", name, free)
     assert result.returncode == 0, result.stderr
     held_view, free_view = json.loads(result.stdout)
-    assert set(held_view) == {"name", "locked", "ttl", "holders", "fencing_token", "waiters"}
+    assert set(held_view) == {
+        "name",
+        "locked",
+        "ttl",
+        "holders",
+        "fencing_token",
+        "waiters",
+        "server",
+    }
     assert held_view["fencing_token"] == holder.lock(name).statistics().fencing_token > 0
     assert held_view["waiters"] == 0
     assert held_view["name"] == name
     assert held_view["locked"] is True
     assert 0 < held_view["ttl"] <= 60
     assert held_view["holders"][owner_of(holder, held_view["holders"])] == 1
+    server = free_view.pop("server")
     assert free_view == {
         "name": free,
         "locked": False,
@@ -66,6 +75,13 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
         "fencing_token": None,
         "waiters": 0,
     }
+    assert server == held_view["server"]
+    assert server == {
+        "address": url.split("//")[1].split("/")[0],
+        "maxmemory_policy": "noeviction",
+        "maxmemory": 0,
+        "evictable": False,
+    }
 
 
 def test_status_text_shows_holder_hold_count_and_ttl(url: str, name: str, holder: Client) -> None:
@@ -73,7 +89,10 @@ def test_status_text_shows_holder_hold_count_and_ttl(url: str, name: str, holder
     hold(holder, name)  # re-entered: 2 holds
     result = run_cli("status", "--url", url, name, f"{name}:free")
     assert result.returncode == 0, result.stderr
-    held_line, free_line = result.stdout.splitlines()
+    server_line, held_line, free_line = result.stdout.splitlines()
+    assert server_line.endswith(
+        "maxmemory-policy noeviction, maxmemory 0 (no limit): lock keys are never evicted"
+    )
     assert held_line.startswith(f"{name}: held by {holder.id}:")
     assert "(2 holds)" in held_line and "ttl " in held_line and "fencing token " in held_line
     assert free_line == f"{name}:free: free"
@@ -97,13 +116,48 @@ def test_status_of_a_key_that_is_not_a_lock(url: str, name: str, r: redis.Redis)
 def test_status_url_from_environment(url: str, name: str) -> None:
     result = run_cli("status", name, env=cli_env(REDLEASE_URL=url))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == f"{name}: free"
+    assert result.stdout.strip().splitlines()[1:] == [f"{name}: free"]
 
 
 def test_status_without_url_is_exit_2(name: str) -> None:
     result = run_cli("status", name)
     assert result.returncode == 2
     assert "REDLEASE_URL" in assert_one_line(result.stderr, starts="redlease: error: ")
+
+
+@pytest.mark.parametrize(
+    ("policy", "maxmemory", "shown"),
+    [
+        ("volatile-lru", "100mb", "maxmemory 100mb: lock keys can be evicted"),
+        ("allkeys-lfu", "100mb", "maxmemory 100mb: lock keys can be evicted"),
+        ("allkeys-lru", "0", "maxmemory 0 (no limit): lock keys are not evicted while"),
+    ],
+)
+def test_status_shows_the_eviction_policy(
+    name: str, policy: str, maxmemory: str, shown: str
+) -> None:
+    args = ("--maxmemory", maxmemory, "--maxmemory-policy", policy)
+    with RedisServer(extra_args=args) as server:
+        result = run_cli("status", "--url", server.url, name)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""  # shown, not warned about
+        first = result.stdout.splitlines()[0]
+        assert first.startswith(f"server 127.0.0.1:{server.port}: maxmemory-policy {policy}")
+        assert first.endswith(shown) or shown in first
+        listed = run_cli("list", "--url", server.url, "--json", "nothing:*")
+        assert json.loads(listed.stdout) == []
+        (view,) = json.loads(run_cli("status", "--url", server.url, "--json", name).stdout)
+        assert view["server"]["maxmemory_policy"] == policy
+        assert view["server"]["evictable"] is (maxmemory != "0")
+
+
+def test_run_warns_in_one_line_about_an_evicting_server(name: str) -> None:
+    args = ("--maxmemory", "100mb", "--maxmemory-policy", "volatile-ttl")
+    with RedisServer(extra_args=args) as server:
+        result = run_cli("run", "--url", server.url, name, "--", sys.executable, "-c", "")
+    assert result.returncode == 0, result.stderr
+    line = assert_one_line(result.stderr, starts="redlease: warning: ")
+    assert "volatile-ttl" in line and "noeviction" in line
 
 
 # --- list -----------------------------------------------------------------------------------
@@ -123,8 +177,9 @@ def test_list_finds_held_locks_only(url: str, prefix: str, holder: Client, r: re
 
     text = run_cli("list", "--url", url, f"{prefix}*")
     assert text.returncode == 0, text.stderr
-    assert text.stdout.startswith(f"{prefix}lock: held by {holder.id}:")
-    assert len(text.stdout.splitlines()) == 1
+    server_line, lock_line = text.stdout.splitlines()
+    assert server_line.startswith("server ") and "noeviction" in server_line
+    assert lock_line.startswith(f"{prefix}lock: held by {holder.id}:")
 
 
 def test_list_limit(url: str, prefix: str, holder: Client) -> None:
@@ -132,7 +187,9 @@ def test_list_limit(url: str, prefix: str, holder: Client) -> None:
         hold(holder, f"{prefix}{i}")
     result = run_cli("list", "--url", url, "--json", "--limit", "2", f"{prefix}*")
     assert result.returncode == 0, result.stderr
-    assert len(json.loads(result.stdout)) == 2
+    views = json.loads(result.stdout)
+    assert len(views) == 2
+    assert all(v["server"]["maxmemory_policy"] == "noeviction" for v in views)
     assert "--limit 2" in assert_one_line(result.stderr)
 
 

@@ -35,6 +35,7 @@ from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, Wai
 from .._core.scripts import Script
 from .._locked import OnBusy, bound
 from .._owners import HANDOFF_WINDOW, TaskOwners, fork_generation
+from .._servers import CONFIG_PATTERN, Eviction, policy_of
 
 # begin async-only
 # else sync
@@ -53,6 +54,7 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..options import Seconds
+from ..stats import EvictionPolicy
 from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
 from .election import AsyncElection
 from .latch import AsyncCountDownLatch
@@ -98,6 +100,11 @@ class AsyncClient(ClientBase, AsyncClosing):
     the line off: Redisson's free-for-all).
     ``replicas`` makes every acquire, renewal and release wait (``WAIT``, at most
     ``replica_timeout``) until that many replicas acknowledged it (see ``ReplicaError``).
+    ``eviction`` is what the client does at its first use of a server whose eviction policy
+    may delete a held lock's key (``maxmemory-policy`` ``volatile-*`` or ``allkeys-*`` with a
+    memory limit): ``"warn"`` (a ``RedleaseWarning`` and a log line, once per server),
+    ``"refuse"`` (every call raises ``EvictionPolicyError`` until the server is fixed) or
+    ``"ignore"`` (the policy is not read).
     """
 
     def __init__(
@@ -108,6 +115,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         handoff_window: Seconds | None = HANDOFF_WINDOW,
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
+        eviction: Eviction = "warn",
         # begin async-only
         # opt-in: every task's script calls on at most two shared connections (see transport)
         # end async-only
@@ -131,6 +139,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             handoff_window=handoff_window,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            eviction=eviction,
         )
         self._subscriber: Subscriber | None = None
         self._watchdog: AsyncWatchdog | None = None
@@ -148,6 +157,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         # stops and waits for (on ``_ops``)."""
         # self._ops = threading.Condition(self._ops_mutex)
         # self._active = 0
+        # self._check_mutex = threading.Lock()  # one server check at a time (_check_servers)
         # self._closing = threading.Event()
         # """Set by ``close()``: ends a back-off pause at once."""
         # fork_safe(self)
@@ -181,6 +191,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
         cluster: bool = False,
+        eviction: Eviction = "warn",
         pipeline: bool = False,  # async-only
         **redis_kwargs: Any,
     ) -> AsyncClient:
@@ -208,6 +219,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             handoff_window=handoff_window,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            eviction=eviction,
             pipeline=pipeline,  # async-only
         )
         client._owns_redis = True
@@ -475,6 +487,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._subscriber = None
         self._watchdog = None
         self._script_loading.clear()  # a load of the parent's is not the child's to wait for
+        self._checks.again_soon()
 
     # begin async-only
     # else sync
@@ -485,6 +498,7 @@ class AsyncClient(ClientBase, AsyncClosing):
     #     self._ops_mutex = threading.Lock()
     #     self._ops = threading.Condition(self._ops_mutex)
     #     self._active = 0
+    #     self._check_mutex = threading.Lock()
     #     self._slots = call_tokens(self.redis)
     #     self._after_fork()
     # end async-only
@@ -650,6 +664,8 @@ class AsyncClient(ClientBase, AsyncClosing):
             if self._script_loads.get(sha, 0) == loads:  # none loaded it since (or it failed)
                 await self._load(script, via)
                 self._script_loads[sha] = loads + 1
+                if loads:  # loaded before: a restarted or failed-over server, check it too
+                    self._checks.again_soon()
         finally:
             if self._script_loading.get(sha) is mine:  # (a fork in between cleared it)
                 del self._script_loading[sha]
@@ -859,6 +875,8 @@ class AsyncClient(ClientBase, AsyncClosing):
     async def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
         if not self._state.pubsub.settled:
             await self._settle_pubsub(name)
+        if self._checks.is_due():  # at the first use, then every half hour: not per call
+            await self._check_servers(name)
         waiter: Waiter | None = None
         leave: Call | None = None  # run if the operation is abandoned while in line
         reply: Any = None
@@ -1016,6 +1034,76 @@ class AsyncClient(ClientBase, AsyncClosing):
     #         if error is not None:
     #             raise_translated(error, self.address, name)
     # end async-only
+
+    async def eviction_policies(self) -> list[EvictionPolicy]:
+        """What each server (each master of a cluster) does with lock keys when memory runs
+        short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
+        be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
+        found = await self._read_policies(strict=True)
+        assert found is not None  # strict: raised instead
+        return found
+
+    # begin async-only
+    _checking: asyncio.Lock | None = None
+    # end async-only
+
+    async def _check_servers(self, name: str | None) -> None:
+        """The first-use check (and its half-hourly repeat): read each server's eviction
+        policy, then warn, refuse (raise ``EvictionPolicyError``) or go on (``eviction``). A
+        user not allowed ``CONFIG GET`` or ``INFO`` is not hindered; a server that cannot be
+        reached is checked again later, and the operation goes on as it would have."""
+        # begin async-only
+        if self._checking is None:
+            self._checking = asyncio.Lock()
+        checking = self._checking
+        # else sync
+        # checking = self._check_mutex
+        # end async-only
+        async with checking:  # one check, however many start at once
+            if not self._checks.is_due():
+                return
+            if self._checks.mode == "ignore":
+                self._checks.judge([])
+                return
+            found = await self._read_policies(strict=False)
+            refused = self._checks.judge(found) if found is not None else None
+        if refused is not None:
+            raise refused
+
+    async def _read_policies(self, *, strict: bool) -> list[EvictionPolicy] | None:
+        """Each master's ``EvictionPolicy``; when one cannot be reached, ``None`` (and the
+        check is due again later), or with ``strict`` a ``ServerUnavailableError``."""
+        found: list[EvictionPolicy] = []
+        if self.cluster:
+            if not self._state.pubsub.settled:
+                await self._settle_pubsub(None)
+            targets: list[tuple[str, Any]] = [
+                (str(node.name), node) for node in self.redis.get_primaries()
+            ]
+        else:
+            targets = [(self.address, None)]
+        for address, node in targets:
+            where = {} if node is None else {"target_nodes": node}
+            try:
+                try:
+                    config: Any = await self.redis.execute_command(
+                        "CONFIG GET", CONFIG_PATTERN, **where
+                    )
+                except redis.exceptions.ResponseError as exc:  # not allowed, or renamed
+                    config = exc
+                info: Any = None
+                if policy_of(address, config, None).policy is None:
+                    try:
+                        info = await self.redis.execute_command("INFO", "memory", **where)
+                    except redis.exceptions.ResponseError as exc:
+                        info = exc
+            except PROBE_ERRORS as exc:
+                if strict:
+                    raise_translated(exc, address, None, user=self._user)
+                self._checks.unreachable(address, exc)
+                return None
+            found.append(policy_of(address, config, info))
+        return found
 
     def _watch(self) -> None:
         with self._start_mutex:

@@ -35,6 +35,7 @@ from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, Wai
 from .._core.scripts import Script
 from .._locked import OnBusy, bound
 from .._owners import HANDOFF_WINDOW, ThreadOwners, fork_generation, fork_safe
+from .._servers import CONFIG_PATTERN, Eviction, policy_of
 from .._urls import checked_url, is_sentinel_url, sentinel_master
 from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import (
@@ -47,6 +48,7 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..options import Seconds
+from ..stats import EvictionPolicy
 from .election import Election
 from .latch import CountDownLatch
 from .line import Lines
@@ -77,6 +79,11 @@ class Client(ClientBase, Closing):
     the line off: Redisson's free-for-all).
     ``replicas`` makes every acquire, renewal and release wait (``WAIT``, at most
     ``replica_timeout``) until that many replicas acknowledged it (see ``ReplicaError``).
+    ``eviction`` is what the client does at its first use of a server whose eviction policy
+    may delete a held lock's key (``maxmemory-policy`` ``volatile-*`` or ``allkeys-*`` with a
+    memory limit): ``"warn"`` (a ``RedleaseWarning`` and a log line, once per server),
+    ``"refuse"`` (every call raises ``EvictionPolicyError`` until the server is fixed) or
+    ``"ignore"`` (the policy is not read).
     """
 
     def __init__(
@@ -87,6 +94,7 @@ class Client(ClientBase, Closing):
         handoff_window: Seconds | None = HANDOFF_WINDOW,
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
+        eviction: Eviction = "warn",
     ) -> None:
         if not isinstance(redis_client, redis.Redis | redis.cluster.RedisCluster):
             raise ArgumentTypeError(
@@ -99,6 +107,7 @@ class Client(ClientBase, Closing):
             handoff_window=handoff_window,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            eviction=eviction,
         )
         self._subscriber: Subscriber | None = None
         self._watchdog: Watchdog | None = None
@@ -110,6 +119,7 @@ class Client(ClientBase, Closing):
         stops and waits for (on ``_ops``)."""
         self._ops = threading.Condition(self._ops_mutex)
         self._active = 0
+        self._check_mutex = threading.Lock()  # one server check at a time (_check_servers)
         self._closing = threading.Event()
         """Set by ``close()``: ends a back-off pause at once."""
         fork_safe(self)
@@ -133,6 +143,7 @@ class Client(ClientBase, Closing):
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
         cluster: bool = False,
+        eviction: Eviction = "warn",
         **redis_kwargs: Any,
     ) -> Client:
         """A client over ``redis.Redis.from_url(url, **redis_kwargs)`` (with
@@ -159,6 +170,7 @@ class Client(ClientBase, Closing):
             handoff_window=handoff_window,
             replicas=replicas,
             replica_timeout=replica_timeout,
+            eviction=eviction,
         )
         client._owns_redis = True
         client._sentinels = sentinels
@@ -363,6 +375,7 @@ class Client(ClientBase, Closing):
         self._subscriber = None
         self._watchdog = None
         self._script_loading.clear()  # a load of the parent's is not the child's to wait for
+        self._checks.again_soon()
 
     def _fresh_after_fork(self) -> None:
         """Fresh locks (a thread of the parent may have held one at the fork), and none of
@@ -371,6 +384,7 @@ class Client(ClientBase, Closing):
         self._ops_mutex = threading.Lock()
         self._ops = threading.Condition(self._ops_mutex)
         self._active = 0
+        self._check_mutex = threading.Lock()
         self._slots = call_tokens(self.redis)
         self._after_fork()
 
@@ -495,6 +509,8 @@ class Client(ClientBase, Closing):
             if self._script_loads.get(sha, 0) == loads:  # none loaded it since (or it failed)
                 self._load(script, via)
                 self._script_loads[sha] = loads + 1
+                if loads:  # loaded before: a restarted or failed-over server, check it too
+                    self._checks.again_soon()
         finally:
             if self._script_loading.get(sha) is mine:  # (a fork in between cleared it)
                 del self._script_loading[sha]
@@ -573,6 +589,8 @@ class Client(ClientBase, Closing):
     def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
         if not self._state.pubsub.settled:
             self._settle_pubsub(name)
+        if self._checks.is_due():  # at the first use, then every half hour: not per call
+            self._check_servers(name)
         waiter: Waiter | None = None
         leave: Call | None = None  # run if the operation is abandoned while in line
         reply: Any = None
@@ -676,6 +694,64 @@ class Client(ClientBase, Closing):
             error = settle_pubsub(self._state.pubsub, answers, self.address)
             if error is not None:
                 raise_translated(error, self.address, name)
+
+    def eviction_policies(self) -> list[EvictionPolicy]:
+        """What each server (each master of a cluster) does with lock keys when memory runs
+        short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
+        be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
+        found = self._read_policies(strict=True)
+        assert found is not None  # strict: raised instead
+        return found
+
+    def _check_servers(self, name: str | None) -> None:
+        """The first-use check (and its half-hourly repeat): read each server's eviction
+        policy, then warn, refuse (raise ``EvictionPolicyError``) or go on (``eviction``). A
+        user not allowed ``CONFIG GET`` or ``INFO`` is not hindered; a server that cannot be
+        reached is checked again later, and the operation goes on as it would have."""
+        checking = self._check_mutex
+        with checking:  # one check, however many start at once
+            if not self._checks.is_due():
+                return
+            if self._checks.mode == "ignore":
+                self._checks.judge([])
+                return
+            found = self._read_policies(strict=False)
+            refused = self._checks.judge(found) if found is not None else None
+        if refused is not None:
+            raise refused
+
+    def _read_policies(self, *, strict: bool) -> list[EvictionPolicy] | None:
+        """Each master's ``EvictionPolicy``; when one cannot be reached, ``None`` (and the
+        check is due again later), or with ``strict`` a ``ServerUnavailableError``."""
+        found: list[EvictionPolicy] = []
+        if self.cluster:
+            if not self._state.pubsub.settled:
+                self._settle_pubsub(None)
+            targets: list[tuple[str, Any]] = [
+                (str(node.name), node) for node in self.redis.get_primaries()
+            ]
+        else:
+            targets = [(self.address, None)]
+        for address, node in targets:
+            where = {} if node is None else {"target_nodes": node}
+            try:
+                try:
+                    config: Any = self.redis.execute_command("CONFIG GET", CONFIG_PATTERN, **where)
+                except redis.exceptions.ResponseError as exc:  # not allowed, or renamed
+                    config = exc
+                info: Any = None
+                if policy_of(address, config, None).policy is None:
+                    try:
+                        info = self.redis.execute_command("INFO", "memory", **where)
+                    except redis.exceptions.ResponseError as exc:
+                        info = exc
+            except PROBE_ERRORS as exc:
+                if strict:
+                    raise_translated(exc, address, None, user=self._user)
+                self._checks.unreachable(address, exc)
+                return None
+            found.append(policy_of(address, config, info))
+        return found
 
     def _watch(self) -> None:
         with self._start_mutex:
