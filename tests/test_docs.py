@@ -5,8 +5,9 @@ into one session. The namespace holds ``url`` (a private server's URL, where the
 ``redis://127.0.0.1:6379/0`` or "your server") and ``client`` (a ``Client`` on it, closed after
 the document); redlock.md also gets ``urls``, three independent masters. A client a document
 makes itself and leaves open (``client = Client.from_url(url)``, as a reader keeps one per
-process) is closed by the test after the document's last block, so no page has to end with a
-``client.close()`` block that means nothing to its reader. A block after
+process) is closed by the test after the document's last block, and a server it starts is
+stopped, so no page has to end with a ``client.close()`` block that means nothing to its
+reader. A block after
 ``<!-- skip: next "why" -->`` is not run (only where a real Sentinel or cluster is needed).
 Shell, console, SQL and text blocks are not run.
 """
@@ -48,9 +49,13 @@ def test_documents_found() -> None:
 
 
 def _close_clients(namespace: dict[str, object]) -> None:
-    """Close the sync clients a document's examples left open (closing twice is harmless)."""
+    """Close the sync clients a document's examples left open (closing twice is harmless),
+    then stop the servers it started (the tutorial's ``RedisServer().start()``)."""
     for value in list(namespace.values()):
         if isinstance(value, (redlease.Client, redlease.RedlockClient)):
+            value.close()
+    for value in list(namespace.values()):
+        if isinstance(value, RedisServer):
             value.close()
 
 

@@ -254,12 +254,21 @@ def on_config(config: Any) -> Any:
         ]
         if entries:
             section.append({group: entries})
-    nav = config["nav"]
-    for i, item in enumerate(nav):
-        if isinstance(item, dict) and item.get(_NAV_TITLE) == "api/index.md":
-            nav[i] = {_NAV_TITLE: section}
-            break
+    _replace(config["nav"], section)
     return config
+
+
+def _replace(nav: list[Any], section: list[Any]) -> bool:
+    """Put ``section`` in place of the ``API reference: api/index.md`` entry, at any depth."""
+    for i, item in enumerate(nav):
+        if not isinstance(item, dict):
+            continue
+        if item.get(_NAV_TITLE) == "api/index.md":
+            nav[i] = {_NAV_TITLE: section}
+            return True
+        if any(isinstance(v, list) and _replace(v, section) for v in item.values()):
+            return True
+    return False
 
 
 def on_files(files: Any, config: Any) -> Any:
