@@ -31,6 +31,7 @@ from ._sync.semaphore import LeaseSemaphore, Semaphore
 from .errors import (
     ArgumentTypeError,
     ClientClosedError,
+    EventLoopError,
     EvictionPolicyError,
     InvalidArgumentError,
     LeaseLostError,
@@ -71,6 +72,7 @@ __all__ = [
     "ClientClosedError",
     "CountDownLatch",
     "Election",
+    "EventLoopError",
     "EvictionPolicy",
     "EvictionPolicyError",
     "FairLock",

@@ -18,6 +18,7 @@ from typing import Any, Literal
 __all__ = [
     "ArgumentTypeError",
     "ClientClosedError",
+    "EventLoopError",
     "EvictionPolicyError",
     "InvalidArgumentError",
     "LeaseLostError",
@@ -130,6 +131,29 @@ class ClientClosedError(RedleaseError, RuntimeError):
 
     def __init__(self, message: str = "redlease client is closed", *, name: str | None = None):
         super().__init__(message if name is None else f"{message} (waiting for {name!r})")
+        self.name = name
+
+
+class EventLoopError(RedleaseError, RuntimeError):
+    """An ``AsyncClient`` was used on an event loop other than the one it was first used on.
+    Its connections, its watchdog and its subscriber belong to that first loop (which may be
+    closed by now: each Starlette/FastAPI ``TestClient`` and each ``asyncio.run()`` runs a loop
+    of its own). Make one client per event loop, inside it: in an ASGI app's lifespan
+    (``redlease.contrib.fastapi.lifespan``), not at module level. ``name`` is the lock (or
+    other primitive) the call was for, if any."""
+
+    def __init__(
+        self,
+        message: str = (
+            "this AsyncClient was first used on another event loop; a client belongs to the "
+            "loop it is first used on: create one per event loop, inside it (in a FastAPI or "
+            "Starlette app: in its lifespan, with redlease.contrib.fastapi.lifespan, "
+            "not at module level)"
+        ),
+        *,
+        name: str | None = None,
+    ):
+        super().__init__(message if name is None else f"{message} (calling for {name!r})")
         self.name = name
 
 

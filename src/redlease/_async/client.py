@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio  # async-only
 import contextlib
 import threading
+import weakref  # async-only
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -47,6 +48,7 @@ from .._wire import SPARE_CONNECTIONS, Packer
 from ..errors import (
     ArgumentTypeError,
     ClientClosedError,
+    EventLoopError,  # async-only
     InvalidArgumentError,
     LeaseLostError,
     RedleaseError,
@@ -849,6 +851,8 @@ class AsyncClient(ClientBase, AsyncClosing):
         if self._closed:
             op.close()
             raise ClientClosedError(name=name)
+        if self._loop is None or self._loop() is not asyncio.get_running_loop():
+            self._bind_loop(op, name)
         self._active += 1
         self._idle.clear()
         # else sync
@@ -958,6 +962,33 @@ class AsyncClient(ClientBase, AsyncClosing):
                 # end async-only
 
     _giving_back: set[asyncio.Task[None]] | None = None  # async-only
+
+    # begin async-only
+    _loop: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
+    """The event loop this client was first used on: its connections, watchdog and subscriber
+    belong to it."""
+
+    def _bind_loop(self, op: Operation[Any], name: str | None) -> None:
+        """Bind the client to the running loop on first use; on another loop, raise
+        ``EventLoopError`` (not redis-py's "attached to a different loop" or "Event loop is
+        closed" from deep inside a connection)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = weakref.ref(loop)
+            return
+        op.close()
+        first = self._loop()
+        state = "closed" if first is None or first.is_closed() else "still running"
+        raise EventLoopError(
+            f"this AsyncClient was first used on another event loop (now {state}); a client "
+            "belongs to the loop it is first used on (its connections, watchdog and "
+            "subscriber): create one per event loop, inside it. In a FastAPI or Starlette "
+            "app, create it in the lifespan (redlease.contrib.fastapi.lifespan puts one on "
+            "app.state.redlease), not at module level: each TestClient runs a loop of its own",
+            name=name,
+        )
+
+    # end async-only
 
     def _give_back_later(self, call: Call, name: str | None) -> None:
         """Send a give-back in a task of its own: the server did not answer a call of this
