@@ -58,9 +58,6 @@ RELEASE_WAIT = 10.0
 """How long the end of a request waits for its lock's release (it goes on beyond, unseen)."""
 STOP_WAIT = 10.0
 """How long the app's shutdown waits for a leader task to stop and resign."""
-TRY_ONCE = 0.001
-"""The wait of ``wait=0``: one try (the local line and one round trip, no waiting for a
-release)."""
 
 
 # --- the client -----------------------------------------------------------------------------
@@ -217,10 +214,9 @@ class _LockSpec:
                 log.warning("lock %r: the release is taking more than %s s", name, RELEASE_WAIT)
 
     async def _hold(self, lock: Any, granted: asyncio.Future[Lease], leave: asyncio.Event) -> None:
-        wait = TRY_ONCE if self.wait == 0 else self.wait
         got = False
         try:
-            async with lock.hold(timeout=wait) as lease:
+            async with lock.hold(timeout=self.wait) as lease:  # 0: one try
                 got = True
                 if granted.done():  # the request was cancelled meanwhile
                     return
