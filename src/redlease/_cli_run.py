@@ -227,13 +227,16 @@ def run(url: str, options: RunOptions) -> int:
 
 
 def _check_durations(options: RunOptions) -> None:
-    """``--lease`` and ``--wait`` as the library takes them (a lease from 10 ms to 10 years),
-    refused as a usage error before anything is sent."""
+    """``--lease``, ``--watchdog``, ``--wait``, ``--at-least`` and ``--grace`` as the library
+    takes them (a lease or watchdog lease from 10 ms to 10 years), refused as a usage error
+    before anything is sent."""
     try:
         if options.lease is not None:
             lease_seconds(options.lease, "--lease")
+        lease_seconds(options.watchdog, "--watchdog")
         wait_seconds(options.wait, "--wait")
         non_negative_seconds(options.at_least, "--at-least")
+        non_negative_seconds(options.grace, "--grace")
     except InvalidArgumentError as exc:
         raise UsageError(str(exc)) from None
     if options.lease is not None and options.at_least > options.lease:

@@ -17,7 +17,7 @@ from redis.retry import Retry
 from ._channels import ANY_NODE
 from ._core.keys import PubSub, hash_slot
 from ._core.requests import Call, Replication
-from ._urls import sentinel_address
+from ._urls import masked_url, sentinel_address
 from .errors import (
     InvalidArgumentError,
     PermissionDeniedError,
@@ -209,6 +209,9 @@ def describe(client: Any) -> str:
     if pool is not None:
         return sentinel_of(pool) or address_of(pool.connection_kwargs)
     nodes = client.get_nodes() or []
+    if not nodes:  # an asyncio cluster client reads its layout at its first command
+        manager = getattr(client, "nodes_manager", None)
+        nodes = list(getattr(manager, "startup_nodes", {}).values())
     return f"cluster {nodes[0].host}:{nodes[0].port}" if nodes else "cluster"
 
 
@@ -394,11 +397,43 @@ def translate(
             address=address,
             name=name,
         )
+    if not_a_cluster(exc):
+        server = address.removeprefix("cluster ")
+        return InvalidArgumentError(
+            f"redis server {server} is not a Redis Cluster (cluster mode is not enabled on "
+            f"it){what}: make the client with cluster=False"
+        )
     if isinstance(exc, (*CONNECTION_ERRORS, redis.exceptions.RedisClusterException)):
         return unavailable(exc, address, name)
     if isinstance(exc, redis.exceptions.DataError):
         return InvalidArgumentError(f"redis-py refused an argument{what}: {text}")
     return ServerError(f"redis server {address} answered with an error{what}: {text}", name=name)
+
+
+def not_a_cluster(exc: BaseException) -> bool:
+    """Whether ``exc`` is redis-py's ``RedisClusterException`` for a server that answered but
+    is not in cluster mode (a client made with ``cluster=True`` for a single server)."""
+    return isinstance(exc, redis.exceptions.RedisClusterException) and (
+        "Cluster mode is not enabled" in str(exc)
+    )
+
+
+def cluster_from_url_failed(url: str, exc: BaseException) -> RedleaseError:
+    """The error of ``from_url(url, cluster=True)`` when redis-py could not read the
+    cluster's layout (``exc``, a ``RedisClusterException``): ``InvalidArgumentError`` for a
+    server that is not a cluster, else ``ServerUnavailableError``; the URL shown without its
+    password."""
+    shown = masked_url(url)
+    if not_a_cluster(exc):
+        return InvalidArgumentError(
+            f"{shown!r} is not a Redis Cluster: cluster mode is not enabled on the server "
+            "(use cluster=False for a single server, or the URL of a cluster node)"
+        )
+    return ServerUnavailableError(
+        f"Redis Cluster at {shown!r} unavailable: the cluster's layout could not be read "
+        f"from it ({exc})",
+        address=shown,
+    )
 
 
 def raise_translated(

@@ -391,3 +391,27 @@ def test_server_gone_while_running_stops_the_command(name: str, tmp_path: Path) 
     assert status == 76, err
     assert f"lost the lock {name!r}" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--watchdog", "1e12"],
+        ["--watchdog", "0.001"],
+        ["--lease", "1e12"],
+        ["--grace", "1e12"],
+        ["--at-least", "1e12"],
+    ],
+)
+def test_durations_out_of_bounds_are_usage_errors(url: str, name: str, args: list[str]) -> None:
+    """A duration the library refuses (a lease or watchdog lease outside 10 ms..10 years) is
+    a usage error as every other bad argument: exit 2, one line naming the option, nothing
+    run or written (it exited 1 with an InvalidArgumentError for --watchdog)."""
+    result = run_cli(
+        "run", "--url", url, *args, name, "--", sys.executable, "-c", "print('ran')"
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert args[0] in assert_one_line(result.stderr, starts="redlease: error: ")
+    assert "ran" not in result.stdout
+    with redis.Redis.from_url(url) as r:
+        assert r.exists(name) == 0

@@ -25,6 +25,7 @@ from .._connections import (
     Hung,
     call_slots,
     check_replicas,
+    cluster_from_url_failed,
     gives_back,
     key_type_shown,
     needs_key_type,
@@ -214,7 +215,10 @@ class AsyncClient(ClientBase, AsyncClosing):
             redis_client, sentinels = async_sentinel_master(url, redis_kwargs)
         else:
             factory = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
-            redis_client = factory.from_url(url, **redis_kwargs)
+            try:  # (a sync RedisCluster reads the cluster's layout here)
+                redis_client = factory.from_url(url, **redis_kwargs)
+            except redis.exceptions.RedisClusterException as exc:
+                raise cluster_from_url_failed(url, exc) from None
         client = cls(
             redis_client,
             watchdog_timeout=watchdog_timeout,
