@@ -36,7 +36,7 @@ from fastapi import Depends, FastAPI, HTTPException
 from fastapi.testclient import TestClient
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
 import redlease
@@ -190,9 +190,11 @@ def test_released_when_the_client_goes_away_after_the_handler(server: Any) -> No
 
     job_id = name.split(":", 1)[1]
     with serving(app) as base, redlease.Client.from_url(server.url) as other:
-        with pytest.raises(httpx.ReadTimeout):
-            httpx.post(f"{base}/jobs/{job_id}", timeout=0.5)
-        assert entered.wait(10)
+        host, port = base.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as conn:
+            conn.sendall(f"POST /jobs/{job_id} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert entered.wait(10)
+        # the client is gone
         held = other.lock(name)
         assert held.locked()  # the handler still runs: the lock is still held
         assert httpx.post(f"{base}/jobs/{job_id}", timeout=10).status_code == 409
@@ -404,3 +406,53 @@ def test_import_redlease_imports_no_web_framework() -> None:
         "assert not {'fastapi', 'starlette'} & set(sys.modules), sorted(sys.modules)"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_release_after_the_response_or_when_the_endpoint_returns(server: Any) -> None:
+    """The default scope holds the lock while a streamed body is sent; ``scope="function"``
+    releases it before the response goes out, so chained requests never find their own
+    previous hold (with ``wait=0``)."""
+    app = FastAPI(lifespan=lifespan(server.url))
+    name = uuid.uuid4().hex
+
+    @app.get("/stream/{name}")
+    async def stream(
+        name: str,
+        client: Annotated[AsyncClient, Depends(get_client)],
+        lease: Annotated[Lease, Depends(lock("s:{name}"))],
+    ) -> StreamingResponse:
+        async def body() -> AsyncIterator[bytes]:
+            yield b"held while streaming: "
+            yield str(await client.lock(f"s:{name}").locked()).encode()
+
+        return StreamingResponse(body())
+
+    @app.post("/chained/{name}")
+    async def chained(
+        name: str, lease: Annotated[Lease, Depends(lock("c:{name}"), scope="function")]
+    ) -> Any:
+        return {"token": lease.fencing_token}
+
+    with TestClient(app) as http:
+        assert http.get(f"/stream/{name}").text == "held while streaming: True"
+        with redlease.Client.from_url(server.url) as other:
+            assert not other.lock(f"s:{name}").locked()
+        for _ in range(20):
+            assert http.post(f"/chained/{name}").status_code == 200
+
+
+async def test_a_missing_field_fails_at_the_first_call_without_the_lifespan(
+    server: Any,
+) -> None:
+    app = FastAPI()
+
+    @app.get("/orders/{order_id}")
+    async def order(order_id: int, lease: Annotated[Lease, Depends(lock("order:{oid}"))]) -> Any:
+        return {}
+
+    async with AsyncClient.from_url(server.url) as client:
+        app.state.redlease = client  # a client of the app's own, no start-up check
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
+            with pytest.raises(InvalidArgumentError, match=r"\{oid\}.*/orders/\{order_id\}"):
+                await http.get("/orders/1")
