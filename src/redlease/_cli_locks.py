@@ -9,6 +9,7 @@ never misreads a user's hash and ``release --force`` never deletes a key that is
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -201,11 +202,19 @@ def _note(text: str) -> None:
     print(f"{PROG}: {' '.join(text.split())}", file=sys.stderr, flush=True)
 
 
-def status(url: str, names: Sequence[str], *, as_json: bool) -> int:
+def _connected(target: str | Client) -> contextlib.AbstractContextManager[Client]:
+    """A client on the URL ``target`` (closed after; its eviction policy is shown, not warned
+    about), or the client ``target`` (left open)."""
+    if isinstance(target, str):
+        return connect(target, eviction="ignore")
+    return contextlib.nullcontext(target)
+
+
+def status(target: str | Client, names: Sequence[str], *, as_json: bool) -> int:
     """Print each lock's state; exit 1 when a name is not a lock (the others are printed)."""
     views: list[LockView] = []
     failed = False
-    with connect(url, eviction="ignore") as client:  # shown below, not warned about
+    with _connected(target) as client:  # shown below, not warned about
         server = _policy(client)
         for name in names:
             try:
@@ -222,12 +231,12 @@ def status(url: str, names: Sequence[str], *, as_json: bool) -> int:
     return 1 if failed else 0
 
 
-def list_locks(url: str, pattern: str, *, limit: int, as_json: bool) -> int:
+def list_locks(target: str | Client, pattern: str, *, limit: int, as_json: bool) -> int:
     """Print the held locks among the keys matching ``pattern`` (SCAN, bounded)."""
     found: list[LockView] = []
     calls = looked_at = 0
     complete = True
-    with connect(url, eviction="ignore") as client:
+    with _connected(target) as client:
         server = _policy(client)
         r = client.redis
         cursor = 0
@@ -277,14 +286,14 @@ def _confirm(question: str) -> bool:
     return answer.strip().lower() in {"y", "yes"}
 
 
-def force_release(url: str, name: str, *, yes: bool) -> int:
+def force_release(target: str | Client, name: str, *, yes: bool) -> int:
     """Delete the lock ``name`` whoever holds it (after confirmation unless ``yes``)."""
     if not yes and not sys.stdin.isatty():
         raise UsageError(
             f"not force-releasing lock {printable(name)!r} without confirmation: stdin is not"
             " a terminal (add --yes)"
         )
-    with connect(url, eviction="ignore") as client:
+    with _connected(target) as client:
         view = _read(client, name)
         if not view.locked:
             raise CommandError(f"lock {printable(name)!r} is not held: nothing to release")

@@ -430,10 +430,16 @@ def _add_run(commands: Commands) -> None:
     parser.set_defaults(handler=_cmd_run)
 
 
+def _server(args: argparse.Namespace) -> str | Client:
+    """The client given to ``main(client=...)``, else the URL of ``--url`` or the environment."""
+    given: Client | None = getattr(args, "client", None)
+    return given if given is not None else server_url(args)
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from ._cli_locks import status
 
-    return status(server_url(args), args.names, as_json=args.json)
+    return status(_server(args), args.names, as_json=args.json)
 
 
 def _add_status(commands: Commands) -> None:
@@ -457,7 +463,7 @@ def _add_status(commands: Commands) -> None:
 def _cmd_list(args: argparse.Namespace) -> int:
     from ._cli_locks import list_locks
 
-    return list_locks(server_url(args), args.pattern, limit=args.limit, as_json=args.json)
+    return list_locks(_server(args), args.pattern, limit=args.limit, as_json=args.json)
 
 
 def _add_list(commands: Commands) -> None:
@@ -491,7 +497,7 @@ def _add_list(commands: Commands) -> None:
 def _cmd_release(args: argparse.Namespace) -> int:
     from ._cli_locks import force_release
 
-    return force_release(server_url(args), args.name, yes=args.yes)
+    return force_release(_server(args), args.name, yes=args.yes)
 
 
 def _add_release(commands: Commands) -> None:
@@ -595,8 +601,12 @@ def _fail(message: str, url: str | None) -> int:
     return 1
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` (default ``sys.argv[1:]``), run the command, return the exit status."""
+def main(argv: Sequence[str] | None = None, *, client: Client | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), run the command, return the exit status.
+
+    ``client``: ``status``, ``list`` and ``release`` run on this client (left open) instead
+    of connecting to ``--url`` or ``$REDLEASE_URL``, as a framework's own command does
+    (``python manage.py redlease``: ``redlease.contrib.django``)."""
     words = list(sys.argv[1:] if argv is None else argv)
     _remember_urls(words)
     to_parse, passed_on = _split_passthrough(words)
@@ -619,6 +629,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.argv = passed_on or []
     handler: Handler = args.handler
     url: str | None = getattr(args, "url", None)
+    if client is not None:
+        if args.command not in ("status", "list", "release"):
+            return _fail(f"{args.command} does not run on a given client", None)
+        args.client = client
     try:
         return handler(args)
     except KeyboardInterrupt:

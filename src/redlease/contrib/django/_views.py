@@ -1,0 +1,225 @@
+"""``locked(...)``: a view, a management command or any function run holding a lock."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import string
+from collections.abc import Callable
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.http import HttpRequest, HttpResponse
+
+from ... import InvalidArgumentError, LockTimeoutError
+from ...options import Seconds
+from . import _clients
+
+ON_BUSY_WORDS = ("raise", "skip")
+BUSY_TEXT = "This resource is busy; try again later.\n"
+
+
+def _fields(template: str) -> list[str]:
+    if not isinstance(template, str) or not template:
+        raise InvalidArgumentError("locked(): the lock name must be a non-empty str")
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        raise InvalidArgumentError(f"locked({template!r}): {exc}") from None
+    roots = []
+    for name in fields:
+        root = name.split(".", 1)[0].split("[", 1)[0]
+        if not root or root.isdigit():
+            raise InvalidArgumentError(
+                f"locked({template!r}): name the view's arguments ({{pk}}), not positions"
+            )
+        roots.append(root)
+    return roots
+
+
+def _name_maker(
+    fn: Callable[..., Any], template: str
+) -> Callable[[tuple[Any, ...], dict[str, Any]], str]:
+    """The lock name of one call: ``template`` formatted with the call's arguments by name
+    (a view's URL keyword arguments, ``request``, a command's ``options``...)."""
+    roots = _fields(template)
+    try:
+        signature: inspect.Signature | None = inspect.signature(fn)
+    except (TypeError, ValueError):
+        signature = None
+    var_keyword = None
+    if signature is not None:
+        params = signature.parameters
+        var_keyword = next(
+            (p.name for p in params.values() if p.kind is inspect.Parameter.VAR_KEYWORD), None
+        )
+        if var_keyword is None:  # every field must name a parameter: checked now
+            for root in roots:
+                if root not in params:
+                    raise InvalidArgumentError(
+                        f"locked({template!r}) refers to {root!r}, which "
+                        f"{getattr(fn, '__qualname__', fn)!r} has no parameter named; it has "
+                        f"{', '.join(params) or 'none'}"
+                    )
+
+    def make(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        values: dict[str, Any] = {}
+        if signature is not None:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError:
+                bound = None
+            if bound is not None:
+                bound.apply_defaults()
+                values.update(bound.arguments)
+                if var_keyword is not None:  # **kwargs: its items by their own names
+                    values.update(values.pop(var_keyword, None) or {})
+        values.update(kwargs)
+        request = _request_of(args)
+        if request is not None:
+            values.setdefault("request", request)
+        missing = [root for root in roots if root not in values]
+        if missing:
+            raise InvalidArgumentError(
+                f"locked({template!r}): this call has no argument named"
+                f" {', '.join(map(repr, missing))}; it has {', '.join(values) or 'none'}"
+            )
+        return template.format(**values)
+
+    return make
+
+
+def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:
+    """The request of a view's call: its first argument, or its second after ``self``."""
+    for arg in args[:2]:
+        if isinstance(arg, HttpRequest):
+            return arg
+    return None
+
+
+def _command_of(args: tuple[Any, ...]) -> BaseCommand | None:
+    return args[0] if args and isinstance(args[0], BaseCommand) else None
+
+
+def _check_on_busy(on_busy: Any) -> None:
+    if on_busy is None or callable(on_busy) or on_busy in ON_BUSY_WORDS:
+        return
+    if _clients.is_status(on_busy):
+        return
+    raise InvalidArgumentError(
+        f"locked(): on_busy={on_busy!r}; give an HTTP status (409, 423...), 'raise', 'skip'"
+        " or a callable"
+    )
+
+
+def _check_wait(wait: Any) -> float | None:
+    if wait is None:
+        return None
+    seconds = wait.total_seconds() if hasattr(wait, "total_seconds") else wait
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
+        raise InvalidArgumentError(f"locked(): wait={wait!r}; give seconds >= 0, or None")
+    return float(seconds)
+
+
+def _busy(
+    on_busy: Any,
+    name: str,
+    wait: float | None,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """What a call that found the lock busy returns (or raises)."""
+    if on_busy is None:
+        on_busy = _clients.config().on_busy
+    if callable(on_busy):
+        return on_busy(*args, **kwargs)
+    request = _request_of(args)
+    if on_busy == "skip":
+        if request is not None:
+            raise InvalidArgumentError(
+                f"locked(): on_busy='skip' on the view {getattr(fn, '__qualname__', fn)}: a"
+                " view must answer; give a status (on_busy=409) or a callable"
+            )
+        return None
+    if request is not None and on_busy != "raise":
+        return HttpResponse(BUSY_TEXT, status=on_busy, content_type="text/plain")
+    waited = "it was held" if not wait else f"not acquired within {wait:g} s"
+    error = LockTimeoutError(f"lock {name!r} is busy: {waited}", name=name)
+    if _command_of(args) is not None:
+        raise CommandError(str(error)) from error
+    raise error
+
+
+def locked(
+    name: str,
+    *,
+    wait: Seconds | None = 0,
+    lease: Seconds | None = None,
+    on_busy: int | str | Callable[..., Any] | None = None,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Run each call of the decorated view, management command ``handle`` or function holding
+    the lock ``name``, formatted with the call's arguments by name: a view's URL keyword
+    arguments (``"report:{pk}"``), ``{request.user.pk}``, a command's options.
+
+    ``wait``: seconds to wait for a busy lock (``0``, the default: try once; ``None``: as
+    long as it takes). ``lease``: the hold's lease (default: renewed by the watchdog while the
+    call runs). ``on_busy``: what a call that does not get the lock does: an HTTP status (a
+    view answers it; default ``REDLEASE["ON_BUSY"]``, else 409), ``"raise"``
+    (``LockTimeoutError``; ``CommandError`` in a command), ``"skip"`` (not a view: return
+    ``None``), or a callable called with the call's arguments, whose result is returned.
+    A status given to a function that is not a view raises as ``"raise"`` does.
+
+    Coroutine functions (async views) hold an ``AsyncLock`` of the event loop's
+    ``AsyncClient``; others a ``Lock`` of the process's ``Client``.
+    """
+    _fields(name)
+    seconds = _check_wait(wait)
+    _check_on_busy(on_busy)
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        make_name = _name_maker(fn, name)
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                full = _clients.config().key_prefix + make_name(args, kwargs)
+                lock = _clients.get_async_client().lock(full, lease=lease)
+                if seconds == 0:
+                    got = await lock.acquire(blocking=False)
+                else:
+                    got = await lock.acquire(timeout=seconds)
+                if not got:
+                    busy = _busy(on_busy, full, seconds, fn, args, kwargs)
+                    return await busy if inspect.isawaitable(busy) else busy
+                try:
+                    return await fn(*args, **kwargs)
+                finally:
+                    await lock.release()
+
+            return async_wrapper
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            full = _clients.config().key_prefix + make_name(args, kwargs)
+            lock = _clients.get_client().lock(full, lease=lease)
+            got = lock.acquire(blocking=False) if seconds == 0 else lock.acquire(timeout=seconds)
+            if not got:
+                return _busy(on_busy, full, seconds, fn, args, kwargs)
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.iscoroutine(result):  # an async handler behind a sync wrapper
+                    result.close()
+                    raise InvalidArgumentError(
+                        f"locked(): {getattr(fn, '__qualname__', fn)} returned a coroutine,"
+                        " which would run after the lock is released: decorate the async"
+                        " function itself (method_decorator(locked(...), name='get'))"
+                    )
+                return result
+            finally:
+                lock.release()
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,43 @@
+"""The Django app: ``INSTALLED_APPS = [..., "redlease.contrib.django"]`` gives the
+``redlease`` management command and checks ``settings.REDLEASE`` (``manage.py check``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+
+class RedleaseConfig(AppConfig):  # type: ignore[misc]
+    name = "redlease.contrib.django"
+    label = "redlease"
+    verbose_name = "redlease"
+
+    def ready(self) -> None:
+        checks.register(check_settings, checks.Tags.caches)
+
+
+def check_settings(app_configs: Any = None, **_: Any) -> list[checks.CheckMessage]:
+    """``settings.REDLEASE`` as ``manage.py check`` (and ``runserver``, ``migrate``) report it:
+    ``redlease.E001`` when it is missing or wrong. Nothing is connected to."""
+    from ._clients import read_config
+
+    try:
+        read_config()
+    except ImproperlyConfigured as exc:
+        return [
+            checks.Error(
+                str(exc),
+                hint=_clients_example(),
+                id="redlease.E001",
+            )
+        ]
+    return []
+
+
+def _clients_example() -> str:
+    from ._clients import EXAMPLE
+
+    return f"Set {EXAMPLE} (see the redlease docs, Django)."

@@ -1,0 +1,177 @@
+"""``settings.REDLEASE``: by URL or through a cache alias's Redis connection (django-redis's
+and Django's own ``RedisCache``), sync and async, on a real server; every mistake is an
+``ImproperlyConfigured`` that says what is wrong (never with the password); one client per
+process, and a forked child (a gunicorn or uwsgi worker) makes its own."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from django.core.cache import caches
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from redlease import AsyncClient, Client
+from redlease.contrib.django import async_lock, get_async_client, get_client, lock
+from redlease.contrib.django.apps import check_settings
+from redlease.testing import RedisServer
+
+BACKENDS = {
+    "django-redis": "django_redis.cache.RedisCache",
+    "django": "django.core.cache.backends.redis.RedisCache",
+}
+
+
+def _cache_settings(url: str, backend: str, **redlease: Any) -> dict[str, Any]:
+    return {
+        "CACHES": {"default": {"BACKEND": BACKENDS[backend], "LOCATION": url}},
+        "REDLEASE": {"CACHE": "default", **redlease},
+    }
+
+
+def test_by_url(server: RedisServer, raw: redis.Redis, name: str) -> None:
+    with override_settings(REDLEASE={"URL": server.url, "OPTIONS": {"watchdog_timeout": 7}}):
+        with lock(name) as lease:
+            assert raw.exists(name) and 0 < raw.pttl(name) <= 7000
+            assert lease.fencing_token is not None
+        assert not raw.exists(name)
+        assert get_client() is get_client()
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_through_a_cache_alias(
+    server: RedisServer, raw: redis.Redis, name: str, backend: str
+) -> None:
+    with override_settings(**_cache_settings(server.url, backend, KEY_PREFIX="app:")):
+        client = get_client()
+        cache: Any = caches["default"]
+        if backend == "django-redis":
+            from django_redis import get_redis_connection
+
+            mine = get_redis_connection("default")
+        else:
+            mine = cache._cache.get_client(write=True)
+        # the cache's own connection pool: no second pool to the server
+        assert client.redis.connection_pool is mine.connection_pool
+        with lock(name):
+            assert raw.exists(f"app:{name}")
+            cache.set(f"{name}:cached", 1)  # the cache itself still works beside it
+            assert cache.get(f"{name}:cached") == 1
+        assert not raw.exists(f"app:{name}")
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+async def test_async_through_a_cache_alias(
+    server: RedisServer, raw: redis.Redis, name: str, backend: str
+) -> None:
+    with override_settings(**_cache_settings(server.url, backend)):
+        client = get_async_client()
+        assert isinstance(client, AsyncClient) and client is get_async_client()
+        async with async_lock(name):
+            assert raw.exists(name)
+        assert not raw.exists(name)
+
+
+def test_mistakes_are_improperly_configured(server: RedisServer) -> None:
+    secret = "s3cret-pw"
+    url = f"redis://:{secret}@127.0.0.1:{server.port}/0"
+    # (setting, message, seen by manage.py check: the shape is; values when the client is made)
+    cases: list[tuple[Any, str, bool]] = [
+        (None, "setting is missing", True),
+        ("redis://x", "must be a dict", True),
+        ({}, "give one of URL and CACHE", True),
+        ({"URL": url, "CACHE": "default"}, "give one of URL and CACHE", True),
+        ({"URL": url, "PREFIX": "x"}, "unknown key(s) PREFIX", True),
+        ({"URL": 42}, "URL must be", True),
+        ({"CACHE": "nope"}, "not a cache alias", True),
+        ({"URL": url, "ON_BUSY": 200.5}, "ON_BUSY", True),
+        ({"URL": url, "OPTIONS": {"watchdog_timeout": -1}}, "watchdog_timeout", False),
+        ({"URL": f"http://:{secret}@example.com/"}, "URL/OPTIONS", False),
+    ]
+    for value, expected, checked in cases:
+        with override_settings(REDLEASE=value):
+            with pytest.raises(ImproperlyConfigured, match=re.escape(expected)) as e:
+                get_client()
+            assert secret not in str(e.value)
+            errors = check_settings()
+            assert [error.id for error in errors] == (["redlease.E001"] if checked else [])
+            assert all(secret not in error.msg for error in errors)
+    locmem = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    locmem_settings = override_settings(CACHES=locmem, REDLEASE={"CACHE": "default"})
+    with locmem_settings, pytest.raises(ImproperlyConfigured, match="not a Redis cache"):
+        get_client()
+    redis_cache = _cache_settings(url, "django-redis", OPTIONS={"socket_timeout": 1})
+    options = pytest.raises(ImproperlyConfigured, match="cannot be used with CACHE")
+    with override_settings(**redis_cache), options:
+        get_client()
+
+
+CHILD_TIMEOUT = 20.0
+
+
+def _fork(child: Callable[[], bool]) -> int:
+    """``child()`` in a forked child; its exit code (0: it returned True; -1: killed after
+    ``CHILD_TIMEOUT``, by its PID)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking a threaded process
+        pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = 0 if child() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + CHILD_TIMEOUT
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -1
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("backend", [None, *BACKENDS])
+def test_a_forked_worker_makes_its_own_client(
+    server: RedisServer, raw: redis.Redis, name: str, backend: str | None
+) -> None:
+    """As gunicorn's or uwsgi's workers, forked from a master that used the client: the
+    child's client is its own (its own id, its own connections), the parent's is untouched."""
+    values = (
+        {"REDLEASE": {"URL": server.url}}
+        if backend is None
+        else _cache_settings(server.url, backend)
+    )
+    with override_settings(**values):
+        parent = get_client()
+        with lock(name):  # the parent holds a lock, its watchdog and connections busy
+            parent_id, parent_pid = parent.id, os.getpid()
+
+            def child() -> bool:
+                mine = get_client()
+                if mine is parent or mine.id == parent_id:
+                    return False
+                other = lock(f"{name}:child")
+                if not other.acquire(timeout=5):
+                    return False
+                busy = lock(name).acquire(blocking=False)  # the parent's hold is not ours
+                other.release()
+                return not busy and os.getpid() != parent_pid
+
+            assert _fork(child) == 0
+            assert raw.exists(name)
+        assert not raw.exists(name)
+        assert get_client() is parent
+        assert isinstance(parent, Client)

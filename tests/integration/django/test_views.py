@@ -1,0 +1,154 @@
+"""``locked`` views through Django's test clients, on a real private server: two requests at
+once through real threads (one answers the busy status), N concurrent read-modify-writes of
+one row (no update lost), async views (the event loop's AsyncClient), class-based views."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import redis
+from django.test import AsyncClient as DjangoAsyncClient
+from django.test import Client as DjangoClient
+from redlease_shop.models import Counter
+from redlease_site import views
+
+from redlease import InvalidArgumentError, LockTimeoutError
+from redlease.contrib.django import get_client, lock, locked
+
+WAIT = 30.0
+
+
+@pytest.fixture
+def pk() -> Iterator[int]:
+    key = random.randrange(10**9)
+    views.ENTERED[key], views.LEAVE[key] = threading.Event(), threading.Event()
+    yield key
+    views.LEAVE[key].set()
+
+
+def _in_thread(path: str) -> tuple[threading.Thread, list[int]]:
+    answers: list[int] = []
+    thread = threading.Thread(target=lambda: answers.append(DjangoClient().get(path).status_code))
+    thread.start()
+    return thread, answers
+
+
+def test_a_second_request_gets_the_busy_status(configured: str, pk: int) -> None:
+    first, answers = _in_thread(f"/hold/{pk}")
+    assert views.ENTERED[pk].wait(WAIT)
+    second, other = _in_thread(f"/hold/{pk}")  # a real thread, as a second worker thread
+    second.join(WAIT)
+    assert other == [423]
+    response = DjangoClient().get(f"/json/{pk}")  # on_busy: a view of its own
+    assert (response.status_code, response.json(), response["Retry-After"]) == (
+        503,
+        {"busy": pk},
+        "1",
+    )
+    views.LEAVE[pk].set()
+    first.join(WAIT)
+    assert answers == [200]
+    # on_busy="raise": the error reaches Django (the test client re-raises it); checked with
+    # no other request under way, as the test client's exception signal is process-wide
+    with lock(f"hold:{pk}"):
+        busy = ThreadPoolExecutor(1).submit(DjangoClient().get, f"/raise/{pk}")
+        with pytest.raises(LockTimeoutError) as raised:
+            busy.result(WAIT)
+    assert raised.value.name == f"hold:{pk}"
+    assert DjangoClient().get(f"/raise/{pk}").status_code == 200  # free again
+
+
+def test_no_update_lost_under_concurrent_requests(configured: str, tables: None) -> None:
+    row = Counter.objects.create()
+    n = 24
+    with ThreadPoolExecutor(8) as pool:
+        answers = pool.map(lambda _: DjangoClient().get(f"/count/{row.pk}"), range(n))
+        codes = [answer.status_code for answer in answers]
+    assert codes == [200] * n
+    row.refresh_from_db()
+    assert row.value == n
+
+
+def test_class_based_view_and_names_from_the_url(configured: str, pk: int) -> None:
+    assert DjangoClient().get(f"/report/{pk}").content == f"report {pk}".encode()
+    with lock(f"report:{pk}"):  # the same name, taken from outside the view
+        busy = DjangoClient()
+        answer = ThreadPoolExecutor(1).submit(lambda: busy.get(f"/report/{pk}").status_code)
+        assert answer.result(WAIT) == 409
+
+
+async def test_async_views_one_answers_busy(configured: str, pk: int) -> None:
+    views.ASYNC_ENTERED[pk], views.ASYNC_LEAVE[pk] = asyncio.Event(), asyncio.Event()
+    client = DjangoAsyncClient()
+    first = asyncio.ensure_future(client.get(f"/async/hold/{pk}"))
+    await asyncio.wait_for(views.ASYNC_ENTERED[pk].wait(), WAIT)
+    second = await client.get(f"/async/hold/{pk}")
+    assert second.status_code == 409
+    views.ASYNC_LEAVE[pk].set()
+    assert (await asyncio.wait_for(first, WAIT)).status_code == 200
+
+
+async def test_async_views_no_update_lost(configured: str, pk: int) -> None:
+    client = DjangoAsyncClient()
+    n = 30
+    answers = await asyncio.wait_for(
+        asyncio.gather(*(client.get(f"/async/count/{pk}") for _ in range(n))), WAIT
+    )
+    assert sorted(a.json()["value"] for a in answers) == list(range(1, n + 1))
+    assert views.ASYNC_COUNTS[pk] == n
+
+
+def _connections(raw: redis.Redis) -> int:
+    return len(raw.client_list())
+
+
+def test_async_view_under_wsgi_closes_its_loops_client(
+    configured: str, raw: redis.Redis, pk: int
+) -> None:
+    """Under WSGI each async view runs in an event loop of its own (``async_to_sync``): the
+    loop's client closes with the loop, so requests leave no connection behind."""
+    client = DjangoClient()
+    assert client.get(f"/async/quick/{pk}").status_code == 200
+    before = _connections(raw)
+    for _ in range(6):
+        assert client.get(f"/async/quick/{pk}").status_code == 200
+    deadline = 50
+    while _connections(raw) > before + 1 and deadline:  # the server sees closes promptly
+        deadline -= 1
+        threading.Event().wait(0.1)
+    assert _connections(raw) <= before + 1
+
+
+def test_locked_on_functions_and_checks(configured: str, pk: int) -> None:
+    calls: list[int] = []
+
+    @locked("job:{n}", on_busy="skip")
+    def job(n: int) -> int:
+        calls.append(n)
+        return n
+
+    assert job(pk) == pk
+    with lock(f"job:{pk}"):
+        # the holder is this thread: another thread finds the lock busy and skips
+        assert ThreadPoolExecutor(1).submit(job, pk).result(WAIT) is None
+    assert calls == [pk]
+
+    @locked("job2:{n}")  # a status on a call that is not a view: raises
+    def job2(n: int) -> None:
+        return None
+
+    with lock(f"job2:{pk}"), pytest.raises(LockTimeoutError):
+        ThreadPoolExecutor(1).submit(job2, pk).result(WAIT)
+
+    with pytest.raises(InvalidArgumentError, match="has no parameter named"):
+        locked("x:{missing}")(lambda request, pk: None)
+    with pytest.raises(InvalidArgumentError, match="on_busy"):
+        locked("x", on_busy=200.5)
+    with pytest.raises(InvalidArgumentError, match="wait"):
+        locked("x", wait=-1)
+    assert get_client() is get_client()  # one client per process
