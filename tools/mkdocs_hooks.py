@@ -189,8 +189,9 @@ def public_modules() -> list[str]:
     """The documented modules: events, metrics, testing, and every ``redlease.contrib`` one."""
     contrib = sorted(
         f"redlease.contrib.{p.stem}"
-        for p in (SRC / "contrib").glob("*.py")
+        for p in (SRC / "contrib").iterdir()
         if not p.stem.startswith("_")
+        and (p.suffix == ".py" or (p / "__init__.py").exists())  # a module or a package
     )
     return [*_MODULES, *contrib]
 

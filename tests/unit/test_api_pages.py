@@ -36,8 +36,9 @@ def test_a_page_per_public_class_and_module() -> None:
     assert classes == set(CLASSES)
     contrib = {
         f"redlease.contrib.{p.stem}"
-        for p in (ROOT / "src/redlease/contrib").glob("*.py")
+        for p in (ROOT / "src/redlease/contrib").iterdir()
         if not p.stem.startswith("_")
+        and (p.suffix == ".py" or (p / "__init__.py").exists())  # a module or a package
     }
     modules = {p.removeprefix("api/").removesuffix(".md") for p in pages} - classes
     assert modules == {"redlease.events", "redlease.metrics", "redlease.testing", *contrib}
