@@ -7,7 +7,8 @@ the document); redlock.md also gets ``urls``, three independent masters. A clien
 makes itself and leaves open (``client = Client.from_url(url)``, as a reader keeps one per
 process) is closed by the test after the document's last block, and a server it starts is
 stopped, so no page has to end with a ``client.close()`` block that means nothing to its
-reader. A block after
+reader. docs/django.md runs with Django configured (``REDLEASE`` on the document's server: its
+settings blocks only show the shape). A block after
 ``<!-- skip: next "why" -->`` is not run (only where a real Sentinel or cluster is needed).
 Shell, console, SQL and text blocks are not run.
 """
@@ -32,6 +33,26 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # documents whose examples need more than one server
 MASTERS = {"redlock.md": 3}
+
+
+def _django(stack: ExitStack, url: str) -> None:
+    """docs/django.md: Django set up (unless a test of this process did it already), with
+    ``REDLEASE`` pointing at the document's server for as long as the document runs."""
+    import django
+    from django.conf import settings
+    from django.test import override_settings
+
+    if not settings.configured:
+        settings.configure(
+            INSTALLED_APPS=["django.contrib.contenttypes", "redlease.contrib.django"],
+            DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        )
+        django.setup()
+    stack.enter_context(override_settings(REDLEASE={"URL": url}))
+
+
+# documents whose examples need a framework set up first
+SETUP = {"django.md": _django}
 
 _SYBIL = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()])
 
@@ -75,6 +96,8 @@ def test_examples(path: Path, docs_server: RedisServer) -> None:
             raw.flushdb()
         client = stack.enter_context(redlease.Client.from_url(url))
         document.namespace.update(url=url, client=client, urls=[m.url for m in masters])
+        if path.name in SETUP:
+            SETUP[path.name](stack, url)
         stack.callback(_close_clients, document.namespace)
         ran = skipped = 0
         for example in examples:
