@@ -68,7 +68,13 @@ def serve(url: str) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(make_app(url), log_level="warning", backlog=4096, access_log=False)
+    config = uvicorn.Config(
+        make_app(url),
+        log_level="warning",
+        backlog=4096,
+        access_log=False,
+        timeout_keep_alive=300,  # a connection idle between two of its requests stays open
+    )
     uvicorn.Server(config).run(sockets=[sock])
 
 
