@@ -94,6 +94,12 @@ def test_errors_are_one_line_and_never_show_the_password(
     done = manage(server.url, "release", name)  # --force is required
     assert done.returncode != 0 and "--force" in done.stderr
 
+    done = manage("", "status", name)  # REDLEASE = {"URL": ""}
+    assert done.returncode == 1
+    assert done.stderr.strip() == "CommandError: REDLEASE: URL must be a Redis URL string" + (
+        " (redis://, rediss://, unix://, redis+sentinel://)"
+    )
+
     secret = "n0t-the-password"
     wrong = f"redis://:{secret}@127.0.0.1:{server.port}/0"
     done = manage(wrong, "status", name)

@@ -8,6 +8,7 @@ import contextlib
 import io
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from redlease import cli
@@ -99,7 +100,11 @@ class Command(BaseCommand):  # type: ignore[misc]
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        prefix = _clients.config().key_prefix
+        try:
+            prefix = _clients.config().key_prefix
+            client = _clients.get_client()
+        except ImproperlyConfigured as exc:  # one line, as every other error here
+            raise CommandError(str(exc)) from None
         action = options["action"]
         argv: list[str] = [action]
         if action == "status":
@@ -114,7 +119,7 @@ class Command(BaseCommand):  # type: ignore[misc]
             argv += ["--", prefix + options["name"]]
         stderr = _Stderr(self.stderr)
         with contextlib.redirect_stdout(_Stdout(self.stdout)), contextlib.redirect_stderr(stderr):
-            code = cli.main(argv, client=_clients.get_client())
+            code = cli.main(argv, client=client)
         if code:
             message = "; ".join(stderr.failures) or f"{action}: exit status {code}"
             raise CommandError(message, returncode=code)
