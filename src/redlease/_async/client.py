@@ -204,7 +204,33 @@ class AsyncClient(ClientBase, AsyncClosing):
 
         A Sentinel URL (``redis+sentinel://host:26379,host2:26379/service[/db]`` or Lettuce's
         ``redis-sentinel://host:26379,host2:26379[/db]#service``; ``rediss+`` / ``rediss-``
-        for TLS) gives a client over ``Sentinel(...).master_for(service)``."""
+        for TLS) gives a client over ``Sentinel(...).master_for(service)``.
+
+        Args:
+            url: ``redis://``, ``rediss://`` (TLS), ``unix://`` or a Sentinel URL; a
+                password in it never appears in redlease's errors or logs.
+            watchdog_timeout: Seconds a hold taken without a ``lease`` lasts unless renewed;
+                the watchdog renews such holds every third of it (Redisson's
+                ``lockWatchdogTimeout``).
+            handoff_window: The first lease of a waiter handed the lock by a release (its
+                watchdog then lengthens it); ``0`` turns the line off (Redisson's
+                free-for-all).
+            replicas: Replicas that must acknowledge every acquire, renewal and release
+                (``WAIT``); ``0``: none.
+            replica_timeout: Seconds to wait for those acknowledgements.
+            cluster: The URL is a Redis Cluster node's.
+            eviction: What to do at the first use of a server whose eviction policy may
+                delete a held lock's key: ``"warn"``, ``"refuse"`` or ``"ignore"`` (see the
+                class).
+            **redis_kwargs: Keywords of redis-py's ``from_url`` (``ssl_ca_certs``,
+                ``username``, ``password``, ``max_connections``, ...).
+
+        Returns:
+            A client that closes its redis-py client when closed.
+
+        Raises:
+            InvalidArgumentError: a bad URL or option (nothing is connected yet).
+        """
         checked_url(url)
         default_timeouts(redis_kwargs, replicas, replica_timeout)
         sentinels: list[Any] = []
@@ -240,9 +266,20 @@ class AsyncClient(ClientBase, AsyncClosing):
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
     ) -> AsyncLock:
-        """A reentrant lock named ``name`` (the Redis key), Redisson-compatible.
+        """A reentrant lock named ``name`` (the Redis key), Redisson-compatible. Nothing is
+        sent until it is used.
 
-        ``replicas`` overrides the client's replica-confirmed writes for this lock."""
+        Args:
+            name: The lock's name, shared by every client (and Redisson service) using it.
+            lease: The default lease of its acquires, in seconds, not renewed; ``None``: the
+                watchdog renews each hold until released.
+            on_lease_lost: Called (from the watchdog) with a ``LeaseLostError`` when a hold
+                of this lock is found lost while held.
+            replicas: Overrides the client's replica-confirmed writes for this lock.
+
+        Raises:
+            InvalidArgumentError: an empty name, a bad lease.
+        """
         return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
 
     def scheduled_lock(

@@ -56,7 +56,25 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         """Take a hold; ``False`` when ``timeout`` ran out (or the lock was held and
         ``blocking`` is false). ``timeout=0`` (or ``blocking=False``) tries once, without
         waiting; ``None`` waits as long as it takes. Without a ``lease`` the watchdog renews
-        the hold."""
+        the hold.
+
+        Args:
+            blocking: ``False``: a single try (Redisson's ``tryLock()``).
+            timeout: Seconds to wait at most (a ``timedelta`` too); ``None``: as long as it
+                takes; ``0``: a single try.
+            lease: Seconds the hold lasts, not renewed (Redisson's ``leaseTime``); ``None``:
+                the client's ``watchdog_timeout``, renewed by the watchdog until released.
+
+        Returns:
+            ``True`` when the calling task holds the lock (once more, if it held it already).
+
+        Raises:
+            InvalidArgumentError: a bad ``timeout`` or ``lease`` (nothing is sent).
+            ServerUnavailableError: the server could not be reached (a waiter that saw the
+                lock held rides out up to 10 s first).
+            ReplicaError: fewer replicas than ``replicas`` confirmed the hold (given back).
+            ClientClosedError: the client is closed, or was closed while waiting.
+        """
         return await self._acquire(blocking, timeout, lease) is not None
 
     async def _acquire(
@@ -89,15 +107,24 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         return got
 
     async def release(self, *, keep_for: Seconds | None = None) -> None:
-        """Give back one hold. Raises ``NotOwnedError`` when the calling task holds none,
-        ``LeaseLostError`` when its lease was lost meanwhile. After a release that raised
+        """Give back one hold; the lock is free (and the first waiter handed it) when the
+        last hold of the calling task goes. After a release that raised
         ``ServerUnavailableError``, this call is that release sent again.
 
-        ``keep_for`` (seconds): the last hold goes but the lock stays taken, by no one, that
-        much longer (its TTL is set to it), then expires: nobody takes it meanwhile, the
-        caller included, and no waiter is woken (each re-checks within its usual bound). A
-        scheduled job's ``at_least_for``. Only the last hold of a lock or fair lock in the
-        redlease layout; ``0`` is a plain release."""
+        Args:
+            keep_for: Seconds: the last hold goes but the lock stays taken, by no one, that
+                much longer (its TTL is set to it), then expires: nobody takes it meanwhile,
+                the caller included, and no waiter is woken (each re-checks within its usual
+                bound). A scheduled job's ``at_least_for``. Only the last hold of a lock or
+                fair lock in the redlease layout; ``0`` is a plain release.
+
+        Raises:
+            NotOwnedError: the calling task holds no hold on the lock.
+            LeaseLostError: its hold was lost meanwhile (expired, force-released, the
+                server's data lost); ``.cause`` says which, when known.
+            ServerUnavailableError: the server could not be reached; call ``release()``
+                again (or the next ``acquire()`` sends it first).
+        """
         await self._release(retry=True, keep_for=keep_for)
 
     async def _release(self, *, retry: bool, keep_for: Seconds | None = None) -> None:
@@ -128,7 +155,23 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         """``async with lock.hold(timeout=5) as lease:`` a bounded wait that raises
         ``LockTimeoutError`` when it runs out, then releases on exit. ``timeout=0`` or
         ``blocking=False``: a single try, ``LockTimeoutError`` at once when the lock is
-        taken."""
+        taken.
+
+        Args:
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the hold lasts, not renewed; ``None``: renewed by the watchdog.
+            blocking: ``False``: a single try.
+
+        Returns:
+            A context manager whose value is the ``Lease`` (its ``fencing_token``,
+            ``hold_count``, ``ttl``).
+
+        Raises:
+            LockTimeoutError: the lock was not acquired in time (or at the single try).
+            LeaseLostError: on exit, the hold had been lost meanwhile.
+            InvalidArgumentError: a bad ``timeout`` or ``lease``.
+            ServerUnavailableError: the server could not be reached.
+        """
         got = await self._acquire(blocking, timeout, lease)
         if got is None:
             raise LockTimeoutError(
@@ -142,7 +185,13 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
             await self._release(retry=False)
 
     async def force_release(self) -> bool:
-        """Delete the lock whoever holds it and wake its waiters; ``True`` if it was held."""
+        """Delete the lock whoever holds it and wake its waiters (Redisson's
+        ``forceUnlock()``): the holder is told its lease is lost (``on_lease_lost``,
+        ``LeaseLostError`` with cause ``forced``).
+
+        Returns:
+            ``True`` if the lock was held.
+        """
         return await self.client._run(self._force_release_op(), self.name)
 
     @property
