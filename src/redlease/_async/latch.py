@@ -61,7 +61,18 @@ class AsyncCountDownLatch:
 
     async def wait(self, timeout: Seconds | None = None) -> bool:
         """Wait until the count is zero; ``False`` when ``timeout`` ran out first (``None``:
-        as long as it takes; ``0``: check once)."""
+        as long as it takes; ``0``: check once).
+
+        Args:
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one check.
+
+        Returns:
+            ``True`` when the count is zero (the latch is open).
+
+        Raises:
+            InvalidArgumentError: a bad ``timeout``.
+            ServerUnavailableError: the server could not be reached.
+            ClientClosedError: the client is closed, or was closed while waiting."""
         op = core.wait(self._keys, self.client._owner(), timeout=wait_timeout(timeout))
         return await self.client._run(op, self.name)
 

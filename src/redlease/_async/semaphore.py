@@ -81,7 +81,20 @@ class AsyncSemaphore(AsyncHeld):
     async def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> bool:
         """Take ``permits`` at once; ``False`` when ``timeout`` ran out first (``None``: wait
         as long as it takes; ``0``: try once). Waiters are woken by releases (pub/sub) and
-        re-check at least every few seconds. ``acquire(0)`` succeeds at once."""
+        re-check at least every few seconds. ``acquire(0)`` succeeds at once.
+
+        Args:
+            permits: How many permits to take, all at once (never some of them).
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+
+        Returns:
+            ``True`` when the permits were taken.
+
+        Raises:
+            InvalidArgumentError: bad ``permits`` or ``timeout``, or more permits than its
+                total (set plus added); nothing is taken.
+            ServerUnavailableError: the server could not be reached.
+            ClientClosedError: the client is closed, or was closed while waiting."""
         count = core.permits_arg(permits)
         wait = core.wait_timeout(timeout)
         request_id = core.new_request_id()
@@ -105,8 +118,14 @@ class AsyncSemaphore(AsyncHeld):
 
     async def release(self, permits: int = 1) -> None:
         """Give back ``permits``. As in Redisson, more may be given back than were taken (the
-        semaphore then has more permits); ``InvalidArgumentError`` when it was never set.
-        ``release(0)`` does nothing."""
+        semaphore then has more permits). ``release(0)`` does nothing.
+
+        Args:
+            permits: How many permits to give back.
+
+        Raises:
+            InvalidArgumentError: bad ``permits``, or the semaphore was never set.
+            ServerUnavailableError: the server could not be reached."""
         count = core.permits_arg(permits)
         if count == 0:
             return
@@ -139,7 +158,15 @@ class AsyncSemaphore(AsyncHeld):
     @asynccontextmanager
     async def hold(self, permits: int = 1, timeout: Seconds | None = None) -> AsyncIterator[None]:
         """``async with sem.hold(timeout=5):`` a bounded wait that raises
-        ``LockTimeoutError`` when it runs out, then gives the permits back on exit."""
+        ``LockTimeoutError`` when it runs out, then gives the permits back on exit.
+
+        Args:
+            permits: How many permits to take, all at once.
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+
+        Raises:
+            LockTimeoutError: the permits were not taken in time.
+            InvalidArgumentError: bad ``permits`` or ``timeout``."""
         if not await self.acquire(permits, timeout):
             raise _timeout(self.name, self.client._owner(), timeout)
         try:
@@ -208,7 +235,20 @@ class AsyncLeaseSemaphore:
         self, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> str | None:
         """Take one permit; returns its id, or ``None`` when ``timeout`` ran out first
-        (``None``: wait as long as it takes; ``0``: try once)."""
+        (``None``: wait as long as it takes; ``0``: try once).
+
+        Args:
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the permit lasts unless given back or renewed; ``None``: renewed by
+                the client's watchdog (as a lock's hold) until given back.
+
+        Returns:
+            The permit's id (give it to ``release``; any process may), or ``None``.
+
+        Raises:
+            InvalidArgumentError: a bad ``timeout`` or ``lease``.
+            ServerUnavailableError: the server could not be reached.
+            ClientClosedError: the client is closed, or was closed while waiting."""
         ids = await self._acquire(1, timeout, lease)
         return None if ids is None else ids[0]
 
@@ -250,8 +290,15 @@ class AsyncLeaseSemaphore:
         return granted.ids
 
     async def release(self, permit_id: str) -> None:
-        """Give back the permit ``permit_id``. ``LeaseLostError`` when its lease ran out
-        first; ``InvalidArgumentError`` for an id that is not a held permit."""
+        """Give back the permit ``permit_id``.
+
+        Args:
+            permit_id: The id ``acquire`` returned.
+
+        Raises:
+            LeaseLostError: the permit's lease ran out first.
+            InvalidArgumentError: an id that is not a held permit.
+            ServerUnavailableError: the server could not be reached."""
         permit = core.permit_id(permit_id)
         kept = keeper(self.client)
         request_id = kept.begin_release(permit)
@@ -341,7 +388,15 @@ class AsyncLeaseSemaphore:
         self, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> AsyncIterator[str]:
         """``async with sem.hold(timeout=5) as permit_id:`` a bounded wait that raises
-        ``LockTimeoutError`` when it runs out, then gives the permit back on exit."""
+        ``LockTimeoutError`` when it runs out, then gives the permit back on exit.
+
+        Args:
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the permit lasts; ``None``: renewed by the watchdog.
+
+        Raises:
+            LockTimeoutError: no permit was taken in time.
+            LeaseLostError: on exit, the permit's lease had run out."""
         permit = await self.acquire(timeout, lease)
         if permit is None:
             raise _timeout(self.name, self.client._owner(), timeout)
