@@ -172,10 +172,12 @@ async def test_hand_over_as_the_client_closes_is_given_back(side, server, name, 
     module: Any = async_client if side.is_async else sync_client
     real_wait = module.wait
     handed: list[Any] = []
+    entered: list[bool] = []  # the waiter waits for a wake-up (not between two tries)
 
     if side.is_async:
 
         async def wait(waiter: Any, timeout: float) -> Any:
+            entered.append(True)
             woken = await real_wait(waiter, timeout)
             if not isinstance(woken, bool):
                 handed.append(woken)
@@ -186,6 +188,7 @@ async def test_hand_over_as_the_client_closes_is_given_back(side, server, name, 
     else:
 
         def wait(waiter: Any, timeout: float) -> Any:
+            entered.append(True)
             woken = real_wait(waiter, timeout)
             if not isinstance(woken, bool):
                 handed.append(woken)
@@ -200,6 +203,9 @@ async def test_hand_over_as_the_client_closes_is_given_back(side, server, name, 
     monkeypatch.setattr(module, "wait", wait)
     waiter = _Call(side, lock.acquire)
     await _queued(side, holder, 1)
+    # in line is not enough: a waiter still between its subscription and its next try (a
+    # loaded machine) takes a hand-over as that try's grant, and never sees the message
+    await eventually(lambda: bool(entered), timeout=10)
     await side(holder.release())
     outcome = await waiter.finished(timeout=10)
     assert handed, "the release did not hand the lock over"
