@@ -22,17 +22,24 @@ SOURCE = Path(redlease.__file__).resolve().parents[1]
 TIMEOUT = 60
 
 
-def manage(
-    url: str, *args: str, cache: str = "", prefix: str = ""
-) -> subprocess.CompletedProcess[str]:
+def site_env(url: str, cache: str = "", prefix: str = "", **more: str) -> dict[str, str]:
+    """The environment of a process of the test project: its server, this redlease."""
     env = dict(os.environ)
     env.update(
         REDLEASE_TEST_URL=url,
         REDLEASE_TEST_CACHE=cache,
         REDLEASE_TEST_PREFIX=prefix,
         PYTHONPATH=os.pathsep.join([str(SITE), str(SOURCE), env.get("PYTHONPATH", "")]),
+        **more,
     )
     env.pop("DJANGO_SETTINGS_MODULE", None)
+    return env
+
+
+def manage(
+    url: str, *args: str, cache: str = "", prefix: str = "", **more: str
+) -> subprocess.CompletedProcess[str]:
+    env = site_env(url, cache, prefix, **more)
     return subprocess.run(
         [sys.executable, "manage.py", "redlease", *args],
         cwd=SITE,
