@@ -229,6 +229,8 @@ def api_pages() -> dict[str, tuple[str, str]]:
             f"`from redlease import {name}`{twin_text}{_guide(_GUIDES.get(plain))}\n\n"
             f"::: redlease.{name}\n"
         )
+        if group == "Errors":  # what else it is (except ... ValueError still catches it)
+            text += "    options:\n      show_bases: true\n"
         pages[f"api/{name}.md"] = (group, text)
     for module in public_modules():
         text = f"# {module}\n\n`import {module}`{_guide(_MODULE_GUIDES.get(module))}\n\n"

@@ -163,7 +163,9 @@ class _LockError(RedleaseError):
     def __init__(self, message: str, *, name: str = "", owner: str | None = None) -> None:
         super().__init__(message)
         self.name = name
+        """The lock's name."""
         self.owner = owner
+        """The owner id of the thread or task concerned (``None`` when not known)."""
 
 
 class NotOwnedError(_LockError, RuntimeError):
@@ -192,6 +194,7 @@ class LeaseLostError(NotOwnedError):
     ) -> None:
         super().__init__(message, name=name, owner=owner)
         self.cause: LossCause = cause
+        """Why the hold was lost: ``expired``, ``forced``, ``server_lost`` or ``unknown``."""
 
 
 class LockTimeoutError(_LockError, TimeoutError):
@@ -227,8 +230,11 @@ class StaleTokenError(RedleaseError):
     def __init__(self, message: str, *, resource: str = "", token: int = 0, seen: int = 0) -> None:
         super().__init__(message)
         self.resource = resource
+        """The key written."""
         self.token = token
+        """The token the write carried."""
         self.seen = seen
+        """The highest token the resource had seen."""
 
 
 class ServerUnavailableError(RedleaseError, ConnectionError):
@@ -237,7 +243,9 @@ class ServerUnavailableError(RedleaseError, ConnectionError):
     def __init__(self, message: str, *, address: str = "", name: str | None = None) -> None:
         super().__init__(message)
         self.address = address
+        """The server's address (host:port, never a password)."""
         self.name = name
+        """The lock (or other primitive) the call was for, if any."""
 
 
 class QuorumError(_LockError, ConnectionError):
