@@ -213,12 +213,12 @@ def api_pages() -> dict[str, tuple[str, str]]:
         plain = name.removeprefix("Async")
         if module == "errors":
             group = "Errors"
-        elif name in _VALUES:
-            group = "Values"
         elif name.startswith("Async") and plain in names:
             group = "asyncio API"
-        else:
+        elif name in _SYNC or f"Async{name}" in names:
             group = "Sync API"
+        else:  # a value the API hands back (Lease, LockStatistics, EvictionPolicy, ...)
+            group = "Values"
         twin = f"Async{name}" if f"Async{name}" in names else plain if plain != name else None
         twin_text = ""
         if twin and twin in names:
@@ -281,3 +281,21 @@ def on_files(files: Any, config: Any) -> Any:
     for path, (_, text) in api_pages().items():
         files.append(File.generated(config, path, content=text))
     return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """The API reference's index lists every generated page, by group."""
+    if page.file.src_uri != "api/index.md":
+        return markdown
+    pages = api_pages()
+    lines = [markdown.rstrip(), ""]
+    for group in _GROUPS:
+        names = [
+            path.removeprefix("api/").removesuffix(".md")
+            for path, (page_group, _) in pages.items()
+            if page_group == group
+        ]
+        if names:
+            links = ", ".join(f"[`{name}`]({name}.md)" for name in names)
+            lines += [f"## {group}", "", links, ""]
+    return "\n".join(lines)
