@@ -299,7 +299,21 @@ class AsyncClient(ClientBase, AsyncClosing):
         ``at_most_for``: the lease while the job runs (a dead instance frees the slot after
         it); ``at_least_for``: the slot stays taken that long after the job began, however
         fast it ran; ``keep_alive=True``: the watchdog renews the lease while the job runs
-        (``at_most_for`` may then be left out)."""
+        (``at_most_for`` may then be left out).
+
+        Args:
+            name: The job's lock name, the same on every instance.
+            at_most_for: Seconds: the lease while the job runs; a dead instance frees the
+                slot after it. Required unless ``keep_alive``.
+            at_least_for: Seconds the slot stays taken after the job began (longer than the
+                spread of the instances' ticks, shorter than the interval between them).
+            keep_alive: The watchdog renews the lease while the job runs.
+            on_lease_lost: Called when a ``keep_alive`` slot is found lost while the job runs.
+
+        Raises:
+            InvalidArgumentError: a missing, negative or zero ``at_most_for``, a negative
+                ``at_least_for``, or one longer than ``at_most_for``.
+        """
         return AsyncScheduledLock(
             self,
             name,
@@ -320,7 +334,18 @@ class AsyncClient(ClientBase, AsyncClosing):
     ) -> AsyncFairLock:
         """A reentrant lock served strictly in arrival order (see ``AsyncFairLock``).
         ``layout="redisson"``: Redisson's RedissonFairLock layout, one line shared with Java
-        services on the same name (Redisson's place timeouts then)."""
+        services on the same name (Redisson's place timeouts then).
+
+        Args:
+            name: The lock's name.
+            lease: The default lease of its acquires; ``None``: renewed by the watchdog.
+            on_lease_lost: Called with a ``LeaseLostError`` when a hold is found lost.
+            replicas: Overrides the client's replica-confirmed writes for this lock.
+            layout: ``"redlease"`` (the default) or ``"redisson"``.
+
+        Raises:
+            InvalidArgumentError: an empty name, a bad lease, an unknown layout.
+        """
         return AsyncFairLock(
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
@@ -328,11 +353,17 @@ class AsyncClient(ClientBase, AsyncClosing):
     def election(self, name: str, *, identity: str | None = None) -> AsyncElection:
         """A leader election named ``name`` (see ``AsyncElection``): ``async with
         election.leadership() as term:`` leads; ``identity`` names this candidate in
-        ``leader()`` and ``observe()`` (default ``"<host name>:<pid>"``)."""
+        ``leader()`` and ``observe()`` (default ``"<host name>:<pid>"``).
+
+        Args:
+            name: The election's name, the same for every candidate.
+            identity: This candidate's name in ``leader()`` and ``observe()``.
+        """
         return AsyncElection(self, name, identity=identity)
 
     def semaphore(self, name: str) -> AsyncSemaphore:
-        """A counting semaphore named ``name`` (Redisson's RSemaphore layout)."""
+        """A counting semaphore named ``name`` (Redisson's RSemaphore layout). Set its permits
+        once with ``try_set_permits(n)`` (or ``set_permits``) before the first ``acquire``."""
         return AsyncSemaphore(self, name)
 
     def lease_semaphore(
@@ -343,7 +374,13 @@ class AsyncClient(ClientBase, AsyncClosing):
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
     ) -> AsyncLeaseSemaphore:
         """A semaphore whose permits have ids and leases, so a crashed holder's permits come
-        back by themselves (Redisson's RPermitExpirableSemaphore layout)."""
+        back by themselves (Redisson's RPermitExpirableSemaphore layout).
+
+        Args:
+            name: The semaphore's name.
+            lease: The default lease of its permits; ``None``: renewed by the watchdog.
+            on_lease_lost: Called with a ``LeaseLostError`` when a permit is found lost.
+        """
         return AsyncLeaseSemaphore(self, name, lease=lease, on_lease_lost=on_lease_lost)
 
     def latch(self, name: str) -> AsyncCountDownLatch:
@@ -363,7 +400,15 @@ class AsyncClient(ClientBase, AsyncClosing):
         the ``AsyncLock`` API; many readers or one writer, writers first (see
         ``AsyncReadWriteLock``). ``layout="redisson"``: Redisson's RReadWriteLock layout,
         shared with Java services (no writer preference then); other arguments as for
-        ``lock``."""
+        ``lock``.
+
+        Args:
+            name: The read-write lock's name.
+            lease: The default lease of its sides' acquires; ``None``: renewed.
+            on_lease_lost: Called with a ``LeaseLostError`` when a hold is found lost.
+            replicas: Overrides the client's replica-confirmed writes for this lock.
+            layout: ``"redlease"`` (the default) or ``"redisson"``.
+        """
         return AsyncReadWriteLock(
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
@@ -458,7 +503,18 @@ class AsyncClient(ClientBase, AsyncClosing):
         older token from now on (``StaleTokenError`` if a newer one was already used).
 
         Read with this and write with ``fenced_set``: a holder whose lease ran out can then
-        write neither before nor between them."""
+        write neither before nor between them.
+
+        Args:
+            key: A string key (not a lock's).
+            token: The fencing token of the caller's hold (``lease.fencing_token``).
+
+        Returns:
+            The value, or ``None`` when ``key`` does not exist.
+
+        Raises:
+            StaleTokenError: a newer token than ``token`` was already used on ``key``.
+        """
         return await self._run(self._fenced_get_op(key, token), key)
 
     async def fenced_set(
@@ -469,6 +525,15 @@ class AsyncClient(ClientBase, AsyncClosing):
 
         ``px`` is an expiry in milliseconds. Use it to protect a Redis resource from a holder
         whose lease ran out while it paused.
+
+        Args:
+            key: A string key (not a lock's).
+            value: The value to write.
+            token: The fencing token of the caller's hold.
+            px: An expiry in milliseconds; ``None``: none.
+
+        Raises:
+            StaleTokenError: ``key`` has seen a newer token; nothing was written.
         """
         await self._run(self._fenced_set_op(key, value, token, px), key)
 

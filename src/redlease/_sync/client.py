@@ -247,7 +247,21 @@ class Client(ClientBase, Closing):
         ``at_most_for``: the lease while the job runs (a dead instance frees the slot after
         it); ``at_least_for``: the slot stays taken that long after the job began, however
         fast it ran; ``keep_alive=True``: the watchdog renews the lease while the job runs
-        (``at_most_for`` may then be left out)."""
+        (``at_most_for`` may then be left out).
+
+        Args:
+            name: The job's lock name, the same on every instance.
+            at_most_for: Seconds: the lease while the job runs; a dead instance frees the
+                slot after it. Required unless ``keep_alive``.
+            at_least_for: Seconds the slot stays taken after the job began (longer than the
+                spread of the instances' ticks, shorter than the interval between them).
+            keep_alive: The watchdog renews the lease while the job runs.
+            on_lease_lost: Called when a ``keep_alive`` slot is found lost while the job runs.
+
+        Raises:
+            InvalidArgumentError: a missing, negative or zero ``at_most_for``, a negative
+                ``at_least_for``, or one longer than ``at_most_for``.
+        """
         return ScheduledLock(
             self,
             name,
@@ -268,7 +282,18 @@ class Client(ClientBase, Closing):
     ) -> FairLock:
         """A reentrant lock served strictly in arrival order (see ``FairLock``).
         ``layout="redisson"``: Redisson's RedissonFairLock layout, one line shared with Java
-        services on the same name (Redisson's place timeouts then)."""
+        services on the same name (Redisson's place timeouts then).
+
+        Args:
+            name: The lock's name.
+            lease: The default lease of its acquires; ``None``: renewed by the watchdog.
+            on_lease_lost: Called with a ``LeaseLostError`` when a hold is found lost.
+            replicas: Overrides the client's replica-confirmed writes for this lock.
+            layout: ``"redlease"`` (the default) or ``"redisson"``.
+
+        Raises:
+            InvalidArgumentError: an empty name, a bad lease, an unknown layout.
+        """
         return FairLock(
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
@@ -276,11 +301,17 @@ class Client(ClientBase, Closing):
     def election(self, name: str, *, identity: str | None = None) -> Election:
         """A leader election named ``name`` (see ``Election``): ``with
         election.leadership() as term:`` leads; ``identity`` names this candidate in
-        ``leader()`` and ``observe()`` (default ``"<host name>:<pid>"``)."""
+        ``leader()`` and ``observe()`` (default ``"<host name>:<pid>"``).
+
+        Args:
+            name: The election's name, the same for every candidate.
+            identity: This candidate's name in ``leader()`` and ``observe()``.
+        """
         return Election(self, name, identity=identity)
 
     def semaphore(self, name: str) -> Semaphore:
-        """A counting semaphore named ``name`` (Redisson's RSemaphore layout)."""
+        """A counting semaphore named ``name`` (Redisson's RSemaphore layout). Set its permits
+        once with ``try_set_permits(n)`` (or ``set_permits``) before the first ``acquire``."""
         return Semaphore(self, name)
 
     def lease_semaphore(
@@ -291,7 +322,13 @@ class Client(ClientBase, Closing):
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
     ) -> LeaseSemaphore:
         """A semaphore whose permits have ids and leases, so a crashed holder's permits come
-        back by themselves (Redisson's RPermitExpirableSemaphore layout)."""
+        back by themselves (Redisson's RPermitExpirableSemaphore layout).
+
+        Args:
+            name: The semaphore's name.
+            lease: The default lease of its permits; ``None``: renewed by the watchdog.
+            on_lease_lost: Called with a ``LeaseLostError`` when a permit is found lost.
+        """
         return LeaseSemaphore(self, name, lease=lease, on_lease_lost=on_lease_lost)
 
     def latch(self, name: str) -> CountDownLatch:
@@ -311,7 +348,15 @@ class Client(ClientBase, Closing):
         the ``Lock`` API; many readers or one writer, writers first (see
         ``ReadWriteLock``). ``layout="redisson"``: Redisson's RReadWriteLock layout,
         shared with Java services (no writer preference then); other arguments as for
-        ``lock``."""
+        ``lock``.
+
+        Args:
+            name: The read-write lock's name.
+            lease: The default lease of its sides' acquires; ``None``: renewed.
+            on_lease_lost: Called with a ``LeaseLostError`` when a hold is found lost.
+            replicas: Overrides the client's replica-confirmed writes for this lock.
+            layout: ``"redlease"`` (the default) or ``"redisson"``.
+        """
         return ReadWriteLock(
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
@@ -362,7 +407,18 @@ class Client(ClientBase, Closing):
         older token from now on (``StaleTokenError`` if a newer one was already used).
 
         Read with this and write with ``fenced_set``: a holder whose lease ran out can then
-        write neither before nor between them."""
+        write neither before nor between them.
+
+        Args:
+            key: A string key (not a lock's).
+            token: The fencing token of the caller's hold (``lease.fencing_token``).
+
+        Returns:
+            The value, or ``None`` when ``key`` does not exist.
+
+        Raises:
+            StaleTokenError: a newer token than ``token`` was already used on ``key``.
+        """
         return self._run(self._fenced_get_op(key, token), key)
 
     def fenced_set(
@@ -373,6 +429,15 @@ class Client(ClientBase, Closing):
 
         ``px`` is an expiry in milliseconds. Use it to protect a Redis resource from a holder
         whose lease ran out while it paused.
+
+        Args:
+            key: A string key (not a lock's).
+            value: The value to write.
+            token: The fencing token of the caller's hold.
+            px: An expiry in milliseconds; ``None``: none.
+
+        Raises:
+            StaleTokenError: ``key`` has seen a newer token; nothing was written.
         """
         self._run(self._fenced_set_op(key, value, token, px), key)
 
