@@ -74,6 +74,15 @@ def test_no_update_lost_under_concurrent_requests(configured: str, tables: None)
     assert row.value == n
 
 
+def test_rest_framework_view(configured: str, pk: int) -> None:
+    pytest.importorskip("rest_framework")
+    answer = DjangoClient().get(f"/api/{pk}")
+    assert (answer.status_code, answer.json()) == (200, {"pk": pk, "user": "AnonymousUser"})
+    with lock(f"hold:{pk}"):  # DRF's Request wraps Django's: the view answers its status
+        busy = ThreadPoolExecutor(1).submit(DjangoClient().get, f"/api/{pk}").result(WAIT)
+    assert busy.status_code == 423
+
+
 def test_class_based_view_and_names_from_the_url(configured: str, pk: int) -> None:
     assert DjangoClient().get(f"/report/{pk}").content == f"report {pk}".encode()
     with lock(f"report:{pk}"):  # the same name, taken from outside the view

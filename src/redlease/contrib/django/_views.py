@@ -89,10 +89,11 @@ def _name_maker(
     return make
 
 
-def _request_of(args: tuple[Any, ...]) -> HttpRequest | None:
-    """The request of a view's call: its first argument, or its second after ``self``."""
+def _request_of(args: tuple[Any, ...]) -> Any:
+    """The request of a view's call: its first argument, or its second after ``self``; a
+    Django ``HttpRequest`` or a request that wraps one (Django REST framework's)."""
     for arg in args[:2]:
-        if isinstance(arg, HttpRequest):
+        if isinstance(arg, HttpRequest) or isinstance(getattr(arg, "_request", None), HttpRequest):
             return arg
     return None
 
