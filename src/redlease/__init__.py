@@ -49,7 +49,7 @@ from .errors import (
     StaleTokenError,
     WrongTypeError,
 )
-from .stats import EvictionPolicy, Lease, LockStatistics
+from .stats import EvictionPolicy, HolderInfo, Lease, LockStatistics
 
 __all__ = [
     "ArgumentTypeError",
@@ -76,6 +76,7 @@ __all__ = [
     "EvictionPolicy",
     "EvictionPolicyError",
     "FairLock",
+    "HolderInfo",
     "InvalidArgumentError",
     "LatchStatistics",
     "Lease",

@@ -16,16 +16,18 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import redis
 import redis.exceptions
 
 from ._connections import describe, raise_translated
+from ._core.keys import FENCE_FIELD
 from ._servers import describe as describe_policy
 from ._sync.client import Client
 from .cli import PROG, CommandError, UsageError, connect
-from .stats import EvictionPolicy
+from .stats import EvictionPolicy, HolderInfo
 
 __all__ = ["LockView", "force_release", "list_locks", "status"]
 
@@ -57,6 +59,8 @@ class LockView:
     """Waiters in line on the server (``status`` only; ``None`` when not read)."""
     server: EvictionPolicy | None = None
     """What the server does with lock keys when memory runs short."""
+    holder_info: dict[str, HolderInfo] = dataclass_field(default_factory=dict)
+    """Who each holder is (host, pid, process, description), by owner."""
 
     @property
     def locked(self) -> bool:
@@ -69,10 +73,12 @@ class LockView:
             "locked": self.locked,
             "ttl": ttl,
             "holders": self.holders,
+            "holder_info": {
+                owner: self.holder_info.get(owner, HolderInfo()).as_json() for owner in self.holders
+            },
         }
-        if self.waiters is not None:
-            out["fencing_token"] = self.fencing_token
-            out["waiters"] = self.waiters
+        out["fencing_token"] = self.fencing_token
+        out["waiters"] = self.waiters  # list: null (not read)
         if self.server is not None:
             out["server"] = server_json(self.server)
         return out
@@ -82,7 +88,7 @@ class LockView:
         if self.ttl is None:
             return f"{name}: free"
         holders = ", ".join(
-            f"{owner} ({count} hold{'' if count == 1 else 's'})"
+            f"{owner} ({count} hold{'' if count == 1 else 's'}){who(self.holder_info.get(owner))}"
             for owner, count in self.holders.items()
         )
         ttl = "no expiry" if math.isinf(self.ttl) else f"ttl {self.ttl:.1f} s"
@@ -92,6 +98,22 @@ class LockView:
         if self.waiters:
             extra += f", {self.waiters} waiting"
         return f"{name}: held by {holders}, {ttl}{extra}"
+
+
+def who(info: HolderInfo | None) -> str:
+    """A holder's record as ``status`` shows it after its owner: `` [host pid N process:
+    info]``, or nothing when its client left none."""
+    if info is None or info == HolderInfo():
+        return ""
+    parts = [printable(info.host or "?")]
+    if info.pid is not None:
+        parts.append(f"pid {info.pid}")
+    if info.process:
+        parts.append(printable(info.process))
+    text = " ".join(parts)
+    if info.info:
+        text += f": {printable(info.info)}"
+    return f" [{text}]"
 
 
 def server_json(policy: EvictionPolicy) -> dict[str, Any]:
@@ -142,7 +164,10 @@ def _classify(name: str, kind: Any, scanned: Any, pttl: Any) -> LockView | str:
     if int(cursor) != 0:
         return f"{printable(name)!r} is a hash with many fields, not a lock"
     holders: dict[str, int] = {}
+    token: int | None = None
     for field, value in fields.items():
+        if bytes(field) == FENCE_FIELD.encode() and _text(value).isdigit():
+            token = int(_text(value))
         if bytes(field).startswith(OWN_FIELDS):
             continue  # e.g. the fencing token or the hold's recorded lease: not a holder
         count = _text(value)
@@ -152,7 +177,7 @@ def _classify(name: str, kind: Any, scanned: Any, pttl: Any) -> LockView | str:
     if not holders or int(pttl) == -2:
         return LockView(name, None, {})
     ttl = math.inf if int(pttl) == -1 else int(pttl) / 1000
-    return LockView(name, ttl, dict(sorted(holders.items())))
+    return LockView(name, ttl, dict(sorted(holders.items())), fencing_token=token)
 
 
 def _shapes(r: redis.Redis, names: Sequence[str]) -> list[LockView | str]:
@@ -187,6 +212,7 @@ def _read(client: Client, name: str) -> LockView:
         dict(sorted(stats.holders.items())),
         fencing_token=stats.fencing_token,
         waiters=stats.waiters,
+        holder_info=dict(stats.holder_info),
     )
 
 
@@ -250,8 +276,12 @@ def list_locks(target: str | Client, pattern: str, *, limit: int, as_json: bool)
             if calls >= MAX_SCAN_CALLS:
                 complete = False
                 break
-    more = len(found) > limit
-    found = sorted((replace(v, server=server) for v in found[:limit]), key=lambda v: v.name)
+        more = len(found) > limit
+        found = found[:limit]
+        infos = client._holder_infos({owner for v in found for owner in v.holders})
+    found = sorted(
+        (replace(v, server=server, holder_info=infos) for v in found), key=lambda v: v.name
+    )
     if as_json:
         _say(json.dumps([v.as_json() for v in found], indent=2))
     else:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -28,6 +29,7 @@ from typing import Any
 
 import redis.exceptions
 
+from ._holders import scrub_words
 from ._keep import non_negative_seconds
 from ._sync.lock import Lock
 from .cli import (
@@ -256,7 +258,11 @@ def _socket_timeout(options: RunOptions) -> float:
 def _run(url: str, options: RunOptions, sup: Supervisor) -> int:
     sup.waiting = True  # from here a forwarded signal stops the wait (and the connect)
     client = connect(
-        url, watchdog_timeout=options.watchdog, socket_timeout=_socket_timeout(options)
+        url,
+        watchdog_timeout=options.watchdog,
+        socket_timeout=_socket_timeout(options),
+        # status and list show the command beside the host and pid (passwords masked)
+        holder_info=shlex.join(scrub_words(options.argv)),
     )
     try:
         try:

@@ -8,9 +8,10 @@ from ._connections import describe, is_cluster, user_of
 from ._core import fence
 from ._core.requests import Operation
 from ._core.watchdog import RenewalPolicy
+from ._holders import scrub_text
 from ._owners import HANDOFF_WINDOW, ClientState
 from ._servers import Eviction, ServerChecks, eviction_mode
-from .errors import InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError
 from .events import Listener
 from .options import Seconds, replication, seconds, window
 
@@ -70,7 +71,12 @@ class ClientBase(StateViews):
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
         eviction: Eviction = "warn",
+        holder_info: str | None = None,
     ) -> None:
+        if holder_info is not None and not isinstance(holder_info, str):
+            raise ArgumentTypeError(f"holder_info must be a str, got {type(holder_info).__name__}")
+        self._holder_info = scrub_text(holder_info) if holder_info else None
+        """What this client's holders do, shown by ``redlease status`` (passwords masked)."""
         self._checks = ServerChecks(eviction_mode(eviction))
         """The first-use check of each server (its eviction policy), see ``_servers``."""
         self.redis = redis_client

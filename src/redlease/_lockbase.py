@@ -23,7 +23,7 @@ from .errors import (
     ServerUnavailableError,
 )
 from .options import Seconds, chosen_lease, lock_name, optional_seconds, replication, wait_args
-from .stats import Lease, LockStatistics
+from .stats import HolderInfo, Lease, LockStatistics
 
 T = TypeVar("T")
 
@@ -279,7 +279,13 @@ class LockBase:
     def _not_acquired(self, timeout: Seconds | None, blocking: bool = True) -> str:
         return f"lock {self.name!r} {not_acquired(blocking, timeout)}"
 
-    def _statistics(self, owner: str, status: core.Status, local_waiters: int) -> LockStatistics:
+    def _statistics(
+        self,
+        owner: str,
+        status: core.Status,
+        local_waiters: int,
+        holder_info: dict[str, HolderInfo] | None = None,
+    ) -> LockStatistics:
         count = status.holders.get(owner, 0)
         return LockStatistics(
             name=self.name,
@@ -291,6 +297,7 @@ class LockBase:
             fencing_token=status.token,
             waiters=status.waiters,
             local_waiters=local_waiters,
+            holder_info=holder_info or {},
         )
 
     def _token(self, owner: str) -> int | None:

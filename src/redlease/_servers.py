@@ -166,18 +166,38 @@ class ServerChecks:
 
     mode: Eviction
     due: float = 0.0
-    """``time.monotonic()`` at which the next check is due (0: at the next operation)."""
+    """``time.monotonic()`` at which the next policy check is due (0: at the next operation)."""
+    record_at: float = 0.0
+    """``time.monotonic()`` at which the client's holder record is due to be (re)written."""
     policies: dict[str, EvictionPolicy] = field(default_factory=dict)
     warned: set[tuple[str, str]] = field(default_factory=set)
     """(address, policy) pairs warned about: once per client and server (a failover to a
     server with the same policy is not warned about again)."""
 
     def is_due(self) -> bool:
+        now = time.monotonic()
+        return now >= self.due or now >= self.record_at
+
+    def policy_due(self) -> bool:
         return time.monotonic() >= self.due
 
+    def record_due(self) -> bool:
+        return time.monotonic() >= self.record_at
+
     def again_soon(self) -> None:
-        """Check at the next operation (a script reload: a restarted or failed-over server)."""
+        """Check at the next operation (a script reload: a restarted or failed-over server,
+        whose data may be gone too; a forked child: a process of its own)."""
         self.due = 0.0
+        self.record_at = 0.0
+
+    def record_written(self, refused: BaseException | None = None) -> None:
+        if refused is not None:
+            log.debug("holder record not written (%s): status shows no host or pid", refused)
+        self.record_at = time.monotonic() + RECHECK
+
+    def record_unreachable(self, exc: BaseException) -> None:
+        log.debug("holder record not written (%s): tried again later", exc)
+        self.record_at = time.monotonic() + RETRY_AFTER_OUTAGE
 
     def unreachable(self, address: str, exc: BaseException) -> None:
         log.debug("server check of %s failed (%s): tried again later", address, exc)

@@ -19,7 +19,6 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import redis.exceptions
@@ -526,32 +525,44 @@ def _add_release(commands: Commands) -> None:
     parser.set_defaults(handler=_cmd_release)
 
 
-def bench_script() -> Path:
-    """Where ``benchmarks/bench.py`` is in a source checkout (it is not installed)."""
-    return Path(__file__).resolve().parents[2] / "benchmarks" / "bench.py"
-
-
 def _cmd_bench(args: argparse.Namespace) -> int:
-    script = bench_script()
-    if not script.is_file():
-        raise CommandError(
-            f"bench needs a source checkout of redlease: {script} not found"
-            " (benchmarks/ is not part of the installed package; clone the repository and"
-            " `pip install -e '.[bench]'`)"
-        )
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, str(script), *args.bench_args])
+    from ._cli_bench import BenchOptions, bench
+
+    url = args.url
+    if url is None and os.environ.get(URL_ENV, "").strip():
+        url = server_url(args)
+    options = BenchOptions(seconds=args.seconds, threads=args.threads, as_json=args.json)
+    return bench(url, options)
 
 
 def _add_bench(commands: Commands) -> None:
     parser = commands.add_parser(
         "bench",
-        add_help=False,  # `redlease bench --help` is the benchmark's own help
-        help="run benchmarks/bench.py (source checkout only); `bench --help` for its options",
-        description="Run benchmarks/bench.py with this Python, passing every argument on.",
+        help="measure lock round trips and throughput on a server",
+        description="Measure the PING round trip, then acquire+release cycles for --seconds"
+        " each, uncontended (a lock per thread) and contended (one lock for all threads):"
+        " cycles per second and acquire/release latency (p50, p99). Keys under"
+        " redlease:bench:, expiring with their lease. Without --url (or $REDLEASE_URL) a"
+        " private server is started and stopped. Comparisons with other libraries are"
+        " benchmarks/bench.py in a source checkout.",
     )
-    parser.set_defaults(handler=_cmd_bench, bench_args=[])
+    parser.add_argument(
+        "--seconds",
+        type=seconds_arg(zero=False),
+        default=3.0,
+        metavar="SECONDS",
+        help="how long each run lasts (default 3)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int_range(1, 256),
+        default=4,
+        metavar="N",
+        help="threads of one client (1-256, default 4)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -574,13 +585,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
     """``(to parse, passed on)``: for ``run``, what follows the first ``--`` (COMMAND: none of
-    it is parsed, so its options can never be taken for ours); for ``bench``, everything after
-    ``bench``."""
+    it is parsed, so its options can never be taken for ours)."""
     for i, word in enumerate(argv):
         if word.startswith("-"):
             continue  # a top-level option (none takes a value)
-        if word == "bench":
-            return argv[: i + 1], argv[i + 1 :]
         if word == "run" and "--" in argv[i + 1 :]:
             cut = argv.index("--", i + 1)
             return argv[:cut], argv[cut + 1 :]
@@ -623,9 +631,7 @@ def main(argv: Sequence[str] | None = None, *, client: Client | None = None) -> 
             parser.error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exc:  # usage error (2), --help or --version (0)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    if args.command == "bench":
-        args.bench_args = passed_on or []
-    elif args.command == "run":
+    if args.command == "run":
         args.argv = passed_on or []
     handler: Handler = args.handler
     url: str | None = getattr(args, "url", None)

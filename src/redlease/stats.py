@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,27 @@ class Lease:
     fencing_token: int
     """Strictly greater than every token handed out before for this lock name; a re-entry
     keeps the token of the hold it joins. Pass it to the resource you protect."""
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """Who a holder is: what its client recorded on the server at its first use (see
+    ``Client(holder_info=...)``). Every field is ``None`` when not known (a client that wrote
+    no record, such as Redisson, or a record that expired)."""
+
+    host: str | None = None
+    """The holder's host name (``socket.gethostname()``)."""
+    pid: int | None = None
+    """The holder's process id on that host."""
+    process: str | None = None
+    """The process name as ``ps`` shows it (``/proc/self/comm`` on Linux)."""
+    info: str | None = None
+    """The client's description (``holder_info=``; ``redlease run``: its command), passwords
+    masked."""
+
+    def as_json(self) -> dict[str, str | int | None]:
+        """The record as ``redlease status --json`` and ``list --json`` show it."""
+        return {"host": self.host, "pid": self.pid, "process": self.process, "info": self.info}
 
 
 @dataclass(frozen=True)
@@ -46,6 +67,10 @@ class LockStatistics:
     """Waiters in line on the server (blocking acquires of redlease clients)."""
     local_waiters: int
     """Threads or tasks of this client waiting for the lock now."""
+    holder_info: dict[str, HolderInfo] = field(default_factory=dict)
+    """Who each holder in ``holders`` is (same keys): its host, pid, process and description,
+    from the record its client keeps on the server (read in a second round trip when the lock
+    is held; a ``HolderInfo`` of ``None`` fields when its client wrote none, e.g. Redisson)."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import subprocess
 import sys
 import uuid
@@ -14,7 +15,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from redlease import Client, cli
+import redlease
+from redlease import Client
 from redlease.testing import RedisServer, free_port
 
 from .helpers import assert_one_line, cli_env, eventually, finish, run_cli, start_cli
@@ -59,7 +61,10 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
         "fencing_token",
         "waiters",
         "server",
+        "holder_info",
     }
+    (info,) = held_view["holder_info"].values()
+    assert info["pid"] == os.getpid() and info["host"] and info["process"]
     assert held_view["fencing_token"] == holder.lock(name).statistics().fencing_token > 0
     assert held_view["waiters"] == 0
     assert held_view["name"] == name
@@ -67,6 +72,7 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
     assert 0 < held_view["ttl"] <= 60
     assert held_view["holders"][owner_of(holder, held_view["holders"])] == 1
     server = free_view.pop("server")
+    assert free_view.pop("holder_info") == {}
     assert free_view == {
         "name": free,
         "locked": False,
@@ -300,20 +306,40 @@ def test_unknown_option_does_not_echo_a_password() -> None:
 # --- bench ----------------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not cli.bench_script().is_file(), reason="needs the source checkout")
-def test_bench_passes_its_arguments_on() -> None:
-    result = run_cli("bench", "--help")
+def test_bench_runs_from_outside_the_source_checkout(url: str, tmp_path: Path) -> None:
+    """The installed command works without benchmarks/: the package copied alone into a
+    directory of its own, run from there, on the server given by --url."""
+    site = tmp_path / "site"
+    shutil.copytree(
+        Path(redlease.__file__).parent, site / "redlease", ignore=shutil.ignore_patterns("*.pyc")
+    )
+    env = cli_env(PYTHONPATH=str(site))
+    result = subprocess.run(
+        [sys.executable, "-m", "redlease", "bench", "--url", url, "--seconds", "0.3", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, result.stderr
-    assert "--quick" in result.stdout
+    figures = json.loads(result.stdout)
+    assert figures["server"] == url.split("//")[1].split("/")[0]
+    assert figures["ping_ms"] > 0
+    for kind in ("uncontended", "contended"):
+        assert figures[kind]["cycles"] > 0
+        assert figures[kind]["acquire_ms"]["p50"] > 0
+    text = run_cli("bench", "--url", url, "--seconds", "0.2", "--threads", "1", cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    assert "acquire+release/s" in text.stdout and "PING" in text.stdout
 
 
-def test_bench_without_a_checkout_says_so(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    monkeypatch.setattr(cli, "bench_script", lambda: tmp_path / "benchmarks" / "bench.py")
-    assert cli.main(["bench", "--quick"]) == 1
-    err = capsys.readouterr().err
-    assert "source checkout" in assert_one_line(err, starts="redlease: error: ")
+def test_bench_refuses_bad_options() -> None:
+    result = run_cli("bench", "--threads", "0")
+    assert result.returncode == 2
+    assert "--threads" in assert_one_line(result.stderr, starts="redlease bench: error: ")
 
 
 @pytest.mark.parametrize(("answer", "status"), [("y\n", 0), ("n\n", 1), ("", 1)])

@@ -6,7 +6,7 @@ import asyncio  # async-only
 import contextlib
 import threading
 import weakref  # async-only
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import redis.asyncio
@@ -28,6 +28,7 @@ from .._connections import (
     cluster_from_url_failed,
     gives_back,
     key_type_shown,
+    log,
     needs_key_type,
     raise_translated,
     settle_pubsub,
@@ -35,6 +36,9 @@ from .._connections import (
 )
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
+from .._holders import RECORD_TTL, client_of, holder_infos, record_key
+from .._holders import parse as parse_record
+from .._holders import record as holder_record
 from .._locked import OnBusy, bound
 from .._owners import HANDOFF_WINDOW, TaskOwners, fork_generation
 from .._servers import CONFIG_PATTERN, Eviction, policy_of
@@ -57,7 +61,7 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..options import Seconds
-from ..stats import EvictionPolicy
+from ..stats import EvictionPolicy, HolderInfo
 from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
 from .election import AsyncElection
 from .latch import AsyncCountDownLatch
@@ -108,6 +112,10 @@ class AsyncClient(ClientBase, AsyncClosing):
     memory limit): ``"warn"`` (a ``RedleaseWarning`` and a log line, once per server),
     ``"refuse"`` (every call raises ``EvictionPolicyError`` until the server is fixed) or
     ``"ignore"`` (the policy is not read).
+    ``holder_info`` describes what this client's holders do (``redlease run`` gives its
+    command): ``redlease status``, ``list`` and ``statistics()`` show it with the holder's
+    host, pid and process name, from one record key the client keeps on the server (written
+    at its first use, not per acquire; passwords masked, see docs/operations.md).
     """
 
     def __init__(
@@ -119,6 +127,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
         eviction: Eviction = "warn",
+        holder_info: str | None = None,
         # begin async-only
         # opt-in: every task's script calls on at most two shared connections (see transport)
         # end async-only
@@ -143,6 +152,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             replicas=replicas,
             replica_timeout=replica_timeout,
             eviction=eviction,
+            holder_info=holder_info,
         )
         self._subscriber: Subscriber | None = None
         self._watchdog: AsyncWatchdog | None = None
@@ -195,6 +205,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         replica_timeout: Seconds = 1.0,
         cluster: bool = False,
         eviction: Eviction = "warn",
+        holder_info: str | None = None,
         pipeline: bool = False,  # async-only
         **redis_kwargs: Any,
     ) -> AsyncClient:
@@ -252,6 +263,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             replicas=replicas,
             replica_timeout=replica_timeout,
             eviction=eviction,
+            holder_info=holder_info,
             pipeline=pipeline,  # async-only
         )
         client._owns_redis = True
@@ -1197,7 +1209,9 @@ class AsyncClient(ClientBase, AsyncClosing):
         # checking = self._check_mutex
         # end async-only
         async with checking:  # one check, however many start at once
-            if not self._checks.is_due():
+            if self._checks.record_due():
+                await self._write_record()
+            if not self._checks.policy_due():
                 return
             if self._checks.mode == "ignore":
                 self._checks.judge([])
@@ -1206,6 +1220,40 @@ class AsyncClient(ClientBase, AsyncClosing):
             refused = self._checks.judge(found) if found is not None else None
         if refused is not None:
             raise refused
+
+    async def _write_record(self, via: Any = None) -> None:
+        """Write (or refresh) this client's holder record (on ``via``: the watchdog's own
+        connections); a user not allowed to is not hindered (its holders show no host or
+        pid), an unreachable server is tried later."""
+        key = record_key(self._state.id)
+        try:
+            await (via or self.redis).set(key, holder_record(self._holder_info), ex=RECORD_TTL)
+        except redis.exceptions.ResponseError as exc:
+            self._checks.record_written(exc)
+        except PROBE_ERRORS as exc:
+            self._checks.record_unreachable(exc)
+        else:
+            self._checks.record_written()
+
+    async def _holder_infos(self, owners: Collection[str]) -> dict[str, HolderInfo]:
+        """Who each owner is, from its client's record (one round trip; nothing known when
+        the records cannot be read)."""
+        clients = sorted({client_of(owner) for owner in owners})
+        records: dict[str, HolderInfo | None] = {}
+        if clients:
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                for each in clients:
+                    pipe.get(record_key(each))
+                replies = await pipe.execute(raise_on_error=False)
+            except PROBE_ERRORS as exc:
+                log.debug("holder records not read: %s", exc)
+            else:
+                records = {
+                    each: None if isinstance(reply, Exception) else parse_record(reply)
+                    for each, reply in zip(clients, replies, strict=True)
+                }
+        return holder_infos(owners, records)
 
     async def _read_policies(self, *, strict: bool) -> list[EvictionPolicy] | None:
         """Each master's ``EvictionPolicy``; when one cannot be reached, ``None`` (and the

@@ -213,7 +213,9 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         else:
             sub = self.client._subscriber
             waiters = sub.waiting(self._wait_channel) if sub is not None else 0
-        return self._statistics(self.client._owner(), await self._status(), waiters)
+        status = await self._status()
+        infos = await self.client._holder_infos(status.holders) if status.holders else {}
+        return self._statistics(self.client._owner(), status, waiters, infos)
 
     async def _status(self) -> core.Status:
         owner = self.client._owner()

@@ -62,6 +62,11 @@ class AsyncWatchdog:
                 by_node.setdefault(cluster_node_of(cluster, job[2]), []).append(job)
             started = time.monotonic()
             done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
+            if jobs and all(done) and client._checks.record_due():
+                # the holder record, every half hour while holds are renewed; bounded as a
+                # renewal is, so a hung server delays the next round little
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(client._write_record(), policy.interval / 4)
             # renewals count from when they were sent: after a round that succeeded the next
             # is due an interval after it began, not after it ended, so a round that ended
             # late (the process was stopped while it waited for a reply) is followed at once

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import redis
@@ -27,6 +27,7 @@ from .._connections import (
     cluster_from_url_failed,
     gives_back,
     key_type_shown,
+    log,
     needs_key_type,
     raise_translated,
     settle_pubsub,
@@ -34,6 +35,9 @@ from .._connections import (
 )
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
+from .._holders import RECORD_TTL, client_of, holder_infos, record_key
+from .._holders import parse as parse_record
+from .._holders import record as holder_record
 from .._locked import OnBusy, bound
 from .._owners import HANDOFF_WINDOW, ThreadOwners, fork_generation, fork_safe
 from .._servers import CONFIG_PATTERN, Eviction, policy_of
@@ -49,7 +53,7 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..options import Seconds
-from ..stats import EvictionPolicy
+from ..stats import EvictionPolicy, HolderInfo
 from .election import Election
 from .latch import CountDownLatch
 from .line import Lines
@@ -85,6 +89,10 @@ class Client(ClientBase, Closing):
     memory limit): ``"warn"`` (a ``RedleaseWarning`` and a log line, once per server),
     ``"refuse"`` (every call raises ``EvictionPolicyError`` until the server is fixed) or
     ``"ignore"`` (the policy is not read).
+    ``holder_info`` describes what this client's holders do (``redlease run`` gives its
+    command): ``redlease status``, ``list`` and ``statistics()`` show it with the holder's
+    host, pid and process name, from one record key the client keeps on the server (written
+    at its first use, not per acquire; passwords masked, see docs/operations.md).
     """
 
     def __init__(
@@ -96,6 +104,7 @@ class Client(ClientBase, Closing):
         replicas: int = 0,
         replica_timeout: Seconds = 1.0,
         eviction: Eviction = "warn",
+        holder_info: str | None = None,
     ) -> None:
         if not isinstance(redis_client, redis.Redis | redis.cluster.RedisCluster):
             raise ArgumentTypeError(
@@ -109,6 +118,7 @@ class Client(ClientBase, Closing):
             replicas=replicas,
             replica_timeout=replica_timeout,
             eviction=eviction,
+            holder_info=holder_info,
         )
         self._subscriber: Subscriber | None = None
         self._watchdog: Watchdog | None = None
@@ -145,6 +155,7 @@ class Client(ClientBase, Closing):
         replica_timeout: Seconds = 1.0,
         cluster: bool = False,
         eviction: Eviction = "warn",
+        holder_info: str | None = None,
         **redis_kwargs: Any,
     ) -> Client:
         """A client over ``redis.Redis.from_url(url, **redis_kwargs)`` (with
@@ -201,6 +212,7 @@ class Client(ClientBase, Closing):
             replicas=replicas,
             replica_timeout=replica_timeout,
             eviction=eviction,
+            holder_info=holder_info,
         )
         client._owns_redis = True
         client._sentinels = sentinels
@@ -816,7 +828,9 @@ class Client(ClientBase, Closing):
         reached is checked again later, and the operation goes on as it would have."""
         checking = self._check_mutex
         with checking:  # one check, however many start at once
-            if not self._checks.is_due():
+            if self._checks.record_due():
+                self._write_record()
+            if not self._checks.policy_due():
                 return
             if self._checks.mode == "ignore":
                 self._checks.judge([])
@@ -825,6 +839,40 @@ class Client(ClientBase, Closing):
             refused = self._checks.judge(found) if found is not None else None
         if refused is not None:
             raise refused
+
+    def _write_record(self, via: Any = None) -> None:
+        """Write (or refresh) this client's holder record (on ``via``: the watchdog's own
+        connections); a user not allowed to is not hindered (its holders show no host or
+        pid), an unreachable server is tried later."""
+        key = record_key(self._state.id)
+        try:
+            (via or self.redis).set(key, holder_record(self._holder_info), ex=RECORD_TTL)
+        except redis.exceptions.ResponseError as exc:
+            self._checks.record_written(exc)
+        except PROBE_ERRORS as exc:
+            self._checks.record_unreachable(exc)
+        else:
+            self._checks.record_written()
+
+    def _holder_infos(self, owners: Collection[str]) -> dict[str, HolderInfo]:
+        """Who each owner is, from its client's record (one round trip; nothing known when
+        the records cannot be read)."""
+        clients = sorted({client_of(owner) for owner in owners})
+        records: dict[str, HolderInfo | None] = {}
+        if clients:
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                for each in clients:
+                    pipe.get(record_key(each))
+                replies = pipe.execute(raise_on_error=False)
+            except PROBE_ERRORS as exc:
+                log.debug("holder records not read: %s", exc)
+            else:
+                records = {
+                    each: None if isinstance(reply, Exception) else parse_record(reply)
+                    for each, reply in zip(clients, replies, strict=True)
+                }
+        return holder_infos(owners, records)
 
     def _read_policies(self, *, strict: bool) -> list[EvictionPolicy] | None:
         """Each master's ``EvictionPolicy``; when one cannot be reached, ``None`` (and the

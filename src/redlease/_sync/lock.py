@@ -202,7 +202,9 @@ class Lock(LockBase, Held, LockQueries):
         else:
             sub = self.client._subscriber
             waiters = sub.waiting(self._wait_channel) if sub is not None else 0
-        return self._statistics(self.client._owner(), self._status(), waiters)
+        status = self._status()
+        infos = self.client._holder_infos(status.holders) if status.holders else {}
+        return self._statistics(self.client._owner(), status, waiters, infos)
 
     def _status(self) -> core.Status:
         owner = self.client._owner()

@@ -84,6 +84,8 @@ class Watchdog:
             jobs = state.renewal_jobs(policy, by_slot=self._client.cluster)
             started = time.monotonic()
             ok = self._round(jobs) if jobs else True
+            if ok and jobs and self._client._checks.record_due():
+                self._refresh_record()
             # renewals count from when they were sent: after a round that succeeded the next
             # is due an interval after it began, not after it ended, so a round that ended
             # late (the process was stopped while it waited for a reply) is followed at once
@@ -126,6 +128,14 @@ class Watchdog:
             else:
                 done(reply, sent_at)
         return ok
+
+    def _refresh_record(self) -> None:
+        """Rewrite the client's holder record (every half hour while holds are renewed), on
+        the watchdog's own bounded connections: a hung server delays the next round little."""
+        try:
+            self._client._write_record(self._via())
+        except ServerUnavailableError as exc:
+            self._client._checks.record_unreachable(exc)
 
     def _via(self) -> Any:
         """What to send renewals on: the watchdog's own connections."""
