@@ -50,9 +50,21 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> bool:
         """Take a hold on a majority; ``False`` when ``timeout`` ran out or (``blocking``
-        false, or ``timeout=0``: a single try) the lock is held. Raises ``QuorumError``
-        when no majority can be had (see the README). Without a ``lease`` the watchdog
-        renews the hold."""
+        false, or ``timeout=0``: a single try) the lock is held. Without a ``lease`` the
+        watchdog renews the hold.
+
+        Args:
+            blocking: ``False``: a single try.
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the hold lasts, not renewed; ``None``: renewed by the watchdog.
+
+        Returns:
+            ``True`` when the calling task holds the lock on a majority of the masters.
+
+        Raises:
+            QuorumError: no majority could be had (too few masters answered); ``.outcomes``
+                says what each master answered.
+            InvalidArgumentError: a bad ``timeout`` or ``lease``."""
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
         got = self._acquired(plan, await self.client._run(plan.op, self.name))
         if got and plan.lease is None:
@@ -60,9 +72,12 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
         return got
 
     async def release(self) -> None:
-        """Give back one hold on every master. Raises ``NotOwnedError`` when the calling task
-        holds none, ``LeaseLostError`` when a majority no longer has it, ``QuorumError`` when
-        fewer than a majority could confirm the release."""
+        """Give back one hold on every master.
+
+        Raises:
+            NotOwnedError: the calling task holds none.
+            LeaseLostError: a majority of the masters no longer has it.
+            QuorumError: fewer than a majority could confirm the release."""
         plan = self._plan_release(self.client._owner())
         try:
             result = await finish_despite_cancel(

@@ -46,8 +46,15 @@ class MultiLock(Held):
     ) -> bool:
         """Take every member; ``False`` (holding none) when ``timeout`` ran out or, with
         ``blocking`` false or ``timeout=0`` (a single try of each), when a member is held
-        elsewhere. ``lease`` applies to each member
-        (``None``: each member's own default)."""
+        elsewhere.
+
+        Args:
+            blocking: ``False``: a single try of each member.
+            timeout: Seconds to wait at most for all of them; ``None``: as long as it takes.
+            lease: Applies to each member; ``None``: each member's own default.
+
+        Returns:
+            ``True`` when the calling thread holds every member; ``False`` holding none."""
         blocking, wait = wait_args(blocking, timeout)
         optional_seconds(lease, "lease")
         deadline = None if wait is None else time.monotonic() + wait
