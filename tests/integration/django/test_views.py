@@ -9,6 +9,7 @@ import random
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 import redis
@@ -161,3 +162,34 @@ def test_locked_on_functions_and_checks(configured: str, pk: int) -> None:
     with pytest.raises(InvalidArgumentError, match="wait"):
         locked("x", wait=-1)
     assert get_client() is get_client()  # one client per process
+
+
+def test_locked_management_command(configured: str, pk: int) -> None:
+    """A command's ``handle``: the name from its options; busy with a status or ``"raise"``
+    is a ``CommandError`` (one line, exit status 1 under manage.py), ``"skip"`` ends quietly."""
+    from django.core.management import call_command
+    from django.core.management.base import BaseCommand, CommandError
+
+    ran: list[str] = []
+
+    def command(on_busy: object) -> BaseCommand:
+        class Command(BaseCommand):
+            def add_arguments(self, parser: Any) -> None:
+                parser.add_argument("--source", default="shop")
+
+            @locked("import:{source}", on_busy=on_busy)
+            def handle(self, *args: Any, **options: Any) -> None:
+                ran.append(options["source"])
+
+        return Command()
+
+    call_command(command(None), source=f"s{pk}")
+    assert ran == [f"s{pk}"]
+    with lock(f"import:s{pk}"):
+        for on_busy in (None, 423, "raise"):
+            busy = ThreadPoolExecutor(1).submit(call_command, command(on_busy), source=f"s{pk}")
+            with pytest.raises(CommandError, match=f"lock 'import:s{pk}' is busy"):
+                busy.result(WAIT)
+        skip = ThreadPoolExecutor(1).submit(call_command, command("skip"), source=f"s{pk}")
+        assert skip.result(WAIT) is None
+    assert ran == [f"s{pk}"]
