@@ -145,7 +145,7 @@ async def test_timeout_zero_on_semaphores_and_latches(side: Any, server: RedisSe
     assert await side(sem.try_set_permits(1))
     assert await side(sem.acquire(timeout=0))  # free: taken
     assert not await side(other.semaphore(f"{name}:sem").acquire(timeout=0))  # none left
-    with pytest.raises(LockTimeoutError):
+    with pytest.raises(LockTimeoutError, match="single try"):
         async with side.hold(other.semaphore(f"{name}:sem"), timeout=0):
             pass
     await side(sem.release())
@@ -157,7 +157,7 @@ async def test_timeout_zero_on_semaphores_and_latches(side: Any, server: RedisSe
     permit = await side(leases.acquire(timeout=0))
     assert permit is not None
     assert await side(other.lease_semaphore(f"{name}:lease").acquire(timeout=0)) is None
-    with pytest.raises(LockTimeoutError):
+    with pytest.raises(LockTimeoutError, match="single try"):
         async with side.hold(other.lease_semaphore(f"{name}:lease"), timeout=0):
             pass
     await side(leases.release(permit))

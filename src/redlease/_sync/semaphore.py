@@ -420,9 +420,8 @@ def _local_waiters(client: Client, channel: str) -> int:
 
 
 def _timeout(name: str, owner: str, timeout: Seconds | None) -> LockTimeoutError:
-    return LockTimeoutError(
-        f"semaphore {name!r}: no permit within {timeout} s", name=name, owner=owner
-    )
+    within = "in its single try (timeout=0)" if timeout == 0 else f"within {timeout} s"
+    return LockTimeoutError(f"semaphore {name!r}: no permit {within}", name=name, owner=owner)
 
 
 # --- the renewer of lease permits -------------------------------------------------------------
