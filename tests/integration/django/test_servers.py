@@ -1,0 +1,150 @@
+"""The project under real servers.
+
+- ``gunicorn --preload -w 2``: the master takes a lock at import (so it has a client, its
+  connections and its watchdog thread before it forks); each worker makes a client of its own
+  (not the master's id, not its sockets), and 40 concurrent requests doing a read-modify-write
+  of one sqlite row through ``@locked`` lose no update.
+- ``uvicorn`` (ASGI): async views share one ``AsyncClient`` (the server's event loop), 40
+  concurrent read-modify-writes through ``@locked`` lose no update, a busy lock answers 409."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from redlease import Client
+from redlease.testing import RedisServer, free_port
+
+from .test_command import SITE, site_env
+
+START_TIMEOUT = 60.0
+REQUESTS = 40
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=60) as answer:
+            return answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+@contextlib.contextmanager
+def _serving(
+    command: list[str], app: str, env: dict[str, str], tmp_path: Path
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """``python <command> -b 127.0.0.1:<port> <app>`` in the test project, answering on
+    ``/whoami``; stopped by its PID (SIGTERM, then SIGKILL)."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    log = tmp_path / "server.log"
+    bind = ["--bind", f"127.0.0.1:{port}"] if "gunicorn" in command else ["--port", str(port)]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            [sys.executable, *command, *bind, app],
+            cwd=SITE,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while True:
+            assert process.poll() is None, log.read_text()
+            try:
+                status, _ = _get(f"{base}/whoami")
+            except OSError:
+                status = 0
+            if status == 200:
+                break
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        yield base, process
+    finally:
+        process.terminate()  # gunicorn's master stops its workers
+        try:
+            process.wait(20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def test_gunicorn_workers_make_their_own_clients(server: RedisServer, tmp_path: Path) -> None:
+    pytest.importorskip("gunicorn")
+    database = tmp_path / "site.sqlite3"
+    master_lock = f"master:{uuid.uuid4().hex[:12]}"
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--run-syncdb", "-v", "0"],
+        cwd=SITE,
+        env=site_env(server.url, REDLEASE_TEST_DB=str(database)),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert migrate.returncode == 0, migrate.stderr
+    with sqlite3.connect(database) as db:
+        db.execute("INSERT INTO redlease_shop_counter (id, value) VALUES (1, 0)")
+
+    env = site_env(
+        server.url, REDLEASE_TEST_DB=str(database), REDLEASE_TEST_MASTER_LOCK=master_lock
+    )
+    command = ["-m", "gunicorn", "--preload", "-w", "2", "--threads", "4"]
+    command += ["--graceful-timeout", "5"]
+    with _serving(command, "redlease_site.wsgi:application", env, tmp_path) as (base, process):
+        with Client.from_url(server.url) as client:
+            holders = client.lock(master_lock).statistics().holders
+        (master_owner,) = holders  # the master holds it, renewed by its own watchdog
+        master_id = master_owner.rsplit(":", 1)[0]
+
+        with ThreadPoolExecutor(8) as pool:
+            counted = list(pool.map(lambda _: _get(f"{base}/count/1"), range(REQUESTS)))
+            seen = list(pool.map(lambda _: _get(f"{base}/whoami"), range(20)))
+        assert [status for status, _ in counted] == [200] * REQUESTS
+        with sqlite3.connect(database) as db:
+            (value,) = db.execute("SELECT value FROM redlease_shop_counter WHERE id = 1").fetchone()
+        assert value == REQUESTS  # no update lost across the workers
+
+        workers = {}
+        for status, body in seen:
+            assert status == 200
+            answer = json.loads(body)
+            workers.setdefault(answer["pid"], set()).add(answer["client"])
+        assert process.pid not in workers  # answered by the workers, not the master
+        for clients in workers.values():
+            assert len(clients) == 1  # one client per worker process
+            assert master_id not in clients  # never the master's
+        ids = [next(iter(c)) for c in workers.values()]
+        assert len(set(ids)) == len(ids)
+        assert all(len(i) == len(master_id) for i in ids)  # ids of one kind: compared fairly
+
+
+def test_uvicorn_async_views(server: RedisServer, tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    pk = uuid.uuid4().int % 10**9
+    command = ["-m", "uvicorn", "--host", "127.0.0.1", "--no-access-log"]
+    env = site_env(server.url)
+    with _serving(command, "redlease_site.asgi:application", env, tmp_path) as (base, _):
+        with ThreadPoolExecutor(16) as pool:
+            counted = list(pool.map(lambda _: _get(f"{base}/async/count/{pk}"), range(REQUESTS)))
+            seen = list(pool.map(lambda _: _get(f"{base}/async/whoami"), range(20)))
+        assert [status for status, _ in counted] == [200] * REQUESTS
+        values = sorted(json.loads(body)["value"] for _, body in counted)
+        assert values == list(range(1, REQUESTS + 1))  # no update lost, none counted twice
+        clients = {json.loads(body)["client"] for status, body in seen if status == 200}
+        assert len(clients) == 1  # one AsyncClient for the server's event loop
+        with Client.from_url(server.url) as client, client.lock(f"async:{pk}"):
+            status, _ = _get(f"{base}/async/hold/{pk}")
+        assert status == 409
