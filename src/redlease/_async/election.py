@@ -110,7 +110,19 @@ class AsyncElection(ElectionBase):
         of the block itself wins). ``cancel_on_loss=True`` cancels the task running the
         block the moment the leadership is lost; the block then ends with
         ``LeaseLostError`` instead of ``CancelledError`` (as ``asyncio.timeout`` ends
-        with ``TimeoutError``)."""
+        with ``TimeoutError``).
+
+        Args:
+            timeout: Seconds to wait at most to lead; ``None``: as long as it takes; ``0``:
+                one try.
+
+        Returns:
+            A context manager whose value is the ``AsyncTerm`` (its fencing ``token``,
+            ``lost`` event and ``error``).
+
+        Raises:
+            LockTimeoutError: this candidate did not lead within ``timeout``.
+            LeaseLostError: on leaving the block, the leadership had been lost."""
         wait_for = wait_seconds(timeout, "timeout")
         identity = self.identity
         owner = self.client._owner()

@@ -127,7 +127,12 @@ class AsyncRedlockClient(AsyncRedlockDriver, AsyncClosing):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
     ) -> AsyncRedlockLock:
-        """A reentrant lock named ``name``, held on a majority of the masters."""
+        """A reentrant lock named ``name``, held on a majority of the masters.
+
+        Args:
+            name: The lock's name, the same on every master.
+            lease: The default lease of its acquires; ``None``: renewed by the watchdog.
+            on_lease_lost: Called with a ``LeaseLostError`` when a hold is found lost."""
         return AsyncRedlockLock(self, name, lease=lease, on_lease_lost=on_lease_lost)
 
     async def close(self) -> None:

@@ -92,7 +92,19 @@ class Election(ElectionBase):
 
         ``timeout`` bounds the wait (``LockTimeoutError`` when it runs out; ``0``: one try).
         Leaving the block after the leadership was lost raises ``LeaseLostError`` (an error
-        of the block itself wins)."""
+        of the block itself wins).
+
+        Args:
+            timeout: Seconds to wait at most to lead; ``None``: as long as it takes; ``0``:
+                one try.
+
+        Returns:
+            A context manager whose value is the ``Term`` (its fencing ``token``,
+            ``lost`` event and ``error``).
+
+        Raises:
+            LockTimeoutError: this candidate did not lead within ``timeout``.
+            LeaseLostError: on leaving the block, the leadership had been lost."""
         wait_for = wait_seconds(timeout, "timeout")
         identity = self.identity
         owner = self.client._owner()

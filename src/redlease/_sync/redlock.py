@@ -113,7 +113,12 @@ class RedlockClient(RedlockDriver, Closing):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
     ) -> RedlockLock:
-        """A reentrant lock named ``name``, held on a majority of the masters."""
+        """A reentrant lock named ``name``, held on a majority of the masters.
+
+        Args:
+            name: The lock's name, the same on every master.
+            lease: The default lease of its acquires; ``None``: renewed by the watchdog.
+            on_lease_lost: Called with a ``LeaseLostError`` when a hold is found lost."""
         return RedlockLock(self, name, lease=lease, on_lease_lost=on_lease_lost)
 
     def close(self) -> None:
