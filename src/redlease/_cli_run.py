@@ -31,6 +31,7 @@ import redis.exceptions
 
 from ._holders import scrub_words
 from ._keep import non_negative_seconds
+from ._servers import Eviction
 from ._sync.lock import Lock
 from .cli import (
     COMMAND_TIMEOUT,
@@ -71,6 +72,8 @@ class RunOptions:
     """Keep the lock taken until this long after it was taken (``release(keep_for=)``)."""
     conflict_exit_code: int = EX_NOT_ACQUIRED
     """The exit status when the lock is busy (``flock -E``); 0 also says nothing."""
+    eviction: Eviction = "warn"
+    """What to do on a server that may evict lock keys (``Client(eviction=...)``)."""
 
 
 def note(message: str, url: str | None = None) -> None:
@@ -263,6 +266,7 @@ def _run(url: str, options: RunOptions, sup: Supervisor) -> int:
         socket_timeout=_socket_timeout(options),
         # status and list show the command beside the host and pid (passwords masked)
         holder_info=shlex.join(scrub_words(options.argv)),
+        eviction=options.eviction,
     )
     try:
         try:

@@ -357,6 +357,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         grace=args.grace,
         at_least=args.at_least,
         conflict_exit_code=args.conflict_exit_code,
+        eviction=args.eviction,
     )
     return run(url, options)
 
@@ -424,6 +425,13 @@ def _add_run(commands: Commands) -> None:
         help=f"exit status when the lock is busy (not acquired within --wait; default"
         f" {EX_NOT_ACQUIRED}), as flock -E; 0 also prints nothing, so a skipped cron run"
         " mails nobody",
+    )
+    parser.add_argument(
+        "--eviction",
+        choices=("warn", "refuse", "ignore"),
+        default="warn",
+        help="when the server may evict lock keys (maxmemory-policy volatile-* or allkeys-*):"
+        " warn on stderr and go on (default), refuse (exit 1, COMMAND not run), or ignore",
     )
     add_url_option(parser)
     parser.set_defaults(handler=_cmd_run)

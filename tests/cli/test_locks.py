@@ -157,13 +157,26 @@ def test_status_shows_the_eviction_policy(
         assert view["server"]["evictable"] is (maxmemory != "0")
 
 
-def test_run_warns_in_one_line_about_an_evicting_server(name: str) -> None:
+def test_run_warns_in_one_line_about_an_evicting_server(name: str, tmp_path: Path) -> None:
     args = ("--maxmemory", "100mb", "--maxmemory-policy", "volatile-ttl")
     with RedisServer(extra_args=args) as server:
         result = run_cli("run", "--url", server.url, name, "--", sys.executable, "-c", "")
     assert result.returncode == 0, result.stderr
     line = assert_one_line(result.stderr, starts="redlease: warning: ")
     assert "volatile-ttl" in line and "noeviction" in line
+    with RedisServer(extra_args=args) as server:
+        quiet = run_cli(
+            "run", "--url", server.url, "--eviction", "ignore", name, "--", sys.executable, "-c", ""
+        )
+        assert (quiet.returncode, quiet.stderr) == (0, "")  # a cron job that mails nobody
+        refused = run_cli(
+            "run", "--url", server.url, "--eviction", "refuse", name, "--",
+            sys.executable, "-c", "open('ran', 'w')", cwd=tmp_path,
+        )  # fmt: skip
+        assert refused.returncode == 1
+        assert not (tmp_path / "ran").exists()  # COMMAND never started
+        line = assert_one_line(refused.stderr, starts="redlease: error: ")
+        assert "EvictionPolicyError" in line and "volatile-ttl" in line
 
 
 # --- list -----------------------------------------------------------------------------------
