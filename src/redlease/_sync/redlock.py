@@ -83,7 +83,19 @@ class RedlockClient(RedlockDriver, Closing):
         **redis_kwargs: Any,
     ) -> RedlockClient:
         """A client over ``redis.Redis.from_url(url, **redis_kwargs)`` for each URL,
-        closed with it."""
+        closed with it.
+
+        Args:
+            urls: One URL per independent master (3 or 5, usually; not replicas of one
+                another).
+            watchdog_timeout: Seconds a hold taken without a ``lease`` lasts unless renewed
+                (on every master).
+            master_timeout: Seconds each master is given to answer one call; keep it far
+                below the lease.
+            **redis_kwargs: Keywords of redis-py's ``from_url``, for every master.
+
+        Raises:
+            InvalidArgumentError: no URL, a URL given twice, or a bad option."""
         if isinstance(urls, str):
             raise InvalidArgumentError("from_urls needs a list of URLs, one per master")
         for url in urls:
