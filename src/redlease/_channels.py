@@ -13,6 +13,17 @@ unlock channel (a Redisson release, or a redlease one with nobody in line) wakes
 waiter, the one that has waited longest (as Redisson releases one permit per unlock message).
 A woken waiter that leaves without taking its turn passes the wake on.
 
+A client also listens on its own holder channel of each lock one of its owners holds (with a
+lease the watchdog renews; ``LockKeys.holder``), ``held`` here: a force release publishes there
+"lost <owner field> <token>" for each holder (``lock_force_release.lua``), which the table
+hands back to the subscriber as a ``Lost`` notice; the client acts on it only for its hold of
+that owner with that fencing token (a late or repeated message changes nothing). The
+subscription is made in the background when the hold is granted (no round trip on the acquire's
+path), so a force release in the round trip before it is confirmed is found by the watchdog's
+next round, as before; after every re-subscription (a reconnection, a slot that moved) the
+subscriber has the watchdog check the holds at once, so a loss meanwhile is found then, not a
+round later.
+
 ``Links`` keeps which connection each channel is subscribed on: with classic pub/sub one
 connection (to any node: a cluster forwards every message to every node), with sharded pub/sub
 one per master that owns a channel's slot, so at most one per master whatever the number of
@@ -64,8 +75,49 @@ class Waiter:
         return handed if woken and handed is not None else woken
 
 
+LOST_PREFIX = "lost "
+"""A force release's message to a holder's client: ``"lost <owner field> <token>"``."""
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A message saying that ``owner``'s hold with fencing ``token`` was force-released; it
+    came on ``channel`` (the holder's client's own channel of the lock)."""
+
+    channel: str
+    owner: str
+    token: int
+
+
+def lost_notice(channel: str, payload: str) -> Lost | None:
+    """The ``Lost`` notice ``payload`` carries, or ``None`` (another message, or a malformed
+    one: a notice without a token is never acted on)."""
+    if not payload.startswith(LOST_PREFIX):
+        return None
+    owner, _, token = payload[len(LOST_PREFIX) :].partition(" ")
+    if ":" not in owner or not token.isdigit() or int(token) <= 0:
+        return None
+    return Lost(channel, owner, int(token))
+
+
+class Holders(Protocol):
+    """What the subscriber tells the client about its holds (``ClientState`` is one)."""
+
+    def forced(self, notice: Lost) -> None:
+        """A force release's message arrived (called outside the subscriber's locks)."""
+        ...
+
+    def check_holds_now(self) -> None:
+        """A channel a hold listens on is (again) subscribed: check the holds at once."""
+        ...
+
+    def held_channels(self) -> set[str]:
+        """The channels the client's holds listen on now."""
+        ...
+
+
 class Entry:
-    __slots__ = ("confirmed", "idle_since", "refusal", "rewake", "waiters")
+    __slots__ = ("confirmed", "held", "idle_since", "refusal", "rewake", "waiters")
 
     def __init__(self, confirmed: Any) -> None:
         self.waiters: dict[Waiter, None] = {}  # insertion order: longest waiting first
@@ -73,6 +125,7 @@ class Entry:
         self.refusal: BaseException | None = None  # the server refused the subscription
         self.idle_since: float | None = None
         self.rewake = False  # wake every waiter once re-subscribed after a reconnect
+        self.held = 0  # > 0: a hold of this client listens (the mark's sequence number)
 
 
 class ChannelTable:
@@ -116,13 +169,41 @@ class ChannelTable:
             del entry.waiters[waiter]
             if waiter.event.is_set():
                 self._wake_one(entry)  # it was woken but leaves: pass the turn on
-            if not entry.waiters:
+            if not entry.waiters and not entry.held:
                 entry.idle_since = now
 
-    def on_message(self, channel: str, payload: str) -> None:
+    def hold(self, channel: str, mark: int) -> bool:
+        """A hold of this client listens on ``channel`` (``mark``: a sequence number that
+        only grows, see ``unhold``); returns whether the channel is new (needs a SUBSCRIBE)."""
+        entry = self.entries.get(channel)
+        new = entry is None
+        if entry is None:
+            entry = self.entries[channel] = Entry(self._new_event())
+        entry.held = mark
+        entry.idle_since = None
+        return new
+
+    def is_held(self, channel: str) -> bool:
+        entry = self.entries.get(channel)
+        return entry is not None and entry.held > 0
+
+    def unhold(self, wanted: set[str], upto: int, now: float) -> None:
+        """Channels no hold listens on any more (not in ``wanted``, a snapshot of the holds
+        taken after mark ``upto``): no longer kept for holds (a mark made after the snapshot
+        is kept: its hold may be missing from it)."""
+        for channel, entry in self.entries.items():
+            if entry.held and channel not in wanted and entry.held <= upto:
+                entry.held = 0
+                if not entry.waiters:
+                    entry.idle_since = now
+
+    def on_message(self, channel: str, payload: str) -> Lost | None:
+        """Wake whom ``payload`` is for; a force release's message is handed back instead."""
         entry = self.entries.get(channel)
         if entry is None:
-            return
+            return None
+        if payload.startswith(LOST_PREFIX):
+            return lost_notice(channel, payload) if entry.held else None
         if payload == "0" and not channel.startswith(LATCH_CHANNEL_PREFIX):
             self._wake_one(entry)
         elif ":" in payload:  # the owner field of the waiter whose turn it is
@@ -136,6 +217,7 @@ class ChannelTable:
             # opens it for everyone): everyone re-checks
             for waiter in entry.waiters:
                 waiter.event.set()
+        return None
 
     @staticmethod
     def _wake_one(entry: Entry) -> None:
@@ -144,16 +226,22 @@ class ChannelTable:
                 waiter.event.set()
                 return
 
-    def on_subscribed(self, channel: str) -> None:
+    def on_subscribed(self, channel: str) -> bool:
+        """``channel``'s subscription is confirmed; whether it was subscribed again (after a
+        reconnection, or its slot moved) and a hold listens there: the holds are then to be
+        checked at once (a force release meanwhile went unheard, a restarted server may have
+        lost them)."""
         entry = self.entries.get(channel)
         if entry is None:
-            return
+            return False
         entry.refusal = None
         entry.confirmed.set()
-        if entry.rewake:
+        again = entry.rewake
+        if again:
             entry.rewake = False
             for waiter in entry.waiters:
                 waiter.event.set()
+        return again and entry.held > 0
 
     def on_refused(self, channel: str, error: BaseException) -> None:
         """The server refused to subscribe ``channel`` for good (the user lacks the
@@ -172,7 +260,7 @@ class ChannelTable:
         entry = self.entries.get(channel)
         if entry is None:
             return False
-        if not entry.waiters:
+        if not entry.waiters and not entry.held:
             del self.entries[channel]
             return False
         entry.confirmed.clear()
@@ -279,11 +367,13 @@ class Links:
             self.sent.setdefault(link, deque()).append((False, channel))
         return link
 
-    def confirmed(self, link: str, channel: str) -> None:
-        """``link`` confirmed a subscription to ``channel``."""
+    def confirmed(self, link: str, channel: str) -> bool:
+        """``link`` confirmed a subscription to ``channel``; whether a hold listens there
+        (see ``ChannelTable.on_subscribed``)."""
         self._answered(link, (True, channel))
         if self.placed.get(channel) == link:
-            self._table.on_subscribed(channel)
+            return self._table.on_subscribed(channel)
+        return False
 
     def unsubscribed(self, link: str, channel: str) -> bool:
         """``link`` says ``channel`` is unsubscribed; ``True`` when that was not our doing

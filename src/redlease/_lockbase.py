@@ -305,5 +305,10 @@ class LockBase:
             hold = self._state.holds.get(self.name, owner)
             return hold.token if hold else None
 
+    def _hold_channel(self, owner: str) -> str | None:
+        """The channel where ``owner``'s client hears that its hold was force-released (its
+        own channel of this lock: ``LockKeys.holder``), or ``None`` (no such channel)."""
+        return self._keys.holder(owner) if self._keys.holder_prefix else None
+
     def _lease_lost(self, owner: str) -> bool:
         return self._state.peek_lost(self.name, owner)

@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from ._channels import Lost
 from ._core.keys import LockKeys, PubSub
 from ._core.lock import Acquired, Hold, HoldTable
 from ._core.requests import Call, Replication
@@ -170,6 +171,7 @@ class ClientState:
         """Wakes the watchdog to look again at when it must next renew (set by the watchdog)."""
         self.watchdog_wakes_at = 0.0
         """When the watchdog plans to wake next (monotonic; set by the watchdog)."""
+        self._check_now = False  # the watchdog is to renew at once (see check_holds_now)
 
     def add_renewal_source(self, source: RenewalSource) -> None:
         """Have the client's one watchdog renew ``source``'s leases too."""
@@ -386,12 +388,57 @@ class ClientState:
 
     def watchdog_wake(self, next_round: float) -> float:
         """When the watchdog must wake next: at its next round, or sooner for a hold whose
-        short first lease is due (recorded, so that a hold due even sooner kicks it)."""
+        short first lease is due (recorded, so that a hold due even sooner kicks it), or now
+        when the holds are to be checked at once (``check_holds_now``)."""
         with self.mutex:
             due = self.holds.renew_due()
             wake = next_round if due is None else min(next_round, due)
+            if self._check_now:
+                self._check_now = False
+                wake = min(wake, time.monotonic())
             self.watchdog_wakes_at = wake
         return wake
+
+    # --- what the subscriber tells of the holds (``_channels.Holders``) ------------------
+
+    def held_channels(self) -> set[str]:
+        """The channels where this client hears that a hold of its was force-released: its
+        own channel of each lock one of its owners holds with a lease the watchdog renews."""
+        with self.mutex:
+            return {
+                h.keys.holder(h.owner)
+                for h in self.holds.holds()
+                if h.watched and h.keys.holder_prefix
+            }
+
+    def forced(self, notice: Lost) -> None:
+        """A force release's message: the hold of ``notice.owner`` with ``notice.token`` is
+        gone. Only the hold with that very token is lost (tokens are unique per hold), so a
+        message that arrives late, about an earlier hold of the owner, or a second time, finds
+        no such hold and changes nothing; a hold being released is left to its release."""
+        with self.mutex:
+            hold = next(
+                (
+                    h
+                    for h in self.holds.holds()
+                    if h.owner == notice.owner
+                    and h.token == notice.token
+                    and h.keys.holder_prefix
+                    and h.keys.holder(h.owner) == notice.channel
+                ),
+                None,
+            )
+            if hold is None or hold.releasing:
+                return
+        self.lease_lost(hold, lost_error(hold, "force-released", "forced"))
+
+    def check_holds_now(self) -> None:
+        """Have the watchdog renew every hold at once, not at its next round: a channel a hold
+        listens on was subscribed again (a reconnection: a force release meanwhile went
+        unheard, a restarted server may have lost the holds)."""
+        with self.mutex:
+            self._check_now = True
+        self.renew_soon()
 
     def renewal_jobs(self, policy: RenewalPolicy, *, by_slot: bool) -> list[RenewalJob]:
         """A round's renewal calls: the watched holds' (batched), then each other source's."""

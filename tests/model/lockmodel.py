@@ -97,6 +97,7 @@ from typing import Any, NamedTuple
 
 from redlease import _owners
 from redlease._channels import handed as parse_handed
+from redlease._channels import lost_notice
 from redlease._core import fair, rwlock, scripts
 from redlease._core import lock as core
 from redlease._core.fair import REDISSON_FAIR
@@ -736,6 +737,11 @@ class Model:
         new = Rec(
             tuple(hold.leases), hold.token, hold.epoch, None, False, False, int(deadline // 1)
         )
+        if watched and self.keys.holder_prefix:
+            # the client listens on its own channel of the lock while a watched hold lasts
+            # (subscribed in the background: a message sent before may be lost, a move the
+            # adversary has anyway)
+            st = self._listen(st, o)
         return self._set(st, o, self.put_rec(done, cur.side, new))
 
     def _table(self, o: int, rec: Rec | None) -> tuple[HoldTable, Hold | None]:
@@ -788,6 +794,10 @@ class Model:
         for channel, payload in step.published:
             p = self.client_of.get(channel)
             if p is None or not st.procs[p].listening:
+                continue
+            notice = lost_notice(channel, payload)
+            if notice is not None:  # a force release tells a holder: ("L", token)
+                msgs.append((notice.owner, ("L", notice.token), copies))
                 continue
             owner, _, grant = payload.partition(" ")
             h = parse_handed(grant)
@@ -1020,6 +1030,8 @@ class Model:
         if o is None:
             return st
         ow = st.owners[o]
+        if h[0] == "L":
+            return self._told_lost(st, o, h[1])
         cur = ow.cur
         if cur is None or cur.kind != "acq" or not cur.registered or cur.final is not None:
             self.label_extra = "nobody waits: dropped"
@@ -1027,6 +1039,27 @@ class Model:
         if cur.pending is None:  # waiting now: woken with it
             return self._advance(st, o, "s", h)
         return self._set(st, o, ow._replace(cur=cur._replace(mailbox=h)))
+
+    def _told_lost(self, st: State, o: int, token: int) -> State:
+        """A force release's message "lost <owner> <token>" reaches the owner's client
+        (``ClientState.forced``): only its hold with that very token is lost; one being
+        released is left to its release. Checked: the hold told lost is not on the server
+        (tokens are unique per hold, so a message that arrives late or twice never names a
+        newer hold), unless data was lost on the path (a stale copy may bring it back)."""
+        ow = st.owners[o]
+        rec = ow.rec
+        if rec is None or rec.token != token or rec.releasing:
+            self.label_extra = "no such hold: ignored"
+            return st
+        h, _ = self.lock_hash(st.server)
+        field = self.fields[o]
+        if (
+            not st.ghost.losses
+            and int(h.get(field, "0")) > 0
+            and int(h.get("redlease:fence", "0")) == token
+        ):
+            _fail(self.config, "I-L", f"I-L: {self.names[o]} told hold {token} lost; it is held")
+        return self._set(st, o, ow._replace(rec=None))
 
     def _renewal_steps(self, st: State, o: int) -> Iterator[tuple[str, Callable[[], State]]]:
         ow = st.owners[o]

@@ -45,6 +45,9 @@ FIXED = [
     lock("AAR", "A", depth=8),
     lock("ARA", depth=11, losses=1),
     lock("TR", "LR", depth=9, force=1, **QUIET),
+    # a force release tells the holder ("lost <owner> <token>"), the message delayed, dropped
+    # or doubled, the owner re-acquiring meanwhile (I-L: only the hold with that token)
+    lock("ARA", "T", depth=10, force=1, renewals=False, unsubscribe=False),
     lock("AR", "AR", depth=8, layout="redisson-fair"),
     lock("TT", depth=9, losses=1, layout="redisson-fair"),
     lock("rR", "wW", depth=8, layout="rw"),
@@ -58,6 +61,7 @@ FIXED_SLOW = [
     lock("ALR", "U", depth=10, losses=1),
     lock("AAR", "A", depth=11),
     lock("TRT", "TR", depth=11, force=1, losses=1),
+    lock("ARAR", "T", depth=12, force=2),
     lock("AR", "A", "A", depth=9),
     lock("AR", "AR", depth=10, losses=1, layout="redisson-fair"),
     lock("LR", "AR", depth=10, layout="redlease-fair"),

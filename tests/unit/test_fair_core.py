@@ -149,7 +149,7 @@ def test_the_calls_arguments() -> None:
     assert release.args == (OWNER, 2, "r", "publish", 1, 7)  # acts only on the hold with 7
     assert leave.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.channel)
     assert leave.args == (OWNER, 3000, "publish", "w")  # the same wait as its acquire's
-    assert force.args == ("publish",)
+    assert force.args == ("publish", "redlease:holder:{orders:42}:")  # holders are told
     assert status.script is scripts.LOCK_STATUS and status.keys == (KEYS.name, KEYS.deadlines)
     sharded = LAYOUT.keys("orders:42", PubSub(sharded=True))
     assert LAYOUT.release_call(sharded, OWNER, 1, request_id="r", token=7).args[3] == "spublish"
@@ -191,10 +191,12 @@ def test_receipt_lifetime_matches_the_core_constant() -> None:
 
 @pytest.mark.parametrize("script", fair.SCRIPTS, ids=lambda s: s.name)
 def test_the_one_built_name_is_the_first_waiters_channel(script: scripts.Script) -> None:
+    """Built names are channels only: the first waiter's (Redisson's), and, for a force
+    release, each holder's client's own channel (redlease's, from the prefix given)."""
     calls = _redis_calls(script.source.decode())
     built = [args[0] for _, args in calls if args and ".." in args[0]]
     publishes = [args[0] for command, args in calls if command.startswith("argv[")]
-    assert set(built) <= {"KEYS[4] .. ':' .. head"}
+    assert set(built) <= {"KEYS[4] .. ':' .. head", "ARGV[2] .. client"}
     assert built == publishes  # only a publish builds a name, and every publish does
 
 

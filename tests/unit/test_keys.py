@@ -8,7 +8,15 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from redlease._core.keys import UNLOCK_MESSAGE, LockKeys, hash_slot, hash_tag, same_slot_key
+from redlease._core.fair import REDISSON_FAIR
+from redlease._core.keys import (
+    CLASSIC,
+    UNLOCK_MESSAGE,
+    LockKeys,
+    hash_slot,
+    hash_tag,
+    same_slot_key,
+)
 
 RECEIPT_PREFIX = "redlease:released:"
 
@@ -161,3 +169,18 @@ def test_a_clients_hand_over_channel_is_in_the_locks_slot(name: str) -> None:
     assert channel != keys.handover("other-client:17")
     assert channel.endswith(":3f1c-client")
     assert hash_slot(channel) == hash_slot(name)
+
+
+@pytest.mark.parametrize("name", ["orders:42", "{user:7}:cart", "a"])
+def test_a_clients_holder_channel_is_in_the_locks_slot(name: str) -> None:
+    """Where a force release tells a holder's client: one per client and lock, in the lock's
+    slot (sharded pub/sub routes it as the hand-over channel), apart from the hand-over one."""
+    keys = LockKeys.for_name(name)
+    channel = keys.holder("3f1c-client:17")
+    assert channel == keys.holder("3f1c-client:99")
+    assert channel != keys.holder("other-client:17")
+    assert channel != keys.handover("3f1c-client:17")
+    assert channel.endswith(":3f1c-client")
+    assert hash_slot(channel) == hash_slot(name)
+    fair = REDISSON_FAIR.keys(name, CLASSIC)
+    assert fair.holder("3f1c-client:17") == channel  # a fair lock's holders too, either layout

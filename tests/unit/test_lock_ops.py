@@ -442,7 +442,7 @@ def test_force_release() -> None:
     call = next(op)
     assert call.script is scripts.LOCK_FORCE_RELEASE
     assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipts)
-    assert call.args == (UNLOCK_MESSAGE, "publish")
+    assert call.args == (UNLOCK_MESSAGE, "publish", KEYS.holder_prefix)
     assert finish(op, 1) is True
     op = force_release(KEYS)
     next(op)

@@ -171,7 +171,7 @@ def test_known_arities() -> None:
     """The brief's table, so that a header edit alone cannot change the interface silently."""
     assert header_arity("lock_acquire", 1) == (4, 10)
     assert header_arity("lock_release", 1) == (6, 9)
-    assert header_arity("lock_force_release", 1) == (3, 2)
+    assert header_arity("lock_force_release", 1) == (3, 3)
     assert header_arity("lock_status", 1) == (2, 0)
     assert header_arity("lock_renew", 4) == (4, 9)
 
@@ -279,6 +279,25 @@ def test_every_key_comes_from_KEYS(path: Path) -> None:
             # turn it is (a channel, not a key; in the lock's slot, by the prefix's hash tag)
             assert args[0] == "channel", args[0]
             assert "    local channel = ARGV[6] .. client_of(head)" in text.splitlines()
+            continue
+        if (
+            command == "publish"
+            and path.stem
+            in (
+                "lock_force_release",
+                "redisson_fair_force_release",
+            )
+            and args[0].endswith(" .. client")
+        ):
+            # a force release tells each holder on its client's own channel of the lock: the
+            # prefix from ARGV (in the lock's slot, by its hash tag) and the client id part of
+            # the holder's owner field (a channel, not a key)
+            prefix = "ARGV[3]" if path.stem == "lock_force_release" else "ARGV[2]"
+            assert args[0] == f"{prefix} .. client", args[0]
+            assert (
+                "    local client = string.match(fields[i], '^(%x+%-%x+%-%x+%-%x+%-%x+):%d+$')"
+                in text.splitlines()
+            )
             continue
         if command == "publish" and path.stem.startswith("redisson_fair_"):
             # Redisson's fair lock wakes the first waiter on its own channel: the unlock

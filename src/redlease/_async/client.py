@@ -1135,6 +1135,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             self._stop_if_closed(None)
             if self._subscriber is None:
                 self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
+                self._subscriber.holders = self._state  # told of force releases
             return self._subscriber
 
     # begin async-only
@@ -1290,10 +1291,15 @@ class AsyncClient(ClientBase, AsyncClosing):
             found.append(policy_of(address, config, info))
         return found
 
-    def _watch(self) -> None:
+    def _watch(self, listen: str | None = None) -> None:
+        """Have the watchdog renew the client's watched holds; ``listen``: a new hold's
+        channel where a force release tells its client (subscribed in the background)."""
         with self._start_mutex:
             if self._closed:
                 return  # a closed client starts nothing (its holds expire with their lease)
             if self._watchdog is None:
                 self._watchdog = AsyncWatchdog(self)
             self._watchdog.ensure_running()
+        if listen is not None:
+            with contextlib.suppress(ClientClosedError):
+                self._subscriber_started().hold(listen)

@@ -32,6 +32,7 @@ from .._channels import (
     SHARDED,
     SUBSCRIBE_TIMEOUT,
     ChannelTable,
+    Holders,
     Links,
     Waiter,
     text,
@@ -101,6 +102,9 @@ class Subscriber:
         self._failures = 0
         self._retry_at = 0.0
         self._stale = False  # the cluster's layout must be read again before placing
+        self.holders: Holders | None = None
+        """Told of force releases and of (re)subscriptions of the holds' channels."""
+        self._mark = 0  # sequence of ``hold`` calls (see ``ChannelTable.unhold``)
 
     async def subscribe(
         self, channel: str, owner: str, *, name: str | None = None, private: str | None = None
@@ -151,6 +155,21 @@ class Subscriber:
 
     def waiting(self, channel: str) -> int:
         return self._table.waiting(channel)
+
+    def hold(self, channel: str) -> None:
+        """A hold of this client listens on ``channel`` from now on, until the holds no
+        longer list it (``Holders.held_channels``): subscribed by the placing task, the
+        caller never waits for it (call it from the client's event loop)."""
+        if self._closed:
+            return
+        self._mark += 1
+        if self._table.is_held(channel):
+            self._table.hold(channel, self._mark)  # (the hot path: already listening)
+            return
+        self._ensure_task()
+        if self._table.hold(channel, self._mark):
+            self._links.want(channel)
+            self._work.set()
 
     async def close(self) -> None:
         """Stop the tasks; every waiter (and every caller waiting for a subscription to be
@@ -268,6 +287,8 @@ class Subscriber:
         closing.add_done_callback(self._closing.discard)
 
     async def _drop_idle(self) -> None:
+        if self.holders is not None:
+            self._table.unhold(self.holders.held_channels(), self._mark, time.monotonic())
         for channel in self._table.drop_idle(time.monotonic(), LINGER):
             link = self._links.drop(channel)
             conn = self._conns.get(link) if link is not None else None
@@ -300,10 +321,14 @@ class Subscriber:
                     self._failed(exc)
                     continue
                 kind, channel = text(message[0]), text(message[1])
+                holders = self.holders
                 if kind == kinds.message:
-                    self._table.on_message(channel, text(message[2]))
+                    notice = self._table.on_message(channel, text(message[2]))
+                    if notice is not None and holders is not None:
+                        holders.forced(notice)
                 elif kind == kinds.subscribed:
-                    self._links.confirmed(link, channel)
+                    if self._links.confirmed(link, channel) and holders is not None:
+                        holders.check_holds_now()
                     self._failures = 0
                 elif kind == kinds.unsubscribed and self._links.unsubscribed(link, channel):
                     # the server's doing: the slot moved to another master

@@ -65,6 +65,8 @@ class RedissonFairKeys(LockKeys):
             fence=plain.fence,
             receipt_prefix=plain.receipt_prefix,
             pubsub=pubsub,
+            # redlease's own channels (no key): where a holder hears of a force release
+            holder_prefix=plain.holder_prefix,
         )
 
 
@@ -175,7 +177,7 @@ class RedissonFairLayout(Layout):
         return Call(
             REDISSON_FAIR_FORCE_RELEASE,
             (keys.name, keys.queue, keys.deadlines, keys.channel),
-            (keys.pubsub.command,),
+            (keys.pubsub.command, keys.holder_prefix),
         )
 
 

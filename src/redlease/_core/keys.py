@@ -139,6 +139,9 @@ class LockKeys:
     """How releases publish on ``channel`` (the client's; see ``PubSub``)."""
     handover_prefix: str = field(default="", kw_only=True)
     """Prefix of each client's own channel for this lock (see ``handover``)."""
+    holder_prefix: str = field(default="", kw_only=True)
+    """Prefix of each client's own channel where its holds of this lock hear that they were
+    force-released (see ``holder``; empty: none)."""
 
     @classmethod
     def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LockKeys:
@@ -152,6 +155,7 @@ class LockKeys:
             receipt_prefix=same_slot_key(name, "redlease:released:", ":"),
             pubsub=pubsub,
             handover_prefix=same_slot_key(name, "redlease:handover:", ":"),
+            holder_prefix=same_slot_key(name, "redlease:holder:", ":"),
         )
 
     def handover(self, owner: str) -> str:
@@ -159,6 +163,13 @@ class LockKeys:
         to one of its waiters): one per client and lock, so a release wakes the
         one process whose turn it is, not every process waiting on the lock."""
         return self.handover_prefix + owner.rsplit(":", 1)[0]
+
+    def holder(self, owner: str) -> str:
+        """The channel where ``owner``'s client hears that a hold of this lock was
+        force-released ("lost <owner field> <token>", ``lock_force_release.lua``): one per
+        client and lock, in the lock's slot, named and routed as the hand-over channel (a
+        channel of its own, so that who listens for hand-overs is still told apart)."""
+        return self.holder_prefix + owner.rsplit(":", 1)[0]
 
     @property
     def receipts(self) -> str:

@@ -257,7 +257,7 @@ class Layout:
         return Call(
             scripts.LOCK_FORCE_RELEASE,
             (keys.name, keys.channel, keys.receipts),
-            (UNLOCK_MESSAGE, keys.pubsub.command),
+            (UNLOCK_MESSAGE, keys.pubsub.command, keys.holder_prefix),
         )
 
 

@@ -794,6 +794,7 @@ class Client(ClientBase, Closing):
             self._stop_if_closed(None)
             if self._subscriber is None:
                 self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
+                self._subscriber.holders = self._state  # told of force releases
             return self._subscriber
 
     def _settle_pubsub(self, name: str | None) -> None:
@@ -907,10 +908,15 @@ class Client(ClientBase, Closing):
             found.append(policy_of(address, config, info))
         return found
 
-    def _watch(self) -> None:
+    def _watch(self, listen: str | None = None) -> None:
+        """Have the watchdog renew the client's watched holds; ``listen``: a new hold's
+        channel where a force release tells its client (subscribed in the background)."""
         with self._start_mutex:
             if self._closed:
                 return  # a closed client starts nothing (its holds expire with their lease)
             if self._watchdog is None:
                 self._watchdog = Watchdog(self)
             self._watchdog.ensure_running()
+        if listen is not None:
+            with contextlib.suppress(ClientClosedError):
+                self._subscriber_started().hold(listen)

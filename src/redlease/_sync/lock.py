@@ -102,7 +102,9 @@ class Lock(LockBase, Held, LockQueries):
             raise
         got = self._acquired(plan, result)
         if got is not None and got.lease is None:
-            self.client._watch()
+            # the watchdog renews it, and the client listens where a force release tells it
+            # (subscribed in the background: no round trip here)
+            self.client._watch(self._hold_channel(plan.owner))
         return got
 
     def release(self, *, keep_for: Seconds | None = None) -> None:

@@ -34,7 +34,9 @@ from .._channels import (
     SHARDED,
     SUBSCRIBE_TIMEOUT,
     ChannelTable,
+    Holders,
     Links,
+    Lost,
     Waiter,
     text,
     wake_everyone,
@@ -94,6 +96,9 @@ class Subscriber:
         self._retry_at = 0.0
         self._idle_check = 0.0
         self._stale = False  # the cluster's layout must be read again before placing
+        self.holders: Holders | None = None
+        """Told of force releases and of (re)subscriptions of the holds' channels."""
+        self._mark = 0  # sequence of ``hold`` calls (see ``ChannelTable.unhold``)
 
     # --- callers' side --------------------------------------------------------------------
 
@@ -136,6 +141,22 @@ class Subscriber:
     def unsubscribe(self, waiter: Waiter) -> None:
         with self._mutex:
             self._table.remove(waiter, time.monotonic())
+
+    def hold(self, channel: str) -> None:
+        """A hold of this client listens on ``channel`` from now on, until the holds no
+        longer list it (``Holders.held_channels``): subscribed by the listener thread, the
+        caller never waits for it."""
+        with self._mutex:
+            if self._closed:
+                return
+            self._mark += 1
+            if self._table.is_held(channel):
+                self._table.hold(channel, self._mark)  # (the hot path: already listening)
+                return
+            self._ensure_thread()
+            if self._table.hold(channel, self._mark):
+                self._links.want(channel)
+        self._wake()
 
     def waiting(self, channel: str) -> int:
         with self._mutex:
@@ -273,6 +294,12 @@ class Subscriber:
         if now < self._idle_check:  # not on every message: a hot channel wakes us often
             return
         self._idle_check = now + IDLE_CHECK
+        if self.holders is not None:
+            with self._mutex:
+                upto = self._mark
+            wanted = self.holders.held_channels()  # (never under our mutex)
+            with self._mutex:
+                self._table.unhold(wanted, upto, now)
         with self._mutex:
             idle = self._table.drop_idle(now, LINGER)
             links = [(channel, self._links.drop(channel)) for channel in idle]
@@ -315,15 +342,21 @@ class Subscriber:
                 self._failed(exc)
                 continue
             kind, channel = text(message[0]), text(message[1])
-            moved = False
+            moved = check = False
+            notice: Lost | None = None
             with self._mutex:
                 if kind == kinds.message:
-                    self._table.on_message(channel, text(message[2]))
+                    notice = self._table.on_message(channel, text(message[2]))
                 elif kind == kinds.subscribed:
-                    self._links.confirmed(link, channel)
+                    check = self._links.confirmed(link, channel)
                     self._failures = 0
                 elif kind == kinds.unsubscribed:
                     moved = self._links.unsubscribed(link, channel)
+            holders = self.holders
+            if notice is not None and holders is not None:
+                holders.forced(notice)  # its listeners run here, outside our mutex
+            if check and holders is not None:
+                holders.check_holds_now()
             if moved:  # the server's doing: the slot moved to another master
                 log.debug("%s's slot moved off %s; subscribing where it is now", channel, link)
                 self._stale = True

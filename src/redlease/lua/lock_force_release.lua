@@ -7,7 +7,17 @@
 -- ARGV[1]  unlock message ("0")
 -- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
+-- ARGV[3]  prefix of the holders' clients' own channels for this lock (same hash slot as the
+--          lock, named as lock_release.lua's hand-over channels, with a prefix of their own):
+--          a holder's client listens on the prefix followed by the client id part of its
+--          owner field
 -- Reply    1 when a lock was deleted, 0 when it was free
+-- Each holder is told at once: "lost <owner field> <token>" on its client's own channel
+-- (the hold's fencing token, field "redlease:fence"; no message for a hold without one, as
+-- a Redisson client's, which listens on no such channel). A client acts on it only for its
+-- hold of that owner field with that token, so a message that arrives late (about an
+-- earlier hold) or twice changes nothing; one that never arrives leaves the watchdog to
+-- find the hold gone. Sent by pcall: a hint, never a reason to fail the release.
 -- A key that is not a lock (another type, or a hash with a field that is neither an owner
 -- "<uuid>:<digits>" with a count nor "redlease:*") is never deleted: WRONGTYPE error. A user
 -- the server does not let publish gets a NOPERM error before any change (Redis >= 7, Valkey).
@@ -41,6 +51,15 @@ if carried then
   end
   redis.call('set', KEYS[3], list, 'px', 30000)
 end
+local token = redis.call('hget', KEYS[1], 'redlease:fence')
 redis.call('del', KEYS[1])
 redis.pcall(ARGV[2], KEYS[2], ARGV[1])
+if token then
+  for i = 1, #fields, 2 do
+    local client = string.match(fields[i], '^(%x+%-%x+%-%x+%-%x+%-%x+):%d+$')
+    if client then
+      redis.pcall(ARGV[2], ARGV[3] .. client, 'lost ' .. fields[i] .. ' ' .. token)
+    end
+  end
+end
 return 1
