@@ -3,9 +3,11 @@ across machines.
 
 The main thread takes the lock, starts COMMAND (``subprocess.Popen``, no shell) and supervises
 it: it polls the child, forwards SIGINT/SIGTERM/SIGHUP to it, and stops it (SIGTERM, then
-SIGKILL after ``--grace``) when the lease is lost. A loss is reported by the client's watchdog
-thread through ``on_lease_lost``, or, with ``--lease``, is the lease running out by the local
-clock. Nothing else happens in the signal handlers than recording the signal and passing it on.
+SIGKILL after ``--grace``) when the lease is lost. A loss is reported through ``on_lease_lost``
+by the client's subscriber thread the moment a force release (``redlease release --force``)
+tells it, or by its watchdog thread when a renewal finds the hold gone; with ``--lease``, it is
+the lease running out by the local clock. Nothing else happens in the signal handlers than
+recording the signal and passing it on.
 
 Exit statuses are documented in ``redlease run --help`` (``cli.RUN_EPILOG``).
 """
@@ -151,7 +153,8 @@ class Supervisor:
             self.lost.set()
 
     def on_lease_lost(self, error: LeaseLostError) -> None:
-        """The client's watchdog thread found the hold gone (or unrenewable)."""
+        """The hold is gone: a force release told the client's subscriber thread, or its
+        watchdog thread found it gone (or unrenewable)."""
         self.lose(str(error))
 
 

@@ -512,10 +512,13 @@ def _add_release(commands: Commands) -> None:
         "release",
         help="force-release a lock whoever holds it (wakes its waiters)",
         usage=f"{PROG} release --force [--yes] [--url URL] NAME",
-        description="Delete the lock NAME whoever holds it and wake its waiters. Its holder"
-        " is not told until its watchdog or its release finds the lock gone, so it may still"
-        " be running. Asks for confirmation unless --yes. Exit 0 when the lock was held and"
-        " is now released, 1 when it was free (or is not a lock).",
+        description="Delete the lock NAME whoever holds it and wake its waiters. A redlease"
+        " holder whose lease its watchdog renews is told at once, on its client's own channel"
+        " of the lock (its on_lease_lost runs; `redlease run` stops its command); should that"
+        " message be lost, or for another holder, it learns only when its watchdog or its"
+        " release finds the lock gone, so it may still be running. Asks for confirmation"
+        " unless --yes. Exit 0 when the lock was held and is now released, 1 when it was free"
+        " (or is not a lock).",
     )
     parser.add_argument("name", metavar="NAME", help="the lock (its Redis key)")
     parser.add_argument(

@@ -7,6 +7,8 @@ the leases that must run out.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import sys
 import time
@@ -175,6 +177,32 @@ def test_lost_lease_stops_the_command(url: str, name: str, r: redis.Redis, tmp_p
     assert f"lost the lock {name!r}" in err
     assert "SIGTERM" in err
     assert f"exited with status {128 + signal.SIGTERM}" in err  # the child died of SIGTERM
+
+
+def test_force_release_stops_the_command_at_once(url: str, name: str, r: redis.Redis) -> None:
+    """A real ``redlease run -- sleep 600`` force-released by a real ``redlease release
+    --force``: ``run`` is told at once on its client's own channel of the lock (its watchdog,
+    with a 600 s lease, would look only after 200 s), stops the command and exits 76."""
+    proc = start_cli("run", "--url", url, "--watchdog", "600", name, "--", "sleep", "600")
+    try:
+        # it holds the lock and listens where a force release tells it
+        eventually(
+            lambda: r.pubsub_channels(f"redlease:holder:{{{name}}}:*"),
+            what="the lock held and its holder channel subscribed",
+            proc=proc,
+        )
+        result = run_cli("release", "--force", "--yes", "--url", url, name)
+        assert result.returncode == 0, result.stderr
+        status, _, err = finish(proc, timeout=60)  # well before the watchdog's 200 s
+    finally:
+        if proc.poll() is None:  # (a failure: nothing of ours is left running)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: run and sleep
+            finish(proc, timeout=10)
+    assert status == 76, err
+    assert "Traceback" not in err
+    assert f"lost the lock {name!r}" in err and "force-released" in err
+    assert f"exited with status {128 + signal.SIGTERM}" in err  # sleep died of SIGTERM
 
 
 def test_lost_lease_then_sigkill_after_grace(

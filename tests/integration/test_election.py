@@ -24,6 +24,7 @@ import redis
 
 import redlease
 from redlease._core import scripts
+from redlease._core.keys import LockKeys
 from redlease.testing import RedisServer, find_server
 
 from .helpers import eventually
@@ -530,3 +531,63 @@ def test_leader_frozen_during_a_renewal_learns_at_once(kind, newest, name):
         worker.signal(signal.SIGCONT)
         worker.stop()
         raw.close()
+
+
+FOREVER = 600.0
+"""A watchdog lease whose first round (200 s) comes long after any bound of the tests below:
+what tells the leader within them can only be the force release's message."""
+
+
+async def _leader_listens(url: str, client: Any, election: Any) -> None:
+    """Wait until the leader's client listens on its own channel of the election's lock (the
+    subscription is made in the background once it leads)."""
+    channel = LockKeys.for_name(election.lock_name).holder(f"{client.id}:1")
+    raw = redis.Redis.from_url(url)
+    try:
+        await eventually(lambda: int(raw.pubsub_numsub(channel)[0][1]) > 0, timeout=10)
+    finally:
+        raw.close()
+
+
+async def test_term_lost_at_once_when_force_released(side, newest, name):
+    """``election.force_release()`` deposes the leader, and the leader hears it at once (its
+    client is told on its own channel of the lock, not at a watchdog round 200 s away):
+    ``term.lost`` is set, the error's cause is ``"forced"``."""
+    client = side.client(newest.url, watchdog_timeout=FOREVER)
+    a = client.election(name, identity="a")
+    admin = side.client(newest.url).election(name)
+    first = Candidate(side, a)
+    assert await first.leads()
+    await _leader_listens(newest.url, client, a)
+    assert await side(admin.force_release())
+    assert await _wait(first.term.lost, 20)
+    assert first.term.error.cause == "forced"
+    await first.resign()
+    assert isinstance(first.error, redlease.LeaseLostError)
+    assert first.error.cause == "forced"
+
+
+async def test_cancel_on_loss_cancels_at_once_when_force_released(newest, name):
+    """``cancel_on_loss=True``: a force release cancels the leader's block within about a
+    round trip (told on its client's channel), not at the watchdog's round 200 s away."""
+    async with (
+        redlease.AsyncClient.from_url(newest.url, watchdog_timeout=FOREVER) as client,
+        redlease.AsyncClient.from_url(newest.url) as admin,
+    ):
+        election = client.election(name)
+        steps: list[str] = []
+
+        async def lead() -> None:
+            try:
+                async with election.leadership(cancel_on_loss=True):
+                    steps.append("leading")
+                    await asyncio.sleep(FOREVER)  # cancelled when the leadership is lost
+            except redlease.LeaseLostError as exc:
+                steps.append(f"lost: {exc.cause}")
+
+        task = asyncio.ensure_future(lead())
+        await eventually(lambda: steps == ["leading"], timeout=10)
+        await _leader_listens(newest.url, client, election)
+        assert await admin.election(name).force_release()
+        await asyncio.wait_for(task, 20)
+        assert steps == ["leading", "lost: forced"]

@@ -289,8 +289,10 @@ class AsyncElection(ElectionBase):
 
     async def force_release(self) -> bool:
         """Depose the leader, whoever it is: the lock is freed (the next candidate leads at
-        once) and the change announced. The deposed leader finds ``term.lost`` set at its
-        watchdog's next round. ``True`` if someone led."""
+        once) and the change announced. The deposed leader's ``term.lost`` is set within
+        about a round trip (a redlease leader's client is told on its own channel of the
+        lock; should that message be lost, at its watchdog's next round), its error's
+        ``cause`` ``"forced"``. ``True`` if someone led."""
         released = await self._lock.force_release()
         if released:
             await self._announce("deposed", 0)
