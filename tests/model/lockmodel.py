@@ -522,6 +522,9 @@ class Model:
                     channels |= {channel} | ({private} if private else set())
                     if private:
                         self.client_of[private] = p
+                    if k.holder_prefix:  # where a force release tells a holder's client
+                        channels.add(k.holder(f))
+                        self.client_of[k.holder(f)] = p
             self.channels.append(tuple(sorted(channels)))
 
     def held_now(self, server: tuple[Any, ...]) -> bool:
