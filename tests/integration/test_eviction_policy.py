@@ -110,6 +110,7 @@ async def test_refuse_raises_before_anything_is_written(side, binary, name, poli
             assert policy in str(info.value) and "noeviction" in str(info.value)
             assert isinstance(info.value, RuntimeError)
         assert raw.exists(name) == 0
+        assert raw.keys("redlease:client:*") == []  # not even the client's holder record
         raw.config_set("maxmemory-policy", "noeviction")  # the operator fixes the server
         await cycle(side, client, name)  # the same client now works
         raw.close()

@@ -1209,16 +1209,16 @@ class AsyncClient(ClientBase, AsyncClosing):
         # else sync
         # checking = self._check_mutex
         # end async-only
+        refused = None
         async with checking:  # one check, however many start at once
-            if self._checks.record_due():
-                await self._write_record()
-            if not self._checks.policy_due():
-                return
-            if self._checks.mode == "ignore":
-                self._checks.judge([])
-                return
-            found = await self._read_policies(strict=False)
-            refused = self._checks.judge(found) if found is not None else None
+            if self._checks.policy_due():
+                if self._checks.mode == "ignore":
+                    self._checks.judge([])
+                else:
+                    found = await self._read_policies(strict=False)
+                    refused = self._checks.judge(found) if found is not None else None
+            if refused is None and self._checks.record_due():
+                await self._write_record()  # not on a server refused: nothing written there
         if refused is not None:
             raise refused
 

@@ -828,16 +828,16 @@ class Client(ClientBase, Closing):
         user not allowed ``CONFIG GET`` or ``INFO`` is not hindered; a server that cannot be
         reached is checked again later, and the operation goes on as it would have."""
         checking = self._check_mutex
+        refused = None
         with checking:  # one check, however many start at once
-            if self._checks.record_due():
-                self._write_record()
-            if not self._checks.policy_due():
-                return
-            if self._checks.mode == "ignore":
-                self._checks.judge([])
-                return
-            found = self._read_policies(strict=False)
-            refused = self._checks.judge(found) if found is not None else None
+            if self._checks.policy_due():
+                if self._checks.mode == "ignore":
+                    self._checks.judge([])
+                else:
+                    found = self._read_policies(strict=False)
+                    refused = self._checks.judge(found) if found is not None else None
+            if refused is None and self._checks.record_due():
+                self._write_record()  # not on a server refused: nothing written there
         if refused is not None:
             raise refused
 
