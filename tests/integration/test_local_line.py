@@ -95,10 +95,11 @@ def _scripts_run(url: str) -> int:
 def _at_most_two_scripts_each(scripts: int, waiters: int, seconds: float) -> bool:
     """One acquire and one release per waiter (a hand-over costs one of each, however long
     the line), with a little room: turns that take one try more (2-3 % of a thousand
-    threads' turns on a loaded 2-core machine: 2,032 and 2,046 scripts seen), the first waiter's subscribe-and-retry, and the head of the line's
-    look every ``RECHECK`` while the holder keeps the lock (``seconds``: how long the run
-    took; a loaded machine takes long to line a thousand threads up). Waiters that polled
-    instead of waiting for their turn would cost many times this."""
+    threads' turns on a loaded 2-core machine: 2,032 and 2,046 scripts seen), the first
+    waiter's subscribe-and-retry, and the head of the line's look every ``RECHECK`` while
+    the holder keeps the lock (``seconds``: how long the run took; a loaded machine takes
+    long to line a thousand threads up). Waiters that polled instead of waiting for their
+    turn would cost many times this."""
     return scripts <= 2 * waiters + waiters // 20 + 10 + int(seconds / RECHECK)
 
 
