@@ -363,10 +363,16 @@ def _run_child(options: RunOptions, sup: Supervisor, lease_deadline: float | Non
     announced = False
     kill_at: float | None = None
     while True:  # ends when the child does; a stopped child ends within --grace
-        try:
-            return exit_status(proc.wait(timeout=POLL))
-        except subprocess.TimeoutExpired:
-            pass
+        if sup.lost.is_set():
+            try:
+                return exit_status(proc.wait(timeout=POLL))
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            sup.lost.wait(POLL)  # a loss (told by the client's threads) wakes this at once
+            status = proc.poll()
+            if status is not None:
+                return exit_status(status)
         now = time.monotonic()
         if lease_deadline is not None and now >= lease_deadline:
             sup.lose(f"its lease of {options.lease:g} s ran out")
