@@ -95,6 +95,42 @@ P = ParamSpec("P")
 _owners = TaskOwners()
 
 
+# begin async-only
+class LoopBinding:
+    """The event loop an asyncio client (``AsyncClient``, ``AsyncRedlockClient``) was first
+    used on: its connections, watchdog and subscriber belong to it. ``check()`` binds it at
+    the first use and, on any other loop, raises ``EventLoopError`` (not redis-py's "attached
+    to a different loop" or "Event loop is closed" from deep inside a connection). Every call
+    that reaches the server checks it first."""
+
+    __slots__ = ("_loop", "_what")
+
+    def __init__(self, what: str) -> None:
+        self._what = what  # the client's class, for the message
+        self._loop: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
+
+    def check(self, name: str | None) -> None:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = weakref.ref(loop)
+            return
+        first = self._loop()
+        if first is loop:
+            return
+        state = "closed" if first is None or first.is_closed() else "still running"
+        raise EventLoopError(
+            f"this {self._what} was first used on another event loop (now {state}); a client "
+            "belongs to the loop it is first used on (its connections, watchdog and "
+            "subscriber): create one per event loop, inside it. In a FastAPI or Starlette "
+            "app, create it in the lifespan (redlease.contrib.fastapi.lifespan puts one on "
+            "app.state.redlease), not at module level: each TestClient runs a loop of its own",
+            name=name,
+        )
+
+
+# end async-only
+
+
 class AsyncClient(ClientBase, AsyncClosing):
     """A redlease client over one ``redis.asyncio.Redis``: makes locks, renews their leases, wakes
     their waiters. Use it from one event loop; share one per process (or per server).
@@ -164,6 +200,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._idle = asyncio.Event()  # set while none is under way
         self._idle.set()
         self._closing = asyncio.Event()  # set by close(): ends a back-off pause at once
+        self._loop = LoopBinding("AsyncClient")  # its connections belong to one event loop
         # else sync
         # self._ops_mutex = threading.Lock()
         # """Guards ``_closed`` and ``_active``: the operations under way, which ``close()``
@@ -969,8 +1006,11 @@ class AsyncClient(ClientBase, AsyncClosing):
         if self._closed:
             op.close()
             raise ClientClosedError(name=name)
-        if self._loop is None or self._loop() is not asyncio.get_running_loop():
-            self._bind_loop(op, name)
+        try:
+            self._loop.check(name)
+        except EventLoopError:
+            op.close()
+            raise
         self._active += 1
         self._idle.clear()
         # else sync
@@ -1082,29 +1122,10 @@ class AsyncClient(ClientBase, AsyncClosing):
     _giving_back: set[asyncio.Task[None]] | None = None  # async-only
 
     # begin async-only
-    _loop: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
-    """The event loop this client was first used on: its connections, watchdog and subscriber
-    belong to it."""
-
-    def _bind_loop(self, op: Operation[Any], name: str | None) -> None:
-        """Bind the client to the running loop on first use; on another loop, raise
-        ``EventLoopError`` (not redis-py's "attached to a different loop" or "Event loop is
-        closed" from deep inside a connection)."""
-        loop = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = weakref.ref(loop)
-            return
-        op.close()
-        first = self._loop()
-        state = "closed" if first is None or first.is_closed() else "still running"
-        raise EventLoopError(
-            f"this AsyncClient was first used on another event loop (now {state}); a client "
-            "belongs to the loop it is first used on (its connections, watchdog and "
-            "subscriber): create one per event loop, inside it. In a FastAPI or Starlette "
-            "app, create it in the lifespan (redlease.contrib.fastapi.lifespan puts one on "
-            "app.state.redlease), not at module level: each TestClient runs a loop of its own",
-            name=name,
-        )
+    def _check_loop(self, name: str | None) -> None:
+        """Raise ``EventLoopError`` if this client was first used on another event loop (for
+        the calls that read the server without ``_run``: an election's ``leader()``, ...)."""
+        self._loop.check(name)
 
     # end async-only
 

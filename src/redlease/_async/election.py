@@ -242,6 +242,7 @@ class AsyncElection(ElectionBase):
     async def _record(self) -> tuple[int, str] | None:
         if self.client._closed:
             raise ClientClosedError(name=self.name)
+        self.client._check_loop(self.lock_name)  # async-only
         try:
             value = await self.client.redis.get(self._record_key)
         except TRANSLATED as exc:
@@ -269,6 +270,7 @@ class AsyncElection(ElectionBase):
         closed; ``break`` ends it too."""
         every = seconds(poll, "poll")
         client = self.client
+        client._check_loop(self.lock_name)  # async-only
         if not client._state.pubsub.settled:
             await client._settle_pubsub(self.name)
         subscriber = client._subscriber_started()

@@ -35,7 +35,7 @@ from .._redlockbase import (
 from ..errors import (
     ClientClosedError,
 )
-from .client import AsyncClient
+from .client import AsyncClient, LoopBinding
 from .subscriber import Subscriber, wait_event
 
 
@@ -384,6 +384,7 @@ class AsyncRedlockDriver(RedlockClientBase):
 
     def _start_driver(self) -> None:
         self._watchdog: asyncio.Task[None] | None = None
+        self._loop = LoopBinding("AsyncRedlockClient")  # its connections belong to one loop
 
     async def _stop_driver(self) -> None:
         task, self._watchdog = self._watchdog, None
@@ -406,6 +407,7 @@ class AsyncRedlockDriver(RedlockClientBase):
         """Perform ``op``'s requests one by one until it returns."""
         if self._closed:
             raise ClientClosedError(name=name)
+        self._loop.check(name)
         listening = Listening()
         late: Late = {}
         reply: Any = None
