@@ -146,6 +146,42 @@ _handed_out: set[int] = set()
 _ports = random.SystemRandom()
 """Not the global generator: a test framework that seeds it (Hypothesis does, per example)
 would have every call try the same ports again."""
+_reservations: int | None = None
+"""The file whose byte ``port`` this process holds a lock on for each port it handed out."""
+_reservations_mutex = threading.Lock()
+
+
+def _reserve(port: int) -> bool:
+    """Reserve ``port`` for as long as this process lives; ``False`` if another process
+    reserved it first.
+
+    ``_handed_out`` only knows this process's picks. Other processes picking ports at the same
+    time (pytest-xdist workers, another test run on the machine) could otherwise pick a port
+    this process picked but has not bound yet, or that it leaves free on purpose for a while:
+    a server killed and restarted on its port, a stopped server's port standing for "nothing
+    listens there". A POSIX lock on byte ``port`` of one file per user in the temporary
+    directory is such a reservation; the system drops it when the process ends, however it
+    ends. Where there are no such locks (Windows) or no such file, nothing is reserved.
+    """
+    global _reservations
+    try:
+        import fcntl
+    except ImportError:
+        return True
+    with _reservations_mutex:
+        if _reservations is None:
+            path = os.path.join(tempfile.gettempdir(), f"redlease-ports-{os.getuid()}.lock")
+            try:
+                _reservations = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError:
+                _reservations = -1
+        if _reservations < 0:
+            return True
+        try:
+            fcntl.lockf(_reservations, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, port)
+        except OSError:
+            return False
+        return True
 
 
 def free_port(*, also_free_at: int = 0) -> int:
@@ -169,6 +205,8 @@ def free_port(*, also_free_at: int = 0) -> int:
             continue
         if port in _handed_out or port + also_free_at in _handed_out:
             continue  # picked earlier in this run and perhaps not bound yet
+        if not _reserve(port) or (also_free_at and not _reserve(port + also_free_at)):
+            continue  # picked by another process
         _handed_out.update({port, port + also_free_at})
         return port
     raise RuntimeError("no free loopback port below the ephemeral range")

@@ -5,12 +5,14 @@ reaches its own caller, whatever is cancelled, refused or cut on the way."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import sys
 import time
 from typing import Any
 
 import redis
 import redis.asyncio
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -320,10 +322,22 @@ async def test_timeouts_around_acquires_stay_timeouts_and_give_back(private_serv
         raw.close()
 
 
+_NO_SETINFO: dict[str, Any] = (
+    {"driver_info": None}  # newer redis-py
+    if "driver_info" in inspect.signature(AbstractConnection.__init__).parameters
+    else {"lib_name": None, "lib_version": None}
+)
+
+
 async def test_health_checks_go_between_batches(private_server):
     """redis-py's health check (a PING when the connection was idle long enough) is sent
     only while no reply is due, so it never takes a caller's place in line."""
-    client = AsyncClient.from_url(private_server.url, health_check_interval=0.001, pipeline=True)
+    # no CLIENT SETINFO: redis-py pipelines its two SETINFO at connect and, with a check due
+    # between them (1 ms passes on a loaded machine), its health check's PING reads the first
+    # one's reply, which is an error on servers before 7.2 (not a place in redlease's line)
+    client = AsyncClient.from_url(
+        private_server.url, health_check_interval=0.001, pipeline=True, **_NO_SETINFO
+    )
     names = [f"pipeline:health:{i}" for i in range(200)]
     try:
         for round_ in range(5):
