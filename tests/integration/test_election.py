@@ -2,7 +2,7 @@
 and the others wait; leaving the block hands over; terms' tokens only grow; ``leader()`` and
 ``observe()``; ``term.lost`` when the lock is force-released or the server loses its data;
 ``cancel_on_loss``; candidates in processes of their own, the leader killed (SIGKILL) or
-stopped past its lease (SIGSTOP, then SIGCONT)."""
+stopped past its lease (SIGSTOP, then SIGCONT); an observer riding out a server outage."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import redis
 import redlease
 from redlease._core import scripts
 from redlease._core.keys import LockKeys
+from redlease._core.lock import OUTAGE_TOLERANCE
 from redlease.testing import RedisServer, find_server
 
 from .helpers import eventually
@@ -33,6 +34,9 @@ L = 1.5
 """The candidates' lease (their clients' ``watchdog_timeout``): the watchdog renews every 0.5 s."""
 
 WORKER = str(Path(__file__).with_name("election_worker.py"))
+
+OUTAGE = OUTAGE_TOLERANCE
+"""How long an observer rides out a server outage before it raises (as a lock's waiters)."""
 
 
 @pytest.fixture(scope="module")
@@ -591,3 +595,95 @@ async def test_cancel_on_loss_cancels_at_once_when_force_released(newest, name):
         assert await admin.election(name).force_release()
         await asyncio.wait_for(task, 20)
         assert steps == ["leading", "lost: forced"]
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A server of this test's own (the newest binary found), to stop and start again."""
+    with RedisServer(find_server()) as srv:
+        yield srv
+
+
+class Observer:
+    """``observe()`` in a thread (sync) or a task (asyncio): the leaders seen, in order, and
+    the error it ended with, if any."""
+
+    def __init__(self, side: Any, election: Any, poll: float) -> None:
+        self.seen: list[str | None] = []
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        if side.is_async:
+            self.stop: Any = asyncio.Event()
+            self.task = asyncio.ensure_future(self._async(election, poll))
+        else:
+            self.stop = threading.Event()
+            threading.Thread(target=self._sync, args=(election, poll), daemon=True).start()
+
+    def _sync(self, election: Any, poll: float) -> None:
+        try:
+            for leader in election.observe(poll=poll, stop=self.stop):
+                self.seen.append(leader)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    async def _async(self, election: Any, poll: float) -> None:
+        try:
+            async for leader in election.observe(poll=poll, stop=self.stop):
+                self.seen.append(leader)
+        except BaseException as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+    async def saw(self, *leaders: str | None, timeout: float = 10.0) -> None:
+        """Wait until the last leaders seen are ``leaders``."""
+        n = len(leaders)
+        await eventually(lambda: tuple(self.seen[-n:]) == leaders, timeout=timeout)
+
+
+async def test_observe_rides_out_a_server_outage(side, own_server, name):
+    """An observer (a dashboard, a follower waiting to campaign) keeps observing through a
+    server restart, as a lock's waiters do: nothing is raised nor yielded while the server is
+    down; once it is back (empty: the leader's term is lost with the data) the observer sees
+    that nobody leads, then the next leader."""
+    url = own_server.url
+    observer = Observer(side, side.client(url).election(name), poll=0.2)
+    await observer.saw(None)
+    leader = Candidate(side, side.client(url, watchdog_timeout=L).election(name, identity="a"))
+    assert await leader.leads()
+    await observer.saw(None, "a")
+    own_server.kill()
+    down = time.monotonic()
+    # several of the observer's reads fail meanwhile (one every 0.5 s at most)
+    await eventually(lambda: time.monotonic() - down > 3, timeout=10)
+    assert not observer.done.is_set(), observer.error
+    assert observer.seen == [None, "a"]  # the leader is unknown: nothing yielded
+    own_server.start()  # same port, data lost
+    await observer.saw(None, timeout=OUTAGE + 10)
+    assert observer.error is None
+    follower = Candidate(side, side.client(url, watchdog_timeout=L).election(name, identity="b"))
+    assert await follower.leads(timeout=10)
+    await observer.saw(None, "b")
+    assert await _wait(leader.term.lost, L + 5)
+    observer.stop.set()
+    assert await _wait(observer.done, 10)
+    assert observer.error is None
+    assert observer.seen == [None, "a", None, "b"]
+    await follower.resign()
+    await leader.resign()
+    assert isinstance(leader.error, redlease.LeaseLostError)
+
+
+async def test_observe_raises_once_the_outage_lasts(side, own_server, name):
+    """A server that stays down: ``observe()`` raises ``ServerUnavailableError`` once it has
+    ridden out ``OUTAGE`` seconds of it, not before."""
+    observer = Observer(side, side.client(own_server.url).election(name), poll=0.2)
+    await observer.saw(None)
+    own_server.kill()
+    down = time.monotonic()
+    assert await _wait(observer.done, OUTAGE + 20)
+    assert isinstance(observer.error, redlease.ServerUnavailableError), observer.error
+    assert time.monotonic() - down >= OUTAGE - 1  # rode it out first
+    assert observer.seen == [None]

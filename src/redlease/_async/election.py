@@ -15,12 +15,15 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from .._connections import TRANSLATED, log, raise_translated
+from .._core.backoff import Outage
+from .._core.lock import OUTAGE_TOLERANCE
 from .._electionbase import OBSERVE_POLL, ElectionBase, parse_record
 from ..errors import (
     ClientClosedError,
     InvalidArgumentError,
     LeaseLostError,
     LockTimeoutError,
+    ServerUnavailableError,
     StaleTokenError,
 )
 from ..options import Seconds, seconds, wait_seconds
@@ -267,7 +270,17 @@ class AsyncElection(ElectionBase):
         are seen at once; a change nobody announces (a leader that died, a force release) is
         seen within ``poll`` seconds. Changes closer together than a read may be seen as one.
         The iteration ends when ``stop`` is set (seen within ``poll``) or the client is
-        closed; ``break`` ends it too."""
+        closed; ``break`` ends it too.
+
+        A server outage is ridden out as a lock's waiters ride it out: while the server
+        cannot be reached the leader is unknown and nothing is yielded; the read is tried
+        again (backing off to every 0.5 s), and once the server answers the leader then is
+        yielded if it changed (a server that came back empty has none until a candidate
+        leads again). An outage that lasts 10 s (``OUTAGE_TOLERANCE``) raises
+        ``ServerUnavailableError``.
+
+        Raises:
+            ServerUnavailableError: the server could not be reached for 10 s in a row."""
         every = seconds(poll, "poll")
         client = self.client
         client._check_loop(self.lock_name)  # async-only
@@ -275,6 +288,7 @@ class AsyncElection(ElectionBase):
             await client._settle_pubsub(self.name)
         subscriber = client._subscriber_started()
         waiter = await subscriber.subscribe(self._channel, client._owner(), name=self.name)
+        outage = Outage(time.monotonic, None, OUTAGE_TOLERANCE)
         try:
             last: tuple[str | None] | None = None
             while stop is None or not stop.is_set():
@@ -282,6 +296,13 @@ class AsyncElection(ElectionBase):
                     now = await self.leader()
                 except ClientClosedError:
                     return
+                except ServerUnavailableError:
+                    pause = outage.failed(listening=True)
+                    if pause is None:  # down for OUTAGE_TOLERANCE: give up
+                        raise
+                    await wait(waiter, pause)  # the leader is unknown meanwhile: no yield
+                    continue
+                outage.ended()
                 if last is None or last[0] != now:
                     last = (now,)
                     yield now
