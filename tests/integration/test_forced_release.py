@@ -16,6 +16,7 @@ import redis
 
 from redlease import LeaseLostError
 from redlease._core.keys import LockKeys
+from redlease._core.rwlock import rw_holder_prefix
 from redlease.events import LockEvent
 
 from .helpers import eventually
@@ -192,3 +193,38 @@ async def test_a_server_restart_is_found_when_the_subscriber_reconnects(side, pr
     assert lock.lease_lost
     with pytest.raises(LeaseLostError):
         await side(lock.release())
+
+
+@pytest.mark.parametrize("layout", ["redlease", "redisson"])
+@pytest.mark.parametrize("side_name", ["read", "write"])
+async def test_a_read_write_lock_tells_its_holders(side, server, name, layout, side_name):
+    """A read-write lock's force release (either side, either layout) tells each holder of
+    that side at once; a reader of another client is told too, with its own token."""
+    seen, other_seen = Seen(), Seen()
+    client = side.client(server.url, watchdog_timeout=LONG)
+    other = side.client(server.url, watchdog_timeout=LONG)
+
+    def lock_of(c: Any, on_lost: Any = None) -> Any:
+        rw = c.rw_lock(name, layout=layout, on_lease_lost=on_lost)
+        return rw.read_lock() if side_name == "read" else rw.write_lock()
+
+    holder = lock_of(client, seen.on_lost)
+    assert await side(holder.acquire())
+    channels = [rw_holder_prefix(name) + client.id]
+    if side_name == "read":  # a second reader, of another client
+        reader = lock_of(other, other_seen.on_lost)
+        assert await side(reader.acquire())
+        channels.append(rw_holder_prefix(name) + other.id)
+    for channel in channels:
+        await _listening(server.url, channel)
+
+    operator = side.client(server.url)
+    assert await side(lock_of(operator).force_release())
+    await eventually(seen.told.is_set, timeout=20)
+    assert [e.cause for e in seen.errors] == ["forced"]
+    assert holder.lease_lost
+    with pytest.raises(LeaseLostError):
+        await side(holder.release())
+    if side_name == "read":
+        await eventually(other_seen.told.is_set, timeout=20)
+        assert [e.cause for e in other_seen.errors] == ["forced"]

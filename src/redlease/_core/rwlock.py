@@ -156,6 +156,8 @@ class RwKeys(RwNames):
     receipt_prefix: str
     pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
     """How releases publish on ``channel`` (the client's; see ``PubSub``)."""
+    holder_prefix: str = field(default="", kw_only=True)
+    """Prefix of each client's own channel where its holds hear of a force release."""
 
     @classmethod
     def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> RwKeys:
@@ -171,6 +173,7 @@ class RwKeys(RwNames):
             channel=same_slot_key(name, "redlease:rw-channel:"),
             receipt_prefix=same_slot_key(name, "redlease:rw-released:", ":"),
             pubsub=pubsub,
+            holder_prefix=rw_holder_prefix(name),
         )
 
     def acquire_call(
@@ -206,7 +209,7 @@ class RwKeys(RwNames):
         return Call(
             RW_FORCE_RELEASE,
             (self.writer, self.readers, self.leases, self.tokens, self.channel),
-            (side, self.pubsub.command),
+            (side, self.pubsub.command, self.holder_prefix),
         )
 
     def status_call(self, owner: str) -> Call:
@@ -231,7 +234,14 @@ class RwKeys(RwNames):
             rw=self,
             side=side,
             pubsub=self.pubsub,
+            holder_prefix=self.holder_prefix,
         )
+
+
+def rw_holder_prefix(name: str) -> str:
+    """Prefix of the channels where a read-write lock's holders hear of a force release
+    (one per client, in the lock's slot; both layouts, both sides)."""
+    return same_slot_key(name, "redlease:rw-holder:", ":")
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from typing import Any
 from .keys import CLASSIC, PubSub, redisson_prefixed, redisson_suffixed, same_slot_key
 from .lock import to_ms
 from .requests import Call, Replication
-from .rwlock import READ, WRITE, RwNames, RwStatus, release_undo
+from .rwlock import READ, WRITE, RwNames, RwStatus, release_undo, rw_holder_prefix
 from .scripts import Script
 from .watchdog import OwnRenewalKeys
 
@@ -73,6 +73,9 @@ class RedissonRwKeys(RwNames):
     tokens: str
     receipt_prefix: str
     pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
+    holder_prefix: str = field(default="", kw_only=True)
+    """Prefix of each client's own channel where its holds hear of a force release (a
+    channel of redlease's, no key: Redisson's layout is unchanged)."""
 
     @classmethod
     def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> RedissonRwKeys:
@@ -84,6 +87,7 @@ class RedissonRwKeys(RwNames):
             tokens=same_slot_key(name, "redlease:rw-redisson-tokens:"),
             receipt_prefix=same_slot_key(name, "redlease:rw-released:", ":"),
             pubsub=pubsub,
+            holder_prefix=rw_holder_prefix(name),
         )
 
     def hold_key(self, owner: str, n: int) -> str:
@@ -106,6 +110,7 @@ class RedissonRwKeys(RwNames):
             rw=self,
             side=side,
             pubsub=self.pubsub,
+            holder_prefix=self.holder_prefix,
         )
 
     def acquire_call(
@@ -168,7 +173,9 @@ class RedissonRwKeys(RwNames):
 
     def force_release_call(self, side: str) -> Call:
         return Call(
-            FORCE_RELEASE, (self.name, self.channel, self.tokens), (side, self.pubsub.command)
+            FORCE_RELEASE,
+            (self.name, self.channel, self.tokens),
+            (side, self.pubsub.command, self.holder_prefix),
         )
 
     def status_call(self, owner: str) -> Call:
