@@ -172,6 +172,7 @@ class ClientState:
         self.watchdog_wakes_at = 0.0
         """When the watchdog plans to wake next (monotonic; set by the watchdog)."""
         self._check_now = False  # the watchdog is to renew at once (see check_holds_now)
+        self._late_warned_at: float | None = None
 
     def add_renewal_source(self, source: RenewalSource) -> None:
         """Have the client's one watchdog renew ``source``'s leases too."""
@@ -386,6 +387,24 @@ class ClientState:
         lease = self.watchdog_timeout if hold.watched or not leases else max(leases)
         return "expired" if now - hold.renewed_at >= lease else "unknown"
 
+    def late_round(self, late: float, lease: float, why: str) -> None:
+        """The watchdog began a round ``late`` seconds after it was due: a WARNING, at most
+        one a minute (the process is starved: a lease may run out while held)."""
+        now = time.monotonic()
+        if self._late_warned_at is not None and now - self._late_warned_at < 60:
+            return
+        self._late_warned_at = now
+        log.warning(
+            "lease renewals started %.2f s late (%s); with watchdog_timeout=%g s a hold is "
+            "renewed every %.3g s and lost if not renewed within %g s: keep CPU-bound work "
+            "off the event loop (or in fewer threads), or raise watchdog_timeout",
+            late,
+            why,
+            lease,
+            lease / 3,
+            lease,
+        )
+
     def watchdog_wake(self, next_round: float) -> float:
         """When the watchdog must wake next: at its next round, or sooner for a hold whose
         short first lease is due (recorded, so that a hold due even sooner kicks it), or now
@@ -470,7 +489,7 @@ class ClientState:
             if int(renewed):
                 hold.renewed_at, hold.renew_by = sent_at, None
             elif not hold.releasing:
-                cause = self.loss_cause(hold, sent_at)
+                cause = self.loss_cause(hold)  # expired if it had run out by the reply
                 self.lease_lost(hold, lost_error(hold, "the watchdog found it gone", cause))
 
     def renewal_failed(self, batch: list[Hold], policy: RenewalPolicy, exc: Exception) -> None:

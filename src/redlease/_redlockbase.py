@@ -68,7 +68,7 @@ def apply_renewals(
             continue
         elif renewal.renewed is False:
             error = lost_error(hold, "no majority of masters has it any more")
-            error.cause = state.loss_cause(hold, renewal.sent_at)
+            error.cause = state.loss_cause(hold)
             state.lease_lost(hold, error)
         elif policy.expired(hold.renewed_at, now):
             state.lease_lost(

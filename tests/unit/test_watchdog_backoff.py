@@ -116,3 +116,36 @@ def test_full_jitter_bounds(attempt: int, base: float, cap: float, r: float) -> 
     if r > 1e-300:  # not a subnormal that underflows to 0
         assert delay > 0
     assert delay == pytest.approx(r * bound)
+
+
+def test_the_next_round_is_due_an_interval_after_this_one_was_due() -> None:
+    """Fixed rate: a round that began late (a busy loop, a starved thread) does not push
+    the next one back, so a steady lateness does not eat into the lease left at each
+    renewal; a round more than an interval late is followed at once by one more, not by a
+    burst; after a failure, a retry soon."""
+    policy = RenewalPolicy(3.0)  # every 1 s
+    assert policy.next_round(due=10.0, started=10.0, ok=True, now=10.01) == pytest.approx(11.0)
+    assert policy.next_round(due=10.0, started=10.4, ok=True, now=10.6) == pytest.approx(11.0)
+    assert policy.next_round(due=10.0, started=12.5, ok=True, now=12.6) == pytest.approx(12.5)
+    assert policy.next_round(due=10.0, started=10.4, ok=False, now=10.6) == pytest.approx(10.9)
+
+
+@given(st.lists(st.floats(0, 0.9), min_size=2, max_size=50))
+def test_a_steady_lateness_never_widens_the_gap_between_renewals(lateness: list[float]) -> None:
+    """Each round starts late by less than an interval: two renewals are never further apart
+    than an interval plus the difference of their lateness (counting each round from its
+    late start would add the whole lateness to every gap)."""
+    policy = RenewalPolicy(3.0)
+    due, started_before = 0.0, None
+    for late in lateness:
+        started = due + late
+        if started_before is not None:
+            assert started - started_before <= policy.interval + late + 1e-9
+        due = policy.next_round(due, started, ok=True, now=started)
+        started_before = started
+
+
+def test_a_round_more_than_half_an_interval_late_is_too_late() -> None:
+    policy = RenewalPolicy(30.0)
+    assert not policy.too_late(due=100.0, started=104.9)
+    assert policy.too_late(due=100.0, started=105.1)

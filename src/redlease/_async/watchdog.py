@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, TypeVar
 
 import redis.exceptions
 
@@ -17,6 +19,28 @@ from .subscriber import wait_event
 
 if TYPE_CHECKING:
     from .client import AsyncClient
+
+T = TypeVar("T")
+
+
+async def bounded(awaitable: Awaitable[T], seconds: float) -> T:
+    """``await awaitable``, or ``TimeoutError`` after ``seconds``. On Python 3.11+ in the
+    calling task (``asyncio.timeout``), not in a task of its own as ``asyncio.wait_for`` runs
+    it: on an event loop kept busy by other tasks every hop from one task or callback to the
+    next waits a whole pass of the loop's ready queue, and ``wait_for`` adds three (the task,
+    its done-callback, the waiter), which made a renewal land seconds later under load."""
+    if sys.version_info >= (3, 11):
+        task = asyncio.current_task()
+        before = task.cancelling() if task is not None else 0
+        try:
+            async with asyncio.timeout(seconds):
+                return await awaitable
+        finally:
+            # a call may finish despite a cancellation (it reads the reply of a command
+            # already sent); the watchdog is being stopped all the same (as wait_for would)
+            if task is not None and task.cancelling() > before:
+                raise asyncio.CancelledError
+    return await asyncio.wait_for(awaitable, seconds)  # pragma: no cover - Python 3.10
 
 
 class AsyncWatchdog:
@@ -61,19 +85,20 @@ class AsyncWatchdog:
             for job in jobs:
                 by_node.setdefault(cluster_node_of(cluster, job[2]), []).append(job)
             started = time.monotonic()
-            done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
+            if jobs and policy.too_late(wake, started):
+                state.late_round(started - wake, policy.timeout, "the event loop was busy")
+            if len(by_node) == 1:  # (no gather: its task per node is one more hop when busy)
+                done = [await self._renew_on(next(iter(by_node.values())))]
+            else:
+                done = await asyncio.gather(*(self._renew_on(each) for each in by_node.values()))
             if jobs and all(done) and client._checks.record_due():
                 # the holder record, every half hour while holds are renewed; bounded as a
                 # renewal is, so a hung server delays the next round little
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(client._write_record(), policy.interval / 4)
-            # renewals count from when they were sent: after a round that succeeded the next
-            # is due an interval after it began, not after it ended, so a round that ended
-            # late (the process was stopped while it waited for a reply) is followed at once
-            # by another, which finds a hold lost meanwhile gone; after a failure, a retry soon
-            next_round = (
-                started + policy.interval if all(done) else time.monotonic() + policy.retry_interval
-            )
+                    await bounded(client._write_record(), policy.interval / 4)
+            # renewals count from when they were sent; the next round is due an interval
+            # after this one was due (fixed rate: a steady lateness of a busy loop cancels out)
+            next_round = policy.next_round(wake, started, all(done), time.monotonic())
 
     async def _renew_on(self, jobs: list[RenewalJob]) -> bool:
         """Send one node's renewal calls in order; True when every one succeeded. After a
@@ -91,7 +116,7 @@ class AsyncWatchdog:
             )
             try:
                 # a hung server must not hide an expired lease: bound the call
-                reply = await asyncio.wait_for(self._client._call(call, None), bound)
+                reply = await bounded(self._client._call(call, None), bound)
             except ReplicaError as exc:
                 failed(exc)
                 ok = False

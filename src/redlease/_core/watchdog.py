@@ -53,6 +53,25 @@ class RenewalPolicy:
     def expired(self, last_renewed: float, now: float) -> bool:
         return now - last_renewed >= self.timeout
 
+    def next_round(self, due: float, started: float, ok: bool, now: float) -> float:
+        """When the round after one that was due at ``due``, began at ``started`` and ended at
+        ``now`` is due. After a success, an interval after this one was *due* (fixed rate),
+        not after it began: a round that starts late (a busy event loop, a thread starved of
+        the GIL) would otherwise add its lateness to the gap between two renewals of a hold,
+        eating into the lease left when the next lands; counted from when it was due, a
+        steady lateness cancels out. A round more than an interval late is followed at once
+        by one more (which finds a hold lost meanwhile gone), never by a burst to catch up.
+        Renewing early is always safe: a renewal never shortens a lease, never creates a key
+        and acts only on the hold with the owner's token. After a failure, a retry soon."""
+        if not ok:
+            return now + self.retry_interval
+        return max(due + self.interval, started)
+
+    def too_late(self, due: float, started: float) -> bool:
+        """A round that began more than half an interval after it was due: a sixth of the
+        lease is gone before it is even sent (worth a warning: the process is starved)."""
+        return started - due > self.interval / 2
+
     def calls(
         self, holds: Sequence[Hold], *, by_slot: bool = False
     ) -> list[tuple[list[Hold], Call]]:

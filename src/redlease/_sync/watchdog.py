@@ -83,16 +83,14 @@ class Watchdog:
                 continue  # kicked: a hold must be renewed sooner than planned
             jobs = state.renewal_jobs(policy, by_slot=self._client.cluster)
             started = time.monotonic()
+            if jobs and policy.too_late(wake, started):
+                state.late_round(started - wake, policy.timeout, "the thread could not run")
             ok = self._round(jobs) if jobs else True
             if ok and jobs and self._client._checks.record_due():
                 self._refresh_record()
-            # renewals count from when they were sent: after a round that succeeded the next
-            # is due an interval after it began, not after it ended, so a round that ended
-            # late (the process was stopped while it waited for a reply) is followed at once
-            # by another, which finds a hold lost meanwhile gone; after a failure, a retry soon
-            next_round = (
-                started + policy.interval if ok else time.monotonic() + policy.retry_interval
-            )
+            # renewals count from when they were sent; the next round is due an interval
+            # after this one was due (fixed rate: a steady lateness of a starved thread cancels out)
+            next_round = policy.next_round(wake, started, ok, time.monotonic())
 
     def _round(self, jobs: list[RenewalJob]) -> bool:
         """Send every renewal call of a round; True when every one succeeded."""

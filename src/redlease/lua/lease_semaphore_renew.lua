@@ -2,7 +2,8 @@
 -- KEYS[1]  semaphore key (permits available now)
 -- KEYS[2]  leases (zset, see lease_semaphore_acquire.lua)
 -- KEYS[3]  semaphore channel
--- ARGV[1]  lease in milliseconds, counted from now
+-- ARGV[1]  lease in milliseconds, counted from now (at least 1; anything else is refused
+--          before any change)
 -- ARGV[2]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- ARGV[3..n+2] permit ids
@@ -14,9 +15,13 @@
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end
+local lease = tonumber(ARGV[1])
+if not (lease and lease >= 1) then -- (NaN too)
+  return redis.error_reply('ERR redlease: ARGV[1] must be a lease of at least 1 millisecond')
+end
 local now = redis.call('time')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local until_ms = now_ms + tonumber(ARGV[1])
+local until_ms = now_ms + lease
 local out = {}
 for i = 3, #ARGV do
   local score = redis.call('zscore', KEYS[2], ARGV[i])

@@ -1,6 +1,7 @@
 -- Renew the leases of many held locks in one call (the watchdog's batch).
 -- KEYS[1..n]  lock keys
--- ARGV[1]     lease in milliseconds
+-- ARGV[1]     lease in milliseconds (at least 1; anything else is refused before any change:
+--             a lease of 0 would delete a key without a TTL, never renew it)
 -- ARGV[2..2n+1] the owner field for each key, in the same order (ARGV[2] to ARGV[n+1]), then
 --             the fencing token of each owner's hold, in the same order (ARGV[n+2] on; 0: not
 --             known, as a Redlock owner's on each master: the owner field alone decides)
@@ -10,6 +11,9 @@
 -- than the one with the owner's token (a stale copy after a failover to a replica that missed
 -- the owner's release and its next acquire).
 local lease = tonumber(ARGV[1])
+if not (lease and lease >= 1) then -- (NaN too)
+  return redis.error_reply('ERR redlease: ARGV[1] must be a lease of at least 1 millisecond')
+end
 local n = #KEYS
 local out = {}
 for i = 1, n do

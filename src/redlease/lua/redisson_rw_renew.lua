@@ -4,7 +4,7 @@
 -- KEYS[2]  tokens: hash {field -> fencing token of its first hold} (redlease's own key)
 -- KEYS[3]  the prefix of every hold's lease key, "<tagged name>:" (a read hold's lease key is
 --          "<prefix><field>:rwlock_timeout:<n>", named in the script as Redisson's are)
--- ARGV[1]  lease in milliseconds
+-- ARGV[1]  lease in milliseconds (at least 1; anything else is refused before any change)
 -- ARGV[2]  side: "read" or "write"
 -- ARGV[3..2n+2]  the fields whose holds on that side to renew (a writer's ends in ":write";
 --          ARGV[3] to ARGV[n+2]), then the fencing token of each field's hold, in the same
@@ -21,6 +21,9 @@ local function hold_key(field, n) -- Redisson names each read hold's lease key t
   return KEYS[3] .. field .. ':rwlock_timeout:' .. n
 end
 local lease = tonumber(ARGV[1])
+if not (lease and lease >= 1) then -- (NaN too)
+  return redis.error_reply('ERR redlease: ARGV[1] must be a lease of at least 1 millisecond')
+end
 local n = (#ARGV - 2) / 2
 local out = {}
 for i = 1, n do

@@ -3,7 +3,7 @@
 -- KEYS[2]  reader hold counts: hash {owner field -> read hold count}
 -- KEYS[3]  reader leases: zset {owner field -> lease end, ms (server clock)}
 -- KEYS[4]  reader tokens: hash {owner field -> fencing token}
--- ARGV[1]  lease in milliseconds
+-- ARGV[1]  lease in milliseconds (at least 1; anything else is refused before any change)
 -- ARGV[2]  side: "read" or "write"
 -- ARGV[3..2n+2]  the owner fields whose holds on that side to renew (ARGV[3] to ARGV[n+2]),
 --          then the fencing token of each owner's hold on that side, in the same order
@@ -16,6 +16,9 @@
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = tonumber(ARGV[1])
+if not (lease and lease >= 1) then -- (NaN too)
+  return redis.error_reply('ERR redlease: ARGV[1] must be a lease of at least 1 millisecond')
+end
 local n = (#ARGV - 2) / 2
 local out = {}
 for i = 1, n do
