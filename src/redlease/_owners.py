@@ -359,12 +359,18 @@ class ClientState:
     def lost_at_release(self, hold: Hold, error: LeaseLostError) -> None:
         """A release found ``hold`` gone on the server (the release raises ``error``): its
         record goes, and the listeners hear of the loss (``lease_lost``) unless they already
-        did; ``error.cause`` is set from what the client can tell."""
+        did; ``error.cause`` is set from what the client can tell (or was told: a loss
+        reported while the release was on its way, a forced release's message)."""
+        key = (hold.keys.name, hold.owner)
+        with self.mutex:
+            gone = self.holds.drop(hold.keys.name, hold.owner, hold.epoch) is None
+            told = self._lost.pop(key, None) if gone else None  # this release raises it now
+        if told is not None and error.cause == "unknown":
+            error.cause = told.cause
         if error.cause == "unknown":
             error.cause = self.loss_cause(hold)
-        with self.mutex:
-            if self.holds.drop(hold.keys.name, hold.owner, hold.epoch) is None:
-                return  # already reported lost (or re-acquired meanwhile)
+        if gone:
+            return  # already reported lost (or re-acquired meanwhile)
         if self.listeners:
             self.listeners.send(
                 LockEvent(
