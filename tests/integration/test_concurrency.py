@@ -18,6 +18,7 @@ import redis
 
 import redlease
 from redlease import NotOwnedError, ServerUnavailableError
+from redlease._core.keys import LockKeys
 from redlease.testing import TcpProxy
 
 from .helpers import eventually
@@ -219,6 +220,7 @@ def test_forked_child_never_sends_on_its_parent_connections(server, name):
     with redlease.Client.from_url(server.url) as client:
         lock = client.lock(name)
         assert lock.acquire()  # the parent now keeps a connection
+        _holder_listens(raw, client, name)  # (and its pub/sub one, opened in the background)
         before = {c["id"] for c in raw.client_list()}
         ready_r, ready_w = os.pipe()
         done_r, done_w = os.pipe()
@@ -286,6 +288,17 @@ async def test_cancelled_waiting_acquire_leaves_nothing(server, name):
         assert not await client.lock(name).locked()
 
 
+def _holder_listens(raw: redis.Redis, client: object, name: str) -> None:
+    """Wait until ``client`` listens where a force release tells its holds of ``name`` (its
+    pub/sub connection is opened in the background after a watched hold's acquire), so that
+    connections counted afterwards are the test's own."""
+    channel = LockKeys.for_name(name).holder(f"{client.id}:1")  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10
+    while int(raw.pubsub_numsub(channel)[0][1]) == 0:
+        assert time.monotonic() < deadline, "the holder's channel was never subscribed"
+        time.sleep(0.01)
+
+
 def _awaiting_reply(task: asyncio.Task[object]) -> bool:
     """The task's await chain has reached the read of a direct call's reply (its command is
     written): read from the task's own coroutines, never another thread's frames."""
@@ -315,6 +328,10 @@ async def test_an_acquire_cancelled_awaiting_its_reply_reads_it_and_gives_it_bac
         async with redlease.AsyncClient.from_url(proxy.url) as client:
             lock = client.lock(name)
             assert await lock.acquire()  # warms the connection (and the script cache)
+            observer = redis.Redis(port=server.port)
+            # (and the pub/sub one, where a holder hears of a force release: in the background)
+            await asyncio.to_thread(_holder_listens, observer, client, name)
+            observer.close()
             await lock.release()
             counts: list[int] = []
             first_in, go = asyncio.Event(), asyncio.Event()
@@ -378,8 +395,9 @@ async def test_a_release_cancelled_awaiting_its_reply_still_releases(server, nam
 
             task = asyncio.create_task(holder())
             await asyncio.wait_for(held.wait(), 10)
-            opened = proxy.accepted
             observer = redis.Redis(port=server.port)
+            await asyncio.to_thread(_holder_listens, observer, client, name)
+            opened = proxy.accepted
             scripts_run = _scripts_run(observer)
             proxy.freeze()
             go.set()
