@@ -1,0 +1,8 @@
+"""The ASGI application (``uvicorn redlease_site.asgi:application``)."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "redlease_site.settings")
+application = get_asgi_application()
