@@ -1124,7 +1124,8 @@ class AsyncClient(ClientBase, AsyncClosing):
     # begin async-only
     def _check_loop(self, name: str | None) -> None:
         """Raise ``EventLoopError`` if this client was first used on another event loop (for
-        the calls that read the server without ``_run``: an election's ``leader()``, ...)."""
+        the calls that read the server without ``_run``: an election's ``leader()``,
+        ``eviction_policies()``, ...)."""
         self._loop.check(name)
 
     # end async-only
@@ -1210,6 +1211,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         """What each server (each master of a cluster) does with lock keys when memory runs
         short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
         be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
+        self._check_loop(None)  # async-only
         found = await self._read_policies(strict=True)
         assert found is not None  # strict: raised instead
         return found
