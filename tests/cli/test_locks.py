@@ -157,6 +157,22 @@ def test_status_shows_the_eviction_policy(
         assert view["server"]["evictable"] is (maxmemory != "0")
 
 
+def test_status_by_a_user_who_may_not_read_the_policy(name: str) -> None:
+    with RedisServer() as server:
+        with redis.Redis.from_url(server.url) as admin:
+            admin.execute_command(
+                "ACL", "SETUSER", "ops", "on", ">pw", "~*", "&*", "+@all", "-config", "-info"
+            )  # fmt: skip
+        url = f"redis://ops:pw@127.0.0.1:{server.port}/0"
+        result = run_cli("status", "--url", url, name)
+        assert result.returncode == 0, result.stderr
+        first, line = result.stdout.splitlines()
+        assert "eviction policy unknown" in first and line == f"{name}: free"
+        (view,) = json.loads(run_cli("status", "--url", url, "--json", name).stdout)
+        assert view["server"]["maxmemory_policy"] is None
+        assert view["server"]["evictable"] is None
+
+
 def test_run_warns_in_one_line_about_an_evicting_server(name: str, tmp_path: Path) -> None:
     args = ("--maxmemory", "100mb", "--maxmemory-policy", "volatile-ttl")
     with RedisServer(extra_args=args) as server:
