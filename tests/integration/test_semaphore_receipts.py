@@ -220,9 +220,11 @@ async def test_a_waiting_acquire_whose_grant_was_lost_never_loses_a_permit_silen
         else:
             waiter = threading.Thread(target=in_thread, daemon=True)
             waiter.start()
-        waiters = core.SemaphoreKeys.for_name(name).waiters
-        await eventually(lambda: raw.zcard(waiters) == 1)
-        await asyncio.sleep(0.2)  # (it listens now)
+        keys = core.SemaphoreKeys.for_name(name)
+        await eventually(lambda: raw.zcard(keys.waiters) == 1)
+        # in line, and listening (not a pause that a loaded machine may outlast): the release
+        # below wakes it, rather than its next try finding the permit on its own
+        await eventually(lambda: raw.pubsub_numsub(keys.channel)[0][1] >= 1, timeout=10)
         dropped = proxy.drop_next_reply(ACQUIRE_SHA)
         _silence_after(proxy, dropped)  # the try ran: nothing reaches the server from now on
         await side(other.release(1))  # wakes the waiter: its try is granted, the reply lost
