@@ -75,14 +75,17 @@ def test_fork_while_a_thread_holds_the_client_locks(server, name):
         assert lock.acquire()  # the parent holds it, with a watchdog and a subscriber
         waiter = client.lock(f"{name}:busy")
         parent_id = client.id
+        parent_subscriber = client._subscriber  # (a watched hold's: where it hears a force)
 
         def child() -> bool:
             fresh = client.lock(f"{name}:child")
             if client.id == parent_id or lock.fencing_token is not None:
                 return False  # the child must have its own id and none of the holds
+            if client._subscriber is not None:
+                return False  # the parent's subscriber is not the child's
             got = fresh.acquire(timeout=2)
             fresh.release()
-            return got and not waiter.locked() and client._subscriber is None
+            return got and not waiter.locked() and client._subscriber is not parent_subscriber
 
         with _held(client._state.mutex, client._start_mutex, client._ops):
             assert _fork(child) == 0
