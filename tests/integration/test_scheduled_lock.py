@@ -237,22 +237,24 @@ async def test_at_least_for_longer_than_the_watchdog_lease_with_keep_alive(side,
 
 
 async def test_keep_alive_renews_the_lease_while_a_long_job_runs(side, server, name, raw):
-    client = side.client(server.url, watchdog_timeout=0.3)
+    # a 0.6 s watchdog lease as elsewhere in the suite (0.3 s was lost by a thread starved that
+    # long on a loaded machine, parallel runs)
+    client = side.client(server.url, watchdog_timeout=0.6)
     other = side.client(server.url)
     elsewhere = job_of(side, other.scheduled_lock(name, at_most_for=10))
     seen: list[Any] = []
 
     async def async_body() -> None:
-        for _ in range(12):  # 1.2 s: four watchdog leases
+        for _ in range(12):  # 2.4 s: four watchdog leases
             seen.append(await elsewhere())
             seen.append(raw.pttl(name))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.2)
 
     def sync_body() -> None:
         for _ in range(12):
             seen.append(elsewhere())
             seen.append(raw.pttl(name))
-            time.sleep(0.1)
+            time.sleep(0.2)
 
     job = job_of(
         side,
@@ -261,7 +263,7 @@ async def test_keep_alive_renews_the_lease_while_a_long_job_runs(side, server, n
     )
     assert (await side(job()))[0] == "ran"
     assert seen[0::2] == [None] * 12  # the other instance skipped throughout
-    assert all(0 < ttl <= 300 for ttl in seen[1::2])
+    assert all(0 < ttl <= 600 for ttl in seen[1::2])
     assert elsewhere.calls == []
     assert not raw.exists(name)
 
