@@ -492,10 +492,12 @@ class ClientState:
     def renewal_done(self, batch: list[Hold], reply: list[Any], sent_at: float) -> None:
         """Apply a renewal reply: renewed holds count from ``sent_at``; gone ones are lost."""
         for hold, renewed in zip(batch, reply, strict=True):
-            if int(renewed):
+            if int(renewed) == 1:
                 hold.renewed_at, hold.renew_by = sent_at, None
             elif not hold.releasing:
-                cause = self.loss_cause(hold)  # expired if it had run out by the reply
+                # 2: the server's fencing counter is below the hold's token (it lost data);
+                # else expired if it had run out by the reply
+                cause = "server_lost" if int(renewed) == 2 else self.loss_cause(hold)
                 self.lease_lost(hold, lost_error(hold, "the watchdog found it gone", cause))
 
     def renewal_failed(self, batch: list[Hold], policy: RenewalPolicy, exc: Exception) -> None:

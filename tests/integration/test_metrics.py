@@ -170,6 +170,29 @@ async def test_a_force_release_by_another_client_is_a_lost_lease(side, server, n
     assert value(samples, "redlease_holds") == 0
 
 
+async def test_a_server_that_lost_its_data_is_cause_server_lost(side, private_server, name):
+    """The server restarts empty (no persistence): the watchdog finds the hold gone and the
+    lock's fencing counter below the hold's token, so the server lost the grant: cause
+    ``server_lost``, as the error the release raises says too."""
+    registry = CollectorRegistry()
+    events: list[LockEvent] = []
+    client = side.client(private_server.url, watchdog_timeout=1.5)
+    client.add_listener(PrometheusMetrics(registry))
+    client.add_listener(events.append)
+    lock = client.lock(name)
+    assert await side(lock.acquire())
+    private_server.restart()
+    await eventually(lambda: any(e.kind == "lease_lost" for e in events), timeout=30)
+    lost = next(e for e in events if e.kind == "lease_lost")
+    assert lost.cause == "server_lost"
+    with pytest.raises(LeaseLostError) as raised:
+        await side(lock.release())
+    assert raised.value.cause == "server_lost"
+    samples = scrape(registry)
+    assert value(samples, "redlease_lost_leases_total", cause="server_lost") == 1
+    assert value(samples, "redlease_holds") == 0
+
+
 async def test_an_explicit_lease_that_ran_out_before_release_is_expired(side, server, name):
     registry = CollectorRegistry()
     client = side.client(server.url)

@@ -783,8 +783,12 @@ class Model:
         step = self.cache.get(key)
         if step is None:
             self.engine.listen({f"p{p}": ch for p, ch in enumerate(wanted)})
+            run_keys = keys
+            if name == "lock_renew" and name in self.sources:
+                # the unfixed copy took the lock keys only, not their fencing counters after
+                run_keys = keys[: len(keys) // 2]
             step = self.engine.run(
-                st.server, self._source(name), keys, args, self.channel_names, self.times
+                st.server, self._source(name), run_keys, args, self.channel_names, self.times
             )
             self.server_runs += 1
             if isinstance(step.reply, RespError):
@@ -895,8 +899,10 @@ class Model:
                     f"I5: {who} (request {rid}) of a hold that is there answers LOST",
                 )
         there = field in pre_h and pre_fence == token and not ghost.losses
-        if kind == "renew" and there and not int(_as_list(reply)[0]):
+        if kind == "renew" and there and int(_as_list(reply)[0]) != 1:
             _fail(self.config, "I5l", f"I5: {who} finds its hold gone, but it is there")
+        if kind == "renew" and int(_as_list(reply)[0]) == 2 and not ghost.losses:
+            _fail(self.config, "I5l", f"I5: {who} says the server lost data, but it did not")
         return ghost
 
     # the adversary and the owners: every step from a state
@@ -1108,7 +1114,7 @@ class Model:
         ow = ow._replace(renewal=None)
         if rec is None or rec.epoch != ren.epoch:
             return self._set(st, o, ow)
-        if int(ren.net[1][0]):  # ClientState.renewal_done
+        if int(ren.net[1][0]) == 1:  # ClientState.renewal_done (0, 2: gone)
             rec = rec._replace(deadline=self.config.watchdog - ren.sent)
         elif not rec.releasing:
             rec = None  # lease_lost: the record goes, the owner is told

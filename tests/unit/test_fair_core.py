@@ -206,7 +206,7 @@ def test_the_watchdog_renews_a_redisson_fair_hold_with_the_plain_renewal() -> No
     hold = table.granted(KEYS, OWNER, Acquired(count=1, ttl=30.0, requested_at=0.0, token=1), None)
     ((batch, call),) = RenewalPolicy(30.0).calls([hold])
     assert batch == [hold]
-    assert call.script is scripts.LOCK_RENEW and call.keys == (KEYS.name,)
+    assert call.script is scripts.LOCK_RENEW and call.keys == (KEYS.name, KEYS.fence)
     assert call.args == (30000, OWNER, 1)  # the owner field, then its token
 
 

@@ -173,7 +173,7 @@ def test_known_arities() -> None:
     assert header_arity("lock_release", 1) == (6, 9)
     assert header_arity("lock_force_release", 1) == (3, 3)
     assert header_arity("lock_status", 1) == (2, 0)
-    assert header_arity("lock_renew", 4) == (4, 9)
+    assert header_arity("lock_renew", 4) == (8, 9)
 
 
 def test_watchdog_uses_the_renew_script() -> None:

@@ -57,7 +57,12 @@ def test_one_call_for_a_few_locks() -> None:
     [(batch, call)] = RenewalPolicy(30.0).calls(holds)
     assert batch == holds
     assert call.script is scripts.LOCK_RENEW
-    assert call.keys == ("lock-0000", "lock-0001", "lock-0002")
+    assert call.keys == (
+        "lock-0000",
+        "lock-0001",
+        "lock-0002",
+        *(LockKeys.for_name(f"lock-{i:04d}").fence for i in range(3)),
+    )
     # the owner fields, then the token of each hold
     assert call.args == (30000, "owner-0:0", "owner-1:1", "owner-2:2", *(h.token for h in holds))
     assert call.undo is None
@@ -73,7 +78,7 @@ def test_calls_cover_all_holds_in_batches(n: int, timeout: float) -> None:
     assert len(out) == -(-n // BATCH)
     for batch, call in out:
         assert 1 <= len(batch) <= BATCH
-        assert call.keys == tuple(h.keys.name for h in batch)
+        assert call.keys == (*(h.keys.name for h in batch), *(h.keys.fence for h in batch))
         lease_ms, *rest = call.args
         owners, tokens = rest[: len(batch)], rest[len(batch) :]
         assert tokens == [h.token for h in batch]

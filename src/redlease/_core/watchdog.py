@@ -101,7 +101,7 @@ class RenewalPolicy:
                 else:
                     call = Call(
                         scripts.LOCK_RENEW,
-                        tuple(h.keys.name for h in batch),
+                        (*(h.keys.name for h in batch), *(h.keys.fence for h in batch)),
                         (lease_ms, *owners, *(h.token for h in batch)),
                         replication=replication,
                     )
