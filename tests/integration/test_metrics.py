@@ -229,6 +229,39 @@ async def test_skipped_scheduled_runs_are_counted(side, server, name):
     assert value(scrape(registry), "redlease_skipped_runs_total") == 2
 
 
+async def test_calls_skipped_by_on_busy_skip_are_counted(side, server, name):
+    """``@client.locked(..., on_busy="skip")`` on a lock held elsewhere: the call does not run,
+    and ``redlease_skipped_runs_total`` counts it (with the lock label when asked for)."""
+    registry = CollectorRegistry()
+    client = side.client(server.url)
+    client.add_listener(PrometheusMetrics(registry, per_lock=True))
+    runs: list[int] = []
+    if side.is_async:
+
+        @client.locked(name, on_busy="skip")
+        async def job() -> int:
+            runs.append(1)
+            return 1
+
+    else:
+
+        @client.locked(name, on_busy="skip")
+        def job() -> int:
+            runs.append(1)
+            return 1
+
+    holder = side.client(server.url).lock(name)
+    assert await side(holder.acquire())
+    assert await side(job()) is None
+    assert await side(job()) is None
+    await side(holder.release())
+    assert await side(job()) == 1
+    assert runs == [1]
+    samples = scrape(registry)
+    assert value(samples, "redlease_skipped_runs_total", lock=name) == 2
+    assert value(samples, "redlease_acquisitions_total", lock=name, outcome="acquired") == 1
+
+
 def test_hold_buckets_reach_from_milliseconds_to_an_hour():
     assert HOLD_BUCKETS[0] <= 0.001 and HOLD_BUCKETS[-1] >= 3600
     assert list(HOLD_BUCKETS) == sorted(HOLD_BUCKETS)
