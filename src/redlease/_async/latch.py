@@ -37,7 +37,13 @@ class AsyncCountDownLatch:
         return self._keys.name
 
     async def try_set_count(self, count: int) -> bool:
-        """Set the count if the latch is not armed (count 0); ``False`` when it is."""
+        """Set the count if the latch is not armed (count 0); ``False`` when it is.
+
+        Args:
+            count: The number of ``count_down()`` calls that open the latch (at least 1).
+
+        Raises:
+            InvalidArgumentError: a count below 1 or above 2**53 - 1."""
         value = core.count_arg(count)
         return await self.client._run(core.try_set_count(self._keys, value), self.name)
 

@@ -35,7 +35,13 @@ class CountDownLatch:
         return self._keys.name
 
     def try_set_count(self, count: int) -> bool:
-        """Set the count if the latch is not armed (count 0); ``False`` when it is."""
+        """Set the count if the latch is not armed (count 0); ``False`` when it is.
+
+        Args:
+            count: The number of ``count_down()`` calls that open the latch (at least 1).
+
+        Raises:
+            InvalidArgumentError: a count below 1 or above 2**53 - 1."""
         value = core.count_arg(count)
         return self.client._run(core.try_set_count(self._keys, value), self.name)
 

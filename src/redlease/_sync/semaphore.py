@@ -250,7 +250,19 @@ class LeaseSemaphore:
     ) -> list[str] | None:
         """Take ``permits`` at once, all under one lease (Redisson's ``acquire(permits)``);
         returns their ids, or ``None`` when ``timeout`` ran out first. ``acquire_many(0)``
-        returns ``[]`` at once. Give them back with ``release_many(ids)``."""
+        returns ``[]`` at once. Give them back with ``release_many(ids)``.
+
+        Args:
+            permits: How many permits to take, all at once.
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the permits last; ``None``: renewed by the watchdog.
+
+        Returns:
+            The permits' ids, or ``None``.
+
+        Raises:
+            InvalidArgumentError: bad ``permits``, ``timeout`` or ``lease``.
+            ServerUnavailableError: the server could not be reached."""
         return self._acquire(core.many_arg(permits), timeout, lease)
 
     def _acquire(
@@ -307,7 +319,17 @@ class LeaseSemaphore:
         """Give back several permits at once, all or none (Redisson's ``release(List)``);
         returns how many. When one is not held, none is given back: ``InvalidArgumentError``
         for an id that is not a held permit, else ``LeaseLostError`` for a lease that ran out.
-        A retry after an error is recognised as the same release."""
+        A retry after an error is recognised as the same release.
+
+        Args:
+            permit_ids: The ids ``acquire`` or ``acquire_many`` returned.
+
+        Returns:
+            How many permits were given back.
+
+        Raises:
+            InvalidArgumentError: an id that is not a held permit (none is given back).
+            LeaseLostError: a permit's lease ran out (none is given back)."""
         permits = core.permit_ids(permit_ids)
         if not permits:
             return 0
@@ -348,7 +370,15 @@ class LeaseSemaphore:
 
     def renew(self, permit_id: str, lease: Seconds | None = None) -> None:
         """Extend the permit's lease to at least ``lease`` from now (default: the semaphore's
-        lease, else ``watchdog_timeout``). ``LeaseLostError`` when it is gone."""
+        lease, else ``watchdog_timeout``).
+
+        Args:
+            permit_id: The permit's id.
+            lease: Seconds from now; ``None``: the semaphore's lease, else
+                ``watchdog_timeout``.
+
+        Raises:
+            LeaseLostError: the permit is gone (its lease ran out, or it was released)."""
         permit = core.permit_id(permit_id)
         chosen = self._lease if lease is None else core.lease_seconds(lease)
         seconds = self.client.watchdog_timeout if chosen is None else chosen
