@@ -38,8 +38,10 @@ async def _handed_on(side: Any, url: str, name: str) -> float:
         return got
 
     waiting = asyncio.create_task(wait_async() if side.is_async else asyncio.to_thread(wait_sync))
-    deadline = time.monotonic() + 10
-    while not _listening(url, name):  # in line, and listening on its own channel
+    deadline = time.monotonic() + 20
+    # in line, and listening on its own channel (checked in a thread: the check's blocking
+    # calls would hold up the asyncio waiter's loop, on a loaded machine for long)
+    while not await asyncio.to_thread(_listening, url, name):
         assert time.monotonic() < deadline, "the waiter never queued and listened"
         await asyncio.sleep(0.01)
     started = time.monotonic()
