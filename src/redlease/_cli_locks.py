@@ -332,5 +332,6 @@ def force_release(target: str | Client, name: str, *, yes: bool) -> int:
             return 1
         if not client.lock(name).force_release():
             raise CommandError(f"lock {printable(name)!r} was released meanwhile: nothing to do")
-    _say(f"released lock {printable(name)} (it was held by {', '.join(view.holders)})")
+    held_by = ", ".join(f"{owner}{who(view.holder_info.get(owner))}" for owner in view.holders)
+    _say(f"released lock {printable(name)} (it was held by {held_by})")
     return 0

@@ -55,6 +55,9 @@ def test_status_and_list_show_the_holder_process(url: str, name: str, r: redis.R
             assert info["process"] == process
             assert info["info"].startswith(sys.executable)
             assert "hunter" not in json.dumps(view)
+        released = run_cli("release", "--force", "--yes", "--url", url, name)
+        assert released.returncode == 0, released.stderr
+        assert f"[{host} pid {holder.pid} {process}: " in released.stdout  # who was cut off
     finally:
         holder.terminate()
         finish(holder)
