@@ -17,12 +17,13 @@ A client also listens on its own holder channel of each lock one of its owners h
 lease the watchdog renews; ``LockKeys.holder``), ``held`` here: a force release publishes there
 "lost <owner field> <token>" for each holder (``lock_force_release.lua``), which the table
 hands back to the subscriber as a ``Lost`` notice; the client acts on it only for its hold of
-that owner with that fencing token (a late or repeated message changes nothing). The
-subscription is made in the background when the hold is granted (no round trip on the acquire's
-path), so a force release in the round trip before it is confirmed is found by the watchdog's
-next round, as before; after every re-subscription (a reconnection, a slot that moved) the
-subscriber has the watchdog check the holds at once, so a loss meanwhile is found then, not a
-round later.
+that owner with that fencing token (a late or repeated message changes nothing). The subscriber
+subscribes the channels of the client's holds itself, every ``HOLDS_CHECK`` (no round trip, no
+wake-up of another thread on the acquire's path; a hold shorter than that usually costs
+nothing), so a force release before its hold's subscription is confirmed is found by the
+watchdog's next round, as before; after every re-subscription (a reconnection, a slot that
+moved) the subscriber has the watchdog check the holds at once, so a loss meanwhile is found
+then, not a round later.
 
 ``Links`` keeps which connection each channel is subscribed on: with classic pub/sub one
 connection (to any node: a cluster forwards every message to every node), with sharded pub/sub
@@ -125,7 +126,7 @@ class Entry:
         self.refusal: BaseException | None = None  # the server refused the subscription
         self.idle_since: float | None = None
         self.rewake = False  # wake every waiter once re-subscribed after a reconnect
-        self.held = 0  # > 0: a hold of this client listens (the mark's sequence number)
+        self.held = 0  # 1: a hold of this client listens here
 
 
 class ChannelTable:
@@ -172,30 +173,24 @@ class ChannelTable:
             if not entry.waiters and not entry.held:
                 entry.idle_since = now
 
-    def hold(self, channel: str, mark: int) -> bool:
-        """A hold of this client listens on ``channel`` (``mark``: a sequence number that
-        only grows, see ``unhold``); returns whether the channel is new (needs a SUBSCRIBE)."""
-        entry = self.entries.get(channel)
-        new = entry is None
-        if entry is None:
-            entry = self.entries[channel] = Entry(self._new_event())
-        entry.held = mark
-        entry.idle_since = None
-        return new
-
-    def is_held(self, channel: str) -> bool:
-        entry = self.entries.get(channel)
-        return entry is not None and entry.held > 0
-
-    def unhold(self, wanted: set[str], upto: int, now: float) -> None:
-        """Channels no hold listens on any more (not in ``wanted``, a snapshot of the holds
-        taken after mark ``upto``): no longer kept for holds (a mark made after the snapshot
-        is kept: its hold may be missing from it)."""
+    def reconcile_holds(self, wanted: set[str], now: float) -> list[str]:
+        """Listen for the holds on exactly ``wanted`` (the channels of the client's holds
+        now): returns the channels new to the table (each needs a SUBSCRIBE); a channel no
+        hold needs any more goes idle unless a waiter is on it."""
+        new = []
+        for channel in wanted:
+            entry = self.entries.get(channel)
+            if entry is None:
+                entry = self.entries[channel] = Entry(self._new_event())
+                new.append(channel)
+            entry.held = 1
+            entry.idle_since = None
         for channel, entry in self.entries.items():
-            if entry.held and channel not in wanted and entry.held <= upto:
+            if entry.held and channel not in wanted:
                 entry.held = 0
                 if not entry.waiters:
                     entry.idle_since = now
+        return new
 
     def on_message(self, channel: str, payload: str) -> Lost | None:
         """Wake whom ``payload`` is for; a force release's message is handed back instead."""
@@ -442,6 +437,10 @@ class Links:
 
 LINGER = 2.0
 """Seconds a channel stays subscribed after its last waiter left."""
+
+HOLDS_CHECK = 0.25
+"""Seconds between two looks of the subscriber at the client's holds (to listen for force
+releases on their channels, and stop listening for the holds gone)."""
 
 SUBSCRIBE_TIMEOUT = 10.0
 """Seconds a subscription may take to be confirmed before the waiter gives up on it."""

@@ -105,7 +105,7 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         if got is not None and got.lease is None:
             # the watchdog renews it, and the client listens where a force release tells it
             # (subscribed in the background: no round trip here)
-            self.client._watch(self._hold_channel(plan.owner))
+            self.client._watch(listen=self._hold_channel(plan.owner) is not None)
         return got
 
     async def release(self, *, keep_for: Seconds | None = None) -> None:

@@ -28,6 +28,7 @@ import redis.exceptions
 from .._channels import (
     ANY_NODE,
     CLASSIC,
+    HOLDS_CHECK,
     LINGER,
     SHARDED,
     SUBSCRIBE_TIMEOUT,
@@ -104,7 +105,7 @@ class Subscriber:
         self._stale = False  # the cluster's layout must be read again before placing
         self.holders: Holders | None = None
         """Told of force releases and of (re)subscriptions of the holds' channels."""
-        self._mark = 0  # sequence of ``hold`` calls (see ``ChannelTable.unhold``)
+        self._holds_check = 0.0
 
     async def subscribe(
         self, channel: str, owner: str, *, name: str | None = None, private: str | None = None
@@ -156,20 +157,12 @@ class Subscriber:
     def waiting(self, channel: str) -> int:
         return self._table.waiting(channel)
 
-    def hold(self, channel: str) -> None:
-        """A hold of this client listens on ``channel`` from now on, until the holds no
-        longer list it (``Holders.held_channels``): subscribed by the placing task, the
-        caller never waits for it (call it from the client's event loop)."""
-        if self._closed:
-            return
-        self._mark += 1
-        if self._table.is_held(channel):
-            self._table.hold(channel, self._mark)  # (the hot path: already listening)
-            return
-        self._ensure_task()
-        if self._table.hold(channel, self._mark):
-            self._links.want(channel)
-            self._work.set()
+    def watch_holds(self) -> None:
+        """The client has a hold its watchdog renews: have the placing task run, which
+        subscribes the holds' channels itself (``_reconcile``); the caller never waits (call
+        it from the client's event loop)."""
+        if not self._closed:
+            self._ensure_task()
 
     async def close(self) -> None:
         """Stop the tasks; every waiter (and every caller waiting for a subscription to be
@@ -196,12 +189,13 @@ class Subscriber:
 
     async def _run(self) -> None:
         while not self._closed:
-            timeout = 1.0
+            timeout = HOLDS_CHECK if self.holders is not None else 1.0
             if self._links.pending():
                 timeout = min(timeout, max(0.0, self._retry_at - time.monotonic()))
             await wait_event(self._work, timeout)
             self._work.clear()
             try:
+                self._reconcile()
                 if time.monotonic() >= self._retry_at:
                     await self._place()
                 await self._drop_idle()
@@ -210,6 +204,16 @@ class Subscriber:
                 for link in list(self._conns):
                     self._lose(link, None)
                 self._retry_at = time.monotonic() + 0.1
+
+    def _reconcile(self) -> None:
+        """Every ``HOLDS_CHECK``: listen on the channels of the client's holds now (where a
+        force release tells them), and no longer on those of holds gone."""
+        now = time.monotonic()
+        if self.holders is None or now < self._holds_check:
+            return
+        self._holds_check = now + HOLDS_CHECK
+        for channel in self._table.reconcile_holds(self.holders.held_channels(), now):
+            self._links.want(channel)
 
     def _failed(self, exc: BaseException) -> None:
         """A connection or a subscription failed: try again after a growing pause."""
@@ -287,8 +291,6 @@ class Subscriber:
         closing.add_done_callback(self._closing.discard)
 
     async def _drop_idle(self) -> None:
-        if self.holders is not None:
-            self._table.unhold(self.holders.held_channels(), self._mark, time.monotonic())
         for channel in self._table.drop_idle(time.monotonic(), LINGER):
             link = self._links.drop(channel)
             conn = self._conns.get(link) if link is not None else None

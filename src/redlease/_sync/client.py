@@ -908,15 +908,16 @@ class Client(ClientBase, Closing):
             found.append(policy_of(address, config, info))
         return found
 
-    def _watch(self, listen: str | None = None) -> None:
-        """Have the watchdog renew the client's watched holds; ``listen``: a new hold's
-        channel where a force release tells its client (subscribed in the background)."""
+    def _watch(self, listen: bool = False) -> None:
+        """Have the watchdog renew the client's watched holds; ``listen``: a new hold has a
+        channel where a force release tells its client (the subscriber subscribes it in the
+        background, see ``_channels.HOLDS_CHECK``)."""
         with self._start_mutex:
             if self._closed:
                 return  # a closed client starts nothing (its holds expire with their lease)
             if self._watchdog is None:
                 self._watchdog = Watchdog(self)
             self._watchdog.ensure_running()
-        if listen is not None:
+        if listen:
             with contextlib.suppress(ClientClosedError):
-                self._subscriber_started().hold(listen)
+                self._subscriber_started().watch_holds()

@@ -30,6 +30,7 @@ import redis.exceptions
 from .._channels import (
     ANY_NODE,
     CLASSIC,
+    HOLDS_CHECK,
     LINGER,
     SHARDED,
     SUBSCRIBE_TIMEOUT,
@@ -98,7 +99,7 @@ class Subscriber:
         self._stale = False  # the cluster's layout must be read again before placing
         self.holders: Holders | None = None
         """Told of force releases and of (re)subscriptions of the holds' channels."""
-        self._mark = 0  # sequence of ``hold`` calls (see ``ChannelTable.unhold``)
+        self._holds_check = 0.0
 
     # --- callers' side --------------------------------------------------------------------
 
@@ -142,21 +143,16 @@ class Subscriber:
         with self._mutex:
             self._table.remove(waiter, time.monotonic())
 
-    def hold(self, channel: str) -> None:
-        """A hold of this client listens on ``channel`` from now on, until the holds no
-        longer list it (``Holders.held_channels``): subscribed by the listener thread, the
-        caller never waits for it."""
+    def watch_holds(self) -> None:
+        """The client has a hold its watchdog renews: have the listener thread run, which
+        subscribes the holds' channels itself (``_reconcile``); the caller never waits, nor
+        wakes the thread."""
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            return  # (the acquire's path: nothing more)
         with self._mutex:
-            if self._closed:
-                return
-            self._mark += 1
-            if self._table.is_held(channel):
-                self._table.hold(channel, self._mark)  # (the hot path: already listening)
-                return
-            self._ensure_thread()
-            if self._table.hold(channel, self._mark):
-                self._links.want(channel)
-        self._wake()
+            if not self._closed:
+                self._ensure_thread()
 
     def waiting(self, channel: str) -> int:
         with self._mutex:
@@ -195,6 +191,7 @@ class Subscriber:
     def _run(self) -> None:
         while not self._closed:
             try:
+                self._reconcile()
                 if time.monotonic() >= self._retry_at:
                     self._place()
                 self._read_available()
@@ -208,13 +205,25 @@ class Subscriber:
         for link in list(self._conns):
             self._lose(link, None)
 
+    def _reconcile(self) -> None:
+        """Every ``HOLDS_CHECK``: listen on the channels of the client's holds now (where a
+        force release tells them), and no longer on those of holds gone."""
+        now = time.monotonic()
+        if self.holders is None or now < self._holds_check:
+            return
+        self._holds_check = now + HOLDS_CHECK
+        wanted = self.holders.held_channels()  # (never under our mutex)
+        with self._mutex:
+            for channel in self._table.reconcile_holds(wanted, now):
+                self._links.want(channel)
+
     def _pause(self) -> None:
         """Sleep until a connection or the wake pipe can be read, or until the next retry."""
         readable: list[Any] = [self._wake_r]
         readable += [conn._sock for conn in self._conns.values() if conn._sock is not None]
         with self._mutex:
             pending = bool(self._links.pending())
-        timeout = 1.0
+        timeout = HOLDS_CHECK if self.holders is not None else 1.0
         if pending:
             timeout = min(timeout, max(0.0, self._retry_at - time.monotonic()))
         ready, _, _ = select.select(readable, [], [], timeout)
@@ -294,12 +303,6 @@ class Subscriber:
         if now < self._idle_check:  # not on every message: a hot channel wakes us often
             return
         self._idle_check = now + IDLE_CHECK
-        if self.holders is not None:
-            with self._mutex:
-                upto = self._mark
-            wanted = self.holders.held_channels()  # (never under our mutex)
-            with self._mutex:
-                self._table.unhold(wanted, upto, now)
         with self._mutex:
             idle = self._table.drop_idle(now, LINGER)
             links = [(channel, self._links.drop(channel)) for channel in idle]
