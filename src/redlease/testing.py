@@ -615,6 +615,7 @@ class TcpProxy:
         self._mutex = threading.Lock()
         self._frozen = False
         self._pending_drops: list[tuple[bytes | None, threading.Event]] = []
+        self._freeze_after: set[threading.Event] = set()  # drops that freeze the proxy
         self._requests: list[_Request] = []
         self._links: list[_Link] = []
         self._listener: socket.socket | None = None
@@ -717,17 +718,23 @@ class TcpProxy:
         with self._mutex:
             self._target = _address(target)
 
-    def drop_next_reply(self, match: bytes | None = None) -> threading.Event:
+    def drop_next_reply(
+        self, match: bytes | None = None, *, then_freeze: bool = False
+    ) -> threading.Event:
         """Arrange for the reply to the next command containing ``match`` (any command when
         ``None``) to be swallowed after the server ran the command, and its connection closed.
 
         Returns an event that is set once the reply was swallowed, just before the connection
         is closed (or when the proxy closes). Several calls queue several drops, each used
-        once, in order.
+        once, in order. With ``then_freeze``, the proxy freezes (as ``freeze()``) in the same
+        instant, before the client sees its connection close: its resend on a new connection
+        hangs, however soon it comes (a ``freeze()`` called once the event is set may be late).
         """
         event = threading.Event()
         with self._mutex:
             self._pending_drops.append((match, event))
+            if then_freeze:
+                self._freeze_after.add(event)
         self._wake()
         return event
 
@@ -936,6 +943,9 @@ class TcpProxy:
                 self._links.remove(link)
             if link.drop is not None:
                 self.dropped += 1
+                if link.drop in self._freeze_after:
+                    self._freeze_after.discard(link.drop)
+                    self._frozen = True  # nothing is serviced from now on
         if link.drop is not None:
             link.drop.set()  # before the client can see its connection close
         self._close_sockets(link)

@@ -85,6 +85,25 @@ def test_drop_next_reply_runs_the_command_and_loses_its_reply(lock_server):
         assert run_command(lock_server, "GET", "counter") == b"1"
 
 
+def test_drop_next_reply_then_freeze_hangs_the_resend_at_once(lock_server):
+    """With ``then_freeze`` the proxy is frozen before the client sees its connection close:
+    a retry on a new connection, sent the moment the first one fails, never gets through."""
+    with TcpProxy(lock_server) as proxy:
+        r = redis.Redis.from_url(proxy.url, socket_timeout=0.5, socket_connect_timeout=0.5)
+        assert r.ping()
+        dropped = proxy.drop_next_reply(b"INCR", then_freeze=True)
+        with pytest.raises(redis.exceptions.ConnectionError):
+            r.incr("frozen")
+        assert dropped.is_set()
+        with pytest.raises((redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+            r.incr("frozen")  # at once, on a new connection: it hangs
+        assert run_command(lock_server, "GET", "frozen") == b"1"  # only the first one ran
+        proxy.thaw()
+        proxy.cut()
+        assert r.incr("frozen") == 2
+        r.close()
+
+
 def test_retarget_moves_new_connections(fault_binary, lock_server):
     with RedisServer(fault_binary) as other, TcpProxy(lock_server) as proxy:
         run_command(other, "SET", "where", "other")

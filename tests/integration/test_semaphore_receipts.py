@@ -78,21 +78,17 @@ def _reported(events: list[Any], name: str) -> bool:
     return any(e.kind == MAY_STAY_TAKEN and e.name == name for e in events)
 
 
-def _silence_after(proxy: TcpProxy, dropped: threading.Event) -> None:
-    """Once the server ran the command whose reply is dropped, the network goes silent (so
-    the client's one resend hangs too, and the call fails with its outcome unknown)."""
-
-    def run() -> None:
-        if dropped.wait(10):
-            proxy.freeze()
-
-    threading.Thread(target=run, daemon=True).start()
+def _drop_then_silence(proxy: TcpProxy, sha: bytes) -> threading.Event:
+    """Once the server ran the next command with ``sha``, its reply is dropped and the network
+    goes silent in the same instant (so the client's one resend hangs too, however soon it
+    comes, and the call fails with its outcome unknown)."""
+    return proxy.drop_next_reply(sha, then_freeze=True)
 
 
 async def _lose_a_grant(side: Any, sem: Any, what: str, proxy: TcpProxy) -> float:
     """Run an acquire (or a drain) of 2 permits that the server grants while its replies are
     lost; returns when it was called (before its first send)."""
-    _silence_after(proxy, proxy.drop_next_reply(ACQUIRE_SHA if what == "acquire" else DRAIN_SHA))
+    _drop_then_silence(proxy, ACQUIRE_SHA if what == "acquire" else DRAIN_SHA)
     started = time.monotonic()
     with pytest.raises(ServerUnavailableError):
         if what == "acquire":
@@ -225,8 +221,8 @@ async def test_a_waiting_acquire_whose_grant_was_lost_never_loses_a_permit_silen
         # in line, and listening (not a pause that a loaded machine may outlast): the release
         # below wakes it, rather than its next try finding the permit on its own
         await eventually(lambda: raw.pubsub_numsub(keys.channel)[0][1] >= 1, timeout=10)
-        dropped = proxy.drop_next_reply(ACQUIRE_SHA)
-        _silence_after(proxy, dropped)  # the try ran: nothing reaches the server from now on
+        # the try runs: nothing reaches the server from then on
+        dropped = _drop_then_silence(proxy, ACQUIRE_SHA)
         await side(other.release(1))  # wakes the waiter: its try is granted, the reply lost
         await eventually(dropped.is_set, timeout=5)
         lost_at = time.monotonic()
