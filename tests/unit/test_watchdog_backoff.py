@@ -68,6 +68,15 @@ def test_one_call_for_a_few_locks() -> None:
     assert call.undo is None
 
 
+def test_on_a_cluster_the_lock_keys_alone() -> None:
+    """A slot being migrated may hold a lock's key and not its fencing counter: a script
+    whose keys are split fails (TRYAGAIN), so a cluster's renewals name the lock keys only."""
+    holds = _holds(3)
+    for batch, call in RenewalPolicy(30.0).calls(holds, by_slot=True):
+        assert call.keys == tuple(h.keys.name for h in batch)
+        assert call.args == (30000, *(h.owner for h in batch), *(h.token for h in batch))
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.integers(0, 3 * BATCH + 5), st.floats(0.001, 3600))
 @example(1, 0.0010000000000000002)  # float noise above 1 ms rounds up to 2 ms
