@@ -344,8 +344,10 @@ async def test_cancel_on_loss_cancels_the_leader_task(newest, name):
     """With ``cancel_on_loss=True`` the task running the block is cancelled the moment the
     leadership is lost, and the block ends with ``LeaseLostError`` (the task itself goes on,
     not cancelled); without it the block runs on. A cancellation from elsewhere stays one."""
+    # a watchdog lease far above the test: the forced releases below are what end the terms
+    # (heard at once); with a short one a loaded machine can lose the term first
     async with (
-        redlease.AsyncClient.from_url(newest.url, watchdog_timeout=L) as client,
+        redlease.AsyncClient.from_url(newest.url, watchdog_timeout=60) as client,
         redlease.AsyncClient.from_url(newest.url) as admin,
     ):
         election = client.election(name)
@@ -356,9 +358,9 @@ async def test_cancel_on_loss_cancels_the_leader_task(newest, name):
                 async with election.leadership(cancel_on_loss=cancel) as term:
                     steps.append("leading")
                     if cancel:
-                        await asyncio.sleep(L + 5)  # cancelled when the leadership is lost
+                        await asyncio.sleep(60)  # cancelled when the leadership is lost
                     else:
-                        await asyncio.wait_for(term.lost.wait(), L + 5)
+                        await asyncio.wait_for(term.lost.wait(), 60)
                     steps.append(f"went on, lost={term.lost.is_set()}")
             except redlease.LeaseLostError:
                 steps.append("lost")
@@ -367,11 +369,9 @@ async def test_cancel_on_loss_cancels_the_leader_task(newest, name):
 
         task = asyncio.ensure_future(lead(True))
         await eventually(lambda: steps == ["leading"], timeout=10)
-        lost_at = time.monotonic()
         assert await admin.election(name).force_release()
-        await asyncio.wait_for(task, L / 3 + 3)
+        await asyncio.wait_for(task, 30)  # long before the watchdog (60 s) could tell
         assert steps == ["leading", "lost", "after"]
-        assert time.monotonic() - lost_at < L / 3 + 2
         if sys.version_info >= (3, 11):
             assert task.cancelling() == 0
 
@@ -379,7 +379,7 @@ async def test_cancel_on_loss_cancels_the_leader_task(newest, name):
         task = asyncio.ensure_future(lead(False))
         await eventually(lambda: steps == ["leading"], timeout=10)
         assert await admin.election(name).force_release()
-        await asyncio.wait_for(task, L + 10)
+        await asyncio.wait_for(task, 30)
         assert steps == ["leading", "went on, lost=True", "lost", "after"]
 
         steps.clear()  # cancelled by someone else while leading: CancelledError, resigned

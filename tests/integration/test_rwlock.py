@@ -489,6 +489,7 @@ def _server_holds(url: str, name: str) -> tuple[str | None, int, dict[str, int]]
     keys = core.RwKeys.for_name(name)
     raw = redis.Redis.from_url(url)
     try:
+        raw.script_load(core.RW_STATUS.source)  # a test run alone: nothing else has loaded it
         status = core.parse_status(
             raw.evalsha(
                 core.RW_STATUS.sha,
