@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._connections import describe, is_cluster, user_of
+from ._connections import describe, is_cluster, passwords_of, user_of
 from ._core import fence
 from ._core.requests import Operation
 from ._core.watchdog import RenewalPolicy
@@ -75,8 +75,11 @@ class ClientBase(StateViews):
     ) -> None:
         if holder_info is not None and not isinstance(holder_info, str):
             raise ArgumentTypeError(f"holder_info must be a str, got {type(holder_info).__name__}")
-        self._holder_info = scrub_text(holder_info) if holder_info else None
-        """What this client's holders do, shown by ``redlease status`` (passwords masked)."""
+        self._holder_info = (
+            scrub_text(holder_info, secrets=passwords_of(redis_client)) if holder_info else None
+        )
+        """What this client's holders do, shown by ``redlease status`` (passwords masked: the
+        client's own wherever they appear, e.g. in a ``sh -c`` script, and what looks like one)."""
         self._checks = ServerChecks(eviction_mode(eviction))
         """The first-use check of each server (its eviction policy), see ``_servers``."""
         self.redis = redis_client

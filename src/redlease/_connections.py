@@ -203,6 +203,25 @@ def user_of(client: Any) -> str | None:
     return user if isinstance(user, str) and user else None
 
 
+def passwords_of(client: Any) -> list[str]:
+    """The passwords a redis client logs in with (its server's, a cluster's, its sentinels'),
+    to be masked wherever text written by the user may repeat them (a holder description)."""
+    found: list[str] = []
+    pool = getattr(client, "connection_pool", None)
+    sources = [
+        getattr(pool, "connection_kwargs", None),
+        getattr(getattr(client, "nodes_manager", None), "connection_kwargs", None),
+    ]
+    manager = getattr(pool, "sentinel_manager", None)
+    for each in getattr(manager, "sentinels", []):
+        sources.append(getattr(getattr(each, "connection_pool", None), "connection_kwargs", None))
+    for kwargs in sources:
+        password = (kwargs or {}).get("password")
+        if isinstance(password, str) and password and password not in found:
+            found.append(password)
+    return found
+
+
 def describe(client: Any) -> str:
     """``host:port`` of a client (the first startup node of a cluster); never a password."""
     pool = getattr(client, "connection_pool", None)

@@ -11,7 +11,8 @@ owner field (on a cluster the record has a slot of its own: one more read, not a
 Passwords are never stored: a description is scrubbed first (``scrub_words`` /
 ``scrub_text``): a URL's password (and ``...password=`` query options), a glued ``-pSECRET``
 (mysql), the value of an option or assignment whose name says it is a secret
-(``--password=x``, ``--token x``, ``DB_PASSWORD=x``, ...), and redis-cli's ``-a PASSWORD``.
+(``--password=x``, ``--token x``, ``DB_PASSWORD=x``, ...), redis-cli's ``-a PASSWORD``, and
+the client's own passwords wherever they appear (``sh -c '... PASSWORD ...'``).
 Anything else is stored as given: keep other secrets out of command lines (the environment
 or a file).
 """
@@ -26,6 +27,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from ._urls import masked_url
 from .stats import HolderInfo
@@ -127,7 +129,12 @@ def scrub_words(argv: Sequence[str]) -> list[str]:
             out.append("-p" + MASK)  # mysql -pSECRET
         elif eq and (name.startswith("-") or name.isidentifier()) and _secret_name(name):
             out.append(f"{name}={MASK}")  # --password=x, DB_PASSWORD=x
-        elif bare.startswith("-") and not eq and _secret_name(bare.lstrip("-")):
+        elif (
+            bare.startswith("-")
+            and not bare.startswith("--no-")  # a switch (--no-auth-warning) takes no value
+            and not eq
+            and _secret_name(bare.lstrip("-"))
+        ):
             out.append(word)  # --password x: the next word is the secret
             mask_next = True
         elif cli and bare == "-a":
@@ -138,9 +145,20 @@ def scrub_words(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def scrub_text(text: str) -> str:
+def _mask_secrets(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every occurrence of each secret masked: as given, percent-encoded (in a
+    URL) and as ``shlex.quote`` writes it inside a quoted word."""
+    for secret in sorted((s for s in secrets if s), key=len, reverse=True):
+        for form in dict.fromkeys((secret, quote(secret, safe=""), secret.replace("'", "'\"'\"'"))):
+            text = text.replace(form, MASK)
+    return text
+
+
+def scrub_text(text: str, secrets: Iterable[str] = ()) -> str:
     """A free-form description scrubbed word by word as ``scrub_words`` does, its spacing
-    kept, and cut to ``MAX_INFO`` characters."""
+    kept, and cut to ``MAX_INFO`` characters. Each of ``secrets`` (the client's passwords) is
+    masked wherever it appears, even inside a word (``sh -c '... PASSWORD ...'``)."""
+    text = _mask_secrets(text, secrets)
     parts = re.split(r"(\s+)", text)
     words = scrub_words([p for p in parts[::2]])
     parts[::2] = words

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import socket
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 import redis
+
+from redlease.testing import RedisServer
 
 from .helpers import eventually, finish, run_cli, start_cli
 
@@ -61,3 +65,52 @@ def test_status_and_list_show_the_holder_process(url: str, name: str, r: redis.R
     finally:
         holder.terminate()
         finish(holder)
+
+
+SECRET = "s3cret'pw"
+"""The server's password: a quote in it, so that ``shlex`` writes it escaped in the command."""
+
+
+@pytest.fixture(scope="module")
+def password_server() -> Iterator[RedisServer]:
+    with RedisServer() as srv:
+        admin = redis.Redis.from_url(srv.url)
+        admin.config_set("requirepass", SECRET)
+        admin.close()
+        yield srv
+
+
+def test_the_urls_password_is_masked_anywhere_in_the_command(password_server: RedisServer) -> None:
+    """The command may repeat the URL's password where no rule sees one (in a ``sh -c``
+    script, a positional argument): the client masks its own password wherever it is."""
+    url = f"redis://:s3cret%27pw@127.0.0.1:{password_server.port}/0"
+    r = redis.Redis(port=password_server.port, password=SECRET)
+    name = "review:masked"
+    script = f"import time; time.sleep(120)  # redis-cli -a {SECRET}"
+    command = [sys.executable, "-c", script, SECRET, "--no-auth-warning", "kept"]
+    holder = start_cli("run", "--url", url, name, "--", *command)
+    try:
+        eventually(lambda: r.exists(name) == 1, what="lock taken", proc=holder)
+        shown = f"{sys.executable} -c 'import time; time.sleep(120)  # redis-cli -a ***' '***'"
+        shown += " --no-auth-warning kept"
+        texts = [run_cli("status", "--url", url, name), run_cli("list", "--url", url)]
+        views = [
+            run_cli("status", "--url", url, "--json", name),
+            run_cli("list", "--url", url, "--json"),
+        ]
+        records = [r.get(key) or b"" for key in r.scan_iter("redlease:client:*")]
+        released = run_cli("release", "--force", "--yes", "--url", url, name)
+        for result in [*texts, *views, released]:
+            assert result.returncode == 0, result.stderr
+            assert "s3cret" not in result.stdout + result.stderr
+        for result in [*texts, released]:
+            assert f": {shown}]" in result.stdout
+        for result in views:
+            (info,) = json.loads(result.stdout)[0]["holder_info"].values()
+            assert info["info"] == shown
+        assert records
+        assert not [record for record in records if b"s3cret" in record]
+    finally:
+        holder.terminate()
+        finish(holder)
+        r.close()

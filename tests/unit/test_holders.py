@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+from urllib.parse import quote
 
 import pytest
 
@@ -66,3 +68,23 @@ def test_keys() -> None:
     owner = "0f0e0d0c-0b0a-0908-0706-050403020100:17"
     assert client_of(owner) == "0f0e0d0c-0b0a-0908-0706-050403020100"
     assert record_key(client_of(owner)) == "redlease:client:{0f0e0d0c-0b0a-0908-0706-050403020100}"
+
+
+def test_a_switch_named_like_a_secret_takes_no_value() -> None:
+    argv = ["redis-cli", "--no-auth-warning", "ping"]
+    assert scrub_words(argv) == argv
+
+
+@pytest.mark.parametrize(
+    "secret", ["hunter2", "p@ss word", "it's", "a/b?c"], ids=["plain", "space", "quote", "url"]
+)
+def test_the_clients_own_password_is_masked_anywhere(secret: str) -> None:
+    """The client's password is masked where no rule sees a password: inside a script, a
+    positional argument, percent-encoded in a URL, quoted by shlex.join."""
+    argv = ["sh", "-c", f"echo {secret} | app", f"x{secret}y", f"redis://h/0?password={secret}"]
+    for text in (" ".join(argv), shlex.join(argv), quote(secret, safe="")):
+        scrubbed = scrub_text(text, secrets=[secret])
+        assert secret not in scrubbed
+        assert quote(secret, safe="") not in scrubbed
+        assert "***" in scrubbed
+    assert scrub_text("nothing to hide", secrets=["", "hunter2"]) == "nothing to hide"
