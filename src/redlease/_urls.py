@@ -220,8 +220,9 @@ def masked_url(url: str) -> str:
     the URL's structure (``scheme://[user[:password]@]host...``), never by searching the
     password's text, so an unencoded ``/``, ``?``, ``#``, ``@`` or ``:`` in it is masked too."""
     scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
+    if not sep:  # no scheme (a URL written without redis://): all before the host is secret
+        userinfo, at, after = _split_userinfo(url)
+        return f"***@{after}" if at else url
     userinfo, at, after = _split_userinfo(rest)
     netloc_head = f"{_userinfo_shown(userinfo, scheme)}@" if at and userinfo else at
     end = min((i for i in map(after.find, "/?#") if i >= 0), default=len(after))

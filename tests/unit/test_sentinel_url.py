@@ -269,6 +269,17 @@ def test_masked_url_and_url_secrets() -> None:
     assert masked_url("redis://u:pw@h/0?password=x") == "redis://u:***@h/0?password=***"
 
 
+@pytest.mark.parametrize("url", ["u:pw@h:6379/0", ":pw@h", "pw@h/0"])
+def test_a_url_without_a_scheme_shows_no_password(url: str) -> None:
+    """A URL written without ``redis://`` is refused without echoing its password."""
+    assert masked_url(url) == "***@" + url.partition("@")[2]
+    for make in (redlease.Client.from_url, redlease.AsyncClient.from_url):
+        with pytest.raises(InvalidArgumentError) as info:
+            make(url)
+        assert "pw" not in str(info.value)
+        assert "***@h" in str(info.value)
+
+
 def test_sentinel_master_builds_a_master_for_client_without_connecting() -> None:
     master, sentinels = sentinel_master(
         f"redis+sentinel://:{ESCAPED}@127.0.0.1:1,[::1]:2/mymaster/3?sentinel_socket_timeout=0.1",
