@@ -85,26 +85,27 @@ async def test_async_through_a_cache_alias(
 def test_mistakes_are_improperly_configured(server: RedisServer) -> None:
     secret = "s3cret-pw"
     url = f"redis://:{secret}@127.0.0.1:{server.port}/0"
-    # (setting, message, seen by manage.py check: the shape is; values when the client is made)
-    cases: list[tuple[Any, str, bool]] = [
-        (None, "setting is missing", True),
-        ("redis://x", "must be a dict", True),
-        ({}, "give one of URL and CACHE", True),
-        ({"URL": url, "CACHE": "default"}, "give one of URL and CACHE", True),
-        ({"URL": url, "PREFIX": "x"}, "unknown key(s) PREFIX", True),
-        ({"URL": 42}, "URL must be", True),
-        ({"CACHE": "nope"}, "not a cache alias", True),
-        ({"URL": url, "ON_BUSY": 200.5}, "ON_BUSY", True),
-        ({"URL": url, "OPTIONS": {"watchdog_timeout": -1}}, "watchdog_timeout", False),
-        ({"URL": f"http://:{secret}@example.com/"}, "URL/OPTIONS", False),
+    # (setting, message): manage.py check sees each, the shape and a URL setting's values
+    cases: list[tuple[Any, str]] = [
+        (None, "setting is missing"),
+        ("redis://x", "must be a dict"),
+        ({}, "give one of URL and CACHE"),
+        ({"URL": url, "CACHE": "default"}, "give one of URL and CACHE"),
+        ({"URL": url, "PREFIX": "x"}, "unknown key(s) PREFIX"),
+        ({"URL": 42}, "URL must be"),
+        ({"CACHE": "nope"}, "not a cache alias"),
+        ({"URL": url, "ON_BUSY": 200.5}, "ON_BUSY"),
+        ({"URL": url, "OPTIONS": {"watchdog_timeout": -1}}, "watchdog_timeout"),
+        ({"URL": f"http://:{secret}@example.com/"}, "URL/OPTIONS"),
+        ({"URL": f"default:{secret}@example.com:6379/0"}, "URL/OPTIONS"),
     ]
-    for value, expected, checked in cases:
+    for value, expected in cases:
         with override_settings(REDLEASE=value):
             with pytest.raises(ImproperlyConfigured, match=re.escape(expected)) as e:
                 get_client()
             assert secret not in str(e.value)
             errors = check_settings()
-            assert [error.id for error in errors] == (["redlease.E001"] if checked else [])
+            assert [error.id for error in errors] == ["redlease.E001"]
             assert all(secret not in error.msg for error in errors)
     locmem = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     locmem_settings = override_settings(CACHES=locmem, REDLEASE={"CACHE": "default"})

@@ -192,6 +192,12 @@ def _make_sync(config: Config) -> Client:
         raise _wrapped(exc, config) from None
 
 
+def make_unused(config: Config) -> None:
+    """Make the client of a ``URL`` setting and close it unused (``manage.py check``): the
+    URL's and the options' mistakes as ``ImproperlyConfigured``, with no I/O."""
+    _make_sync(config).close()
+
+
 def _make_async(config: Config) -> tuple[AsyncClient, redis.asyncio.Redis | None]:
     """The client, and the Redis client made for it that closes after it (``CACHE``)."""
     try:

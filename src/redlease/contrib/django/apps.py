@@ -21,11 +21,16 @@ class RedleaseConfig(AppConfig):  # type: ignore[misc]
 
 def check_settings(app_configs: Any = None, **_: Any) -> list[checks.CheckMessage]:
     """``settings.REDLEASE`` as ``manage.py check`` (and ``runserver``, ``migrate``) report it:
-    ``redlease.E001`` when it is missing or wrong. Nothing is connected to."""
-    from ._clients import read_config
+    ``redlease.E001`` when it is missing or wrong: its shape, and with ``URL`` the URL and the
+    ``OPTIONS`` too (a client is made and closed unused, as ``Client.from_url`` does no I/O;
+    not with ``cluster=True``, whose client reads the cluster's layout when made). Nothing is
+    connected to."""
+    from ._clients import make_unused, read_config
 
     try:
-        read_config()
+        config = read_config()
+        if config.url is not None and not config.options.get("cluster"):
+            make_unused(config)
     except ImproperlyConfigured as exc:
         return [
             checks.Error(
