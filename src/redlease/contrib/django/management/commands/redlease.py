@@ -80,8 +80,10 @@ class Command(BaseCommand):  # type: ignore[misc]
         release = actions.add_parser(
             "release",
             help="force-release a lock whoever holds it (wakes its waiters)",
-            description="Delete the lock NAME whoever holds it. Its holder is not told at"
-            " once and may still be running. Asks for confirmation unless --yes.",
+            description="Delete the lock NAME whoever holds it and wake its waiters. A redlease"
+            " holder whose lease its watchdog renews is told at once (its on_lease_lost runs);"
+            " another holder learns only when its watchdog or its release finds the lock gone,"
+            " so it may still be running. Asks for confirmation unless --yes.",
         )
         release.add_argument("name", metavar="NAME")
         release.add_argument(
