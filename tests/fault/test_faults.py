@@ -27,8 +27,11 @@ pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]
 L = 1.0
 """Lease of the holds under test, in seconds."""
 
-HANDOVER = 0.1
-"""How soon after a lease runs out the next waiter must hold the lock."""
+HANDOVER = 0.3
+"""How soon after a lease runs out the next waiter must hold the lock: room for a loaded
+machine's wake-up (1.110 s seen at load 10 against 0.1 s of room), and still below what a
+single renewal by the paused, killed or cut-off holder would add (its next round is due a
+third of the lease after its last, and would push the expiry to L + L / 3 at least)."""
 
 
 def _token(lock: Any) -> int:
