@@ -29,9 +29,9 @@ L = 1.0
 
 HANDOVER = 0.3
 """How soon after a lease runs out the next waiter must hold the lock: room for a loaded
-machine's wake-up (1.110 s seen at load 10 against 0.1 s of room), and still below what a
-single renewal by the paused, killed or cut-off holder would add (its next round is due a
-third of the lease after its last, and would push the expiry to L + L / 3 at least)."""
+machine's wake-up (1.110 s seen at load 10 against 0.1 s of room). A renewal that reached
+the server more than 0.3 s after the holder was paused, killed or cut off would still fail
+the tests (the lease would run from it: the next holder later than L + 0.3 s)."""
 
 
 def _token(lock: Any) -> int:
