@@ -222,6 +222,28 @@ def passwords_of(client: Any) -> list[str]:
     return found
 
 
+def check_connection_options(client: Any) -> None:
+    """Refuse a keyword no connection of ``client``'s pool takes (``from_url`` passes its
+    unknown keywords to redis-py, which would raise a raw ``TypeError`` at the first command):
+    a connection is made and dropped, never connected. Not for a cluster client."""
+    pool = getattr(client, "connection_pool", None)
+    connection_class = getattr(pool, "connection_class", None)
+    kwargs = getattr(pool, "connection_kwargs", None)
+    if connection_class is None or not isinstance(kwargs, dict):
+        return
+    try:
+        connection_class(**kwargs)
+    except TypeError as exc:
+        found = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
+        if found is None:
+            return  # not about a keyword: redis-py says it at the first command, as before
+        raise InvalidArgumentError(
+            f"from_url: unknown option {found.group(1)!r}: neither a redlease client's nor"
+            f" one its {connection_class.__name__} takes (a misspelling, or an option of"
+            " another kind of URL, such as ssl_* without rediss://)"
+        ) from None
+
+
 def describe(client: Any) -> str:
     """``host:port`` of a client (the first startup node of a cluster); never a password."""
     pool = getattr(client, "connection_pool", None)

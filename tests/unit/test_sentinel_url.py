@@ -6,6 +6,9 @@ the first command.
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 import redis
 import redis.asyncio
@@ -334,3 +337,40 @@ async def test_async_client_from_a_sentinel_url_shows_no_password() -> None:
         assert SECRET not in repr(client) and ESCAPED not in repr(client)
     with pytest.raises(InvalidArgumentError, match="cluster=True"):
         redlease.AsyncClient.from_url(url, cluster=True)
+
+
+@pytest.mark.parametrize(
+    ("url", "option"),
+    [
+        ("redis://:pw@127.0.0.1:1/0", {"watchdog_timout": 30}),
+        ("unix:///tmp/redlease-none.sock", {"socket_timout": 1}),
+        ("redis+sentinel://:pw@127.0.0.1:1/mymaster", {"decode_response": True}),
+        ("redis://:pw@127.0.0.1:1/0", {"ssl_cert_reqs": "none"}),  # TLS option without rediss
+    ],
+)
+def test_from_url_refuses_an_unknown_option_at_once(url: str, option: dict[str, Any]) -> None:
+    """An option no one takes is an ``InvalidArgumentError`` naming it when the client is
+    made, not redis-py's raw ``TypeError`` at the first lock."""
+    (key,) = option
+    for make in (redlease.Client.from_url, redlease.AsyncClient.from_url):
+        with pytest.raises(InvalidArgumentError, match=repr(key)) as info:
+            make(url, **option)
+        assert "pw" not in str(info.value)
+
+
+def test_from_url_takes_redis_pys_options() -> None:
+    options = {
+        "socket_timeout": 2,
+        "max_connections": 5,
+        "decode_responses": True,
+        "health_check_interval": 10,
+        "client_name": "app",
+        "retry_on_timeout": True,
+    }
+    for url, extra in (
+        ("redis://:pw@127.0.0.1:1/0", {"single_connection_client": False}),
+        ("rediss://:pw@127.0.0.1:1/0", {"ssl_cert_reqs": "none"}),
+        ("redis+sentinel://:pw@127.0.0.1:1/mymaster", {}),
+    ):
+        redlease.Client.from_url(url, **options, **extra).close()
+        asyncio.run(redlease.AsyncClient.from_url(url, **options, **extra).aclose())

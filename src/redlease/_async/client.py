@@ -24,6 +24,7 @@ from .._connections import (
     TRANSLATED,
     Hung,
     call_slots,
+    check_connection_options,
     check_replicas,
     cluster_from_url_failed,
     gives_back,
@@ -293,6 +294,7 @@ class AsyncClient(ClientBase, AsyncClosing):
                 redis_client = factory.from_url(url, **redis_kwargs)
             except redis.exceptions.RedisClusterException as exc:
                 raise cluster_from_url_failed(url, exc) from None
+        check_connection_options(redis_client)  # a misspelled keyword: now, not at first use
         client = cls(
             redis_client,
             watchdog_timeout=watchdog_timeout,

@@ -23,6 +23,7 @@ from .._connections import (
     TRANSLATED,
     Hung,
     call_tokens,
+    check_connection_options,
     check_replicas,
     cluster_from_url_failed,
     gives_back,
@@ -205,6 +206,7 @@ class Client(ClientBase, Closing):
                 redis_client = factory.from_url(url, **redis_kwargs)
             except redis.exceptions.RedisClusterException as exc:
                 raise cluster_from_url_failed(url, exc) from None
+        check_connection_options(redis_client)  # a misspelled keyword: now, not at first use
         client = cls(
             redis_client,
             watchdog_timeout=watchdog_timeout,

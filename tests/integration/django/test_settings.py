@@ -96,6 +96,7 @@ def test_mistakes_are_improperly_configured(server: RedisServer) -> None:
         ({"CACHE": "nope"}, "not a cache alias"),
         ({"URL": url, "ON_BUSY": 200.5}, "ON_BUSY"),
         ({"URL": url, "OPTIONS": {"watchdog_timeout": -1}}, "watchdog_timeout"),
+        ({"URL": url, "OPTIONS": {"watchdog_timout": 30}}, "watchdog_timout"),
         ({"URL": f"http://:{secret}@example.com/"}, "URL/OPTIONS"),
         ({"URL": f"default:{secret}@example.com:6379/0"}, "URL/OPTIONS"),
     ]
