@@ -38,7 +38,7 @@ from celery import Celery
 
 import redlease
 from redlease import InvalidArgumentError, LockTimeoutError, QuorumError, StaleTokenError
-from redlease.contrib.celery import ExclusiveTask, client_for
+from redlease.contrib.celery import ExclusiveTask, client_for, redlease_url
 from redlease.testing import RedisServer, find_server
 
 from . import celery_app
@@ -425,6 +425,19 @@ def test_direct_calls_are_excluded_too(server, name):
         holder.join(10)
     assert client_for(app) is client_for(app)  # one client per process
     client_for(app).close()
+
+
+def test_redlease_url_may_be_any_url_from_url_takes():
+    """A Sentinel URL in ``redlease_url`` is the client's (only the broker URL fallback must
+    be a plain Redis one)."""
+    sentinel = "redis+sentinel://:pw@127.0.0.1:1/mymaster"
+    app = Celery("sentinel-app", broker="amqp://guest@127.0.0.1//")
+    app.conf.redlease_url = sentinel
+    assert redlease_url(app) == sentinel
+    client_for(app).close()
+    bare = Celery("amqp-app", broker="amqp://guest@127.0.0.1//")
+    with pytest.raises(InvalidArgumentError, match="redlease_url"):
+        redlease_url(bare)
 
 
 def test_importing_redlease_imports_no_celery():

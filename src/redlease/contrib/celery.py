@@ -264,8 +264,12 @@ os.register_at_fork(after_in_child=_fresh_mutex)
 
 
 def redlease_url(app: Any) -> str:
-    """The app's ``redlease_url``, else its broker URL if that is a Redis one."""
-    url = app.conf.get("redlease_url") or app.conf.broker_url
+    """The app's ``redlease_url`` (any URL ``Client.from_url`` takes, Sentinel's too), else
+    its broker URL if that is a Redis one."""
+    given = app.conf.get("redlease_url")
+    if given:
+        return str(given)
+    url = app.conf.broker_url
     if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
         raise InvalidArgumentError(
             "redlease.contrib.celery: set app.conf.redlease_url to a Redis URL (the broker "
