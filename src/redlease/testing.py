@@ -15,6 +15,7 @@ drop one reply) and replication (``RedisServer(replica_of=master)``, ``wait_repl
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib.util
 import os
@@ -321,8 +322,30 @@ def _address(target: Address) -> tuple[str, int]:
     return target.host, target.port
 
 
+_RUNNING: dict[int, tuple[subprocess.Popen[bytes], int]] = {}
+"""The servers this process started and has not stopped: PID to (process, starter's PID)."""
+
+
+@atexit.register
+def _stop_left_running() -> None:
+    """At interpreter exit, stop the servers this process started and left running (a script
+    that forgot ``stop()`` leaves no server behind); a forked child never stops its parent's."""
+    for pid, (process, owner) in list(_RUNNING.items()):
+        if owner != os.getpid() or process.poll() is not None:
+            continue
+        process.terminate()
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGCONT)  # a paused server acts on the SIGTERM now
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
 class RedisServer:
-    """A private server process on 127.0.0.1, started by ``start()`` and stopped by its own PID.
+    """A private server process on 127.0.0.1, started by ``start()`` and stopped by its own PID
+    (by ``stop()``, or when the Python process that started it exits).
 
     ``with RedisServer() as server: Client.from_url(server.url)``. ``restart()`` keeps the port and
     loses the data (nothing is persisted), as a crashed server without persistence would.
@@ -383,6 +406,7 @@ class RedisServer:
         self.process = subprocess.Popen(
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
+        _RUNNING[self.process.pid] = (self.process, os.getpid())
         self._wait_ready()
         return self
 
@@ -417,6 +441,7 @@ class RedisServer:
         process, self.process = self.process, None
         if process is None:
             return
+        _RUNNING.pop(process.pid, None)
         if process.poll() is None:
             process.terminate()
             try:
@@ -428,6 +453,8 @@ class RedisServer:
     def kill(self) -> None:
         """SIGKILL the server, as a crash would."""
         process, self.process = self.process, None
+        if process is not None:
+            _RUNNING.pop(process.pid, None)
         if process is not None and process.poll() is None:
             process.kill()
             process.wait(timeout=10)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -150,3 +153,29 @@ def test_proxy_threads_are_bounded():
         for p in proxies:
             p.close()
     assert threading.active_count() == before
+
+
+def test_a_server_left_running_stops_when_its_python_exits():
+    """A script that forgets ``stop()`` (the tutorial's first steps pasted into a file) leaves
+    no server behind; a forked child that exits does not stop its parent's server."""
+    script = (
+        "import os, sys\n"
+        "from redlease.testing import RedisServer\n"
+        "server = RedisServer().start()\n"
+        "paused = RedisServer().start()\n"
+        "paused.pause()\n"
+        "if os.fork() == 0:\n"
+        "    sys.exit(0)  # runs the child's exit handlers\n"
+        "os.wait()\n"
+        "server.command('PING')  # the parent's server outlived the child\n"
+        "print(server.pid, paused.pid, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    pids = [int(pid) for pid in done.stdout.split()]
+    assert len(pids) == 2
+    for pid in pids:  # gone (not a zombie: its parent waited for it)
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
