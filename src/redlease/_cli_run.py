@@ -42,6 +42,7 @@ from .cli import (
     PROG,
     UsageError,
     address_of,
+    cli_words,
     connect,
     redact,
 )
@@ -80,7 +81,7 @@ class RunOptions:
 
 def note(message: str, url: str | None = None) -> None:
     """One line on stderr; a closed or hung-up stderr is not an error of ours."""
-    text = " ".join(redact(message, url).split())
+    text = " ".join(cli_words(redact(message, url)).split())
     with contextlib.suppress(OSError, ValueError):
         print(f"{PROG}: {text}", file=sys.stderr, flush=True)
 

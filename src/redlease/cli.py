@@ -607,8 +607,25 @@ def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+_CLI_SPELLINGS = (
+    (
+        "Client(eviction='ignore') silences this, eviction='refuse' refuses such a server.",
+        "--eviction ignore silences this, --eviction refuse refuses such a server.",
+    ),
+    ("or make the client with eviction='warn'.", "or run with --eviction warn."),
+)
+"""The library's advice (eviction check) in the command line's words (``run --eviction``)."""
+
+
+def cli_words(text: str) -> str:
+    """``text`` with the library's advice spelled as the command line's options."""
+    for library, command in _CLI_SPELLINGS:
+        text = text.replace(library, command)
+    return text
+
+
 def _one_line(text: str) -> str:
-    return " ".join(text.split()) or "unknown error"
+    return " ".join(cli_words(text).split()) or "unknown error"
 
 
 def _warn(message: str, url: str | None) -> None:

@@ -180,6 +180,8 @@ def test_run_warns_in_one_line_about_an_evicting_server(name: str, tmp_path: Pat
     assert result.returncode == 0, result.stderr
     line = assert_one_line(result.stderr, starts="redlease: warning: ")
     assert "volatile-ttl" in line and "noeviction" in line
+    assert "--eviction ignore silences this" in line  # the command line's words
+    assert "Client(" not in line
     with RedisServer(extra_args=args) as server:
         quiet = run_cli(
             "run", "--url", server.url, "--eviction", "ignore", name, "--", sys.executable, "-c", ""
@@ -193,6 +195,7 @@ def test_run_warns_in_one_line_about_an_evicting_server(name: str, tmp_path: Pat
         assert not (tmp_path / "ran").exists()  # COMMAND never started
         line = assert_one_line(refused.stderr, starts="redlease: error: ")
         assert "EvictionPolicyError" in line and "volatile-ttl" in line
+        assert line.endswith("or run with --eviction warn.")
 
 
 # --- list -----------------------------------------------------------------------------------
