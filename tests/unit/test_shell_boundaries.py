@@ -115,3 +115,27 @@ def test_every_module_imports_on_its_own(module: str) -> None:
         [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("module", "framework"), [("celery", "celery"), ("django", "django"), ("fastapi", "starlette")]
+)
+def test_a_contrib_module_without_its_extra_says_which_to_install(
+    module: str, framework: str
+) -> None:
+    """``import redlease.contrib.<module>`` without its framework: a ``ModuleNotFoundError``
+    that names the extra to install, not only the missing module."""
+    code = (
+        "import sys\n"
+        f"sys.modules[{framework!r}] = None  # as if not installed\n"
+        f"import redlease.contrib.{module}\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == (
+        f"ModuleNotFoundError: redlease.contrib.{module} needs {framework}, which is not"
+        f" installed: pip install 'redlease[{module}]'"
+    )

@@ -41,10 +41,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from celery import Task, signals
-from celery.exceptions import Retry
-from celery.utils import uuid
-from kombu.utils.json import dumps as kombu_dumps
+
+from . import _missing_extra
+
+try:
+    from celery import Task, signals
+    from celery.exceptions import Retry
+    from celery.utils import uuid
+    from kombu.utils.json import dumps as kombu_dumps
+except ModuleNotFoundError as exc:  # the framework is an extra
+    raise _missing_extra(exc, "celery", "celery") from exc
 
 from .. import (
     Client,

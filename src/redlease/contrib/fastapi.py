@@ -33,8 +33,13 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from . import _missing_extra
+
+try:
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+except ModuleNotFoundError as exc:  # the framework is an extra
+    raise _missing_extra(exc, "fastapi", "fastapi") from exc
 
 from .. import (
     AsyncClient,

@@ -21,7 +21,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from django.db.models import Model
+from .. import _missing_extra
+
+try:
+    from django.db.models import Model
+except ModuleNotFoundError as exc:  # the framework is an extra
+    raise _missing_extra(exc, "django", "django") from exc
 
 from ... import AsyncLock, InvalidArgumentError, LeaseLostError, Lock
 from ...options import Seconds
