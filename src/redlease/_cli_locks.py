@@ -230,9 +230,13 @@ def _note(text: str) -> None:
 
 def _connected(target: str | Client) -> contextlib.AbstractContextManager[Client]:
     """A client on the URL ``target`` (closed after; its eviction policy is shown, not warned
-    about), or the client ``target`` (left open)."""
+    about; it writes no holder record: it holds nothing, and a monitor running status every
+    minute would leave a record per run for 90 minutes), or the client ``target`` (left
+    open)."""
     if isinstance(target, str):
-        return connect(target, eviction="ignore")
+        client = connect(target, eviction="ignore")
+        client._checks.records = False
+        return client
     return contextlib.nullcontext(target)
 
 

@@ -169,6 +169,9 @@ class ServerChecks:
     """``time.monotonic()`` at which the next policy check is due (0: at the next operation)."""
     record_at: float = 0.0
     """``time.monotonic()`` at which the client's holder record is due to be (re)written."""
+    records: bool = True
+    """Whether the client keeps a holder record at all (not a client that only looks: the
+    ``redlease status``, ``list`` and ``release`` commands hold nothing to describe)."""
     policies: dict[str, EvictionPolicy] = field(default_factory=dict)
     warned: set[tuple[str, str]] = field(default_factory=set)
     """(address, policy) pairs warned about: once per client and server (a failover to a
@@ -176,13 +179,13 @@ class ServerChecks:
 
     def is_due(self) -> bool:
         now = time.monotonic()
-        return now >= self.due or now >= self.record_at
+        return now >= self.due or (self.records and now >= self.record_at)
 
     def policy_due(self) -> bool:
         return time.monotonic() >= self.due
 
     def record_due(self) -> bool:
-        return time.monotonic() >= self.record_at
+        return self.records and time.monotonic() >= self.record_at
 
     def again_soon(self) -> None:
         """Check at the next operation (a script reload: a restarted or failed-over server,

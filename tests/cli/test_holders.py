@@ -114,3 +114,27 @@ def test_the_urls_password_is_masked_anywhere_in_the_command(password_server: Re
         holder.terminate()
         finish(holder)
         r.close()
+
+
+def test_commands_that_only_look_write_no_holder_record() -> None:
+    """``status``, ``list`` and ``release`` hold nothing: they leave no record of their own
+    (a monitor running ``status`` every minute would keep 90 of them alive), while a
+    ``redlease run`` that holds a lock keeps one."""
+    with RedisServer() as srv:
+        r = redis.Redis.from_url(srv.url)
+        try:
+            name = "looks:only"
+            for args in (
+                ("status", name),
+                ("list", "looks:*"),
+                ("status", "--json", name),
+                ("release", "--force", "--yes", name),
+            ):
+                result = run_cli(args[0], "--url", srv.url, *args[1:])
+                assert result.returncode in (0, 1), result.stderr
+            assert list(r.scan_iter("redlease:client:*")) == []
+            ran = run_cli("run", "--url", srv.url, name, "--", sys.executable, "-c", "")
+            assert ran.returncode == 0, ran.stderr
+            assert len(list(r.scan_iter("redlease:client:*"))) == 1
+        finally:
+            r.close()
