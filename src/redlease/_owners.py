@@ -338,6 +338,15 @@ class ClientState:
                 return  # released or re-acquired meanwhile: not a loss
             self._lost[(hold.keys.name, hold.owner)] = error
         log.warning("%s", error, extra={"lock": hold.keys.name, "owner": hold.owner})
+        self._send_lost(hold, error)
+        for listener in hold.listeners:
+            try:
+                listener(error)
+            except Exception:
+                log.exception("lease-lost callback for lock %r failed", hold.keys.name)
+
+    def _send_lost(self, hold: Hold, error: LeaseLostError) -> None:
+        """Tell the listeners ``hold`` was lost (a ``lease_lost`` event with its cause)."""
         if self.listeners:
             self.listeners.send(
                 LockEvent(
@@ -350,11 +359,6 @@ class ClientState:
                     cause=error.cause,
                 )
             )
-        for listener in hold.listeners:
-            try:
-                listener(error)
-            except Exception:
-                log.exception("lease-lost callback for lock %r failed", hold.keys.name)
 
     def lost_at_release(self, hold: Hold, error: LeaseLostError) -> None:
         """A release found ``hold`` gone on the server (the release raises ``error``): its
@@ -371,18 +375,7 @@ class ClientState:
             error.cause = self.loss_cause(hold)
         if gone:
             return  # already reported lost (or re-acquired meanwhile)
-        if self.listeners:
-            self.listeners.send(
-                LockEvent(
-                    "lease_lost",
-                    hold.keys.name,
-                    hold.owner,
-                    held=time.monotonic() - hold.acquired_at,
-                    fencing_token=hold.token,
-                    error=error,
-                    cause=error.cause,
-                )
-            )
+        self._send_lost(hold, error)
 
     def loss_cause(self, hold: Hold, now: float | None = None) -> LossCause:
         """Why ``hold`` is gone, as far as the client can tell at ``now``: ``expired`` when

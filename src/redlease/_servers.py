@@ -79,12 +79,7 @@ def from_config(reply: Any) -> tuple[str | None, int | None]:
         pairs = {_text(k): v for k, v in zip(reply[::2], reply[1::2], strict=False)}
     else:
         return None, None
-    policy = pairs.get("maxmemory-policy")
-    maxmemory = pairs.get("maxmemory")
-    return (
-        None if policy is None else _text(policy),
-        None if maxmemory is None else _number(maxmemory),
-    )
+    return _policy_and_limit(pairs.get("maxmemory-policy"), pairs.get("maxmemory"))
 
 
 def from_info(reply: Any) -> tuple[str | None, int | None]:
@@ -98,8 +93,11 @@ def from_info(reply: Any) -> tuple[str | None, int | None]:
         reply = fields
     if not isinstance(reply, Mapping):
         return None, None
-    policy = reply.get("maxmemory_policy")
-    maxmemory = reply.get("maxmemory")
+    return _policy_and_limit(reply.get("maxmemory_policy"), reply.get("maxmemory"))
+
+
+def _policy_and_limit(policy: Any, maxmemory: Any) -> tuple[str | None, int | None]:
+    """The policy as text and maxmemory as a number, each ``None`` when not given."""
     return (
         None if policy is None else _text(policy),
         None if maxmemory is None else _number(maxmemory),

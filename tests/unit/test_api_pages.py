@@ -7,22 +7,14 @@ import importlib
 import importlib.util
 import inspect
 from pathlib import Path
-from types import ModuleType
 
 import redlease
+
+from .test_docs_hooks import hooks  # tools/mkdocs_hooks.py, loaded once
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "tools/mkdocs_hooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hooks = _hooks()
 CLASSES = sorted(name for name in redlease.__all__ if inspect.isclass(getattr(redlease, name)))
 
 
