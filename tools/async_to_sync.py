@@ -83,7 +83,7 @@ NAMES = {
 }
 """Names mapped as they are; any other ``AsyncX`` becomes ``X``."""
 
-UNWRAP = {"finish_despite_cancel", "shielded"}
+UNWRAP = {"finish_despite_cancel", "shielded", "cancellable"}
 """Cancellation helpers: ``helper(call, ...)`` becomes ``call``."""
 
 WORDS = [

@@ -63,7 +63,7 @@ from ..errors import (
 )
 from ..options import Seconds
 from ..stats import EvictionPolicy, HolderInfo
-from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
+from .cancel import CANCEL_GRACE, cancellable, finish_despite_cancel  # async-only
 from .election import AsyncElection
 from .latch import AsyncCountDownLatch
 from .line import AsyncLines
@@ -753,7 +753,7 @@ class AsyncClient(ClientBase, AsyncClosing):
                 found = await self._send_packed(self._packer.command("TYPE", name))
                 return key_type_shown(found)
             # end async-only
-            found = await (via or self.redis).type(name)
+            found = await cancellable((via or self.redis).type(name))
         except Exception:
             return ""
         return key_type_shown(found)
@@ -783,7 +783,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         if replication is None and self._packer is not None and via is self.redis:
             return self._send_packed(self._packer.pack(call))
         if replication is None:
-            return via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            return cancellable(via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args))
         return self._send_replicated(call, name, replication, via)
 
     async def _send_replicated(
@@ -794,7 +794,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         pipe = via.pipeline(transaction=False)
         pipe.evalsha(sha, numkeys, *args)
         pipe.wait(replication.replicas, replication.timeout_ms)
-        reply, acked = await pipe.execute()
+        reply, acked = await cancellable(pipe.execute())
         return check_replicas(reply, int(acked), replication, name)
 
     async def _load_once(self, script: Script, via: redis.asyncio.Redis, loads: int) -> None:
@@ -835,7 +835,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         if self._packer is not None and via is self.redis:
             await self._send_packed(self._packer.command("SCRIPT", "LOAD", script.source))
         else:
-            await via.script_load(script.source)
+            await cancellable(via.script_load(script.source))
 
     def _send_packed(self, packed: bytes) -> Any:
         """A command packed by redlease: on the pipeline when it is on, else
@@ -1179,7 +1179,7 @@ class AsyncClient(ClientBase, AsyncClosing):
 
             async def probe(node: Any) -> BaseException | None:
                 try:
-                    await self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
+                    await cancellable(self.redis.execute_command(*SHARDED_PROBE, target_nodes=node))
                 except PROBE_ERRORS as exc:
                     return exc
                 return None
@@ -1271,7 +1271,7 @@ class AsyncClient(ClientBase, AsyncClosing):
                 pipe = self.redis.pipeline(transaction=False)
                 for each in clients:
                     pipe.get(record_key(each))
-                replies = await pipe.execute(raise_on_error=False)
+                replies = await cancellable(pipe.execute(raise_on_error=False))
             except PROBE_ERRORS as exc:
                 log.debug("holder records not read: %s", exc)
             else:
@@ -1293,19 +1293,18 @@ class AsyncClient(ClientBase, AsyncClosing):
             ]
         else:
             targets = [(self.address, None)]
+        ask = self.redis.execute_command
         for address, node in targets:
             where = {} if node is None else {"target_nodes": node}
             try:
                 try:
-                    config: Any = await self.redis.execute_command(
-                        "CONFIG GET", CONFIG_PATTERN, **where
-                    )
+                    config: Any = await cancellable(ask("CONFIG GET", CONFIG_PATTERN, **where))
                 except redis.exceptions.ResponseError as exc:  # not allowed, or renamed
                     config = exc
                 info: Any = None
                 if policy_of(address, config, None).policy is None:
                     try:
-                        info = await self.redis.execute_command("INFO", "memory", **where)
+                        info = await cancellable(ask("INFO", "memory", **where))
                     except redis.exceptions.ResponseError as exc:
                         info = exc
             except PROBE_ERRORS as exc:

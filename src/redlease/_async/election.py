@@ -27,6 +27,7 @@ from ..errors import (
     StaleTokenError,
 )
 from ..options import Seconds, seconds, wait_seconds
+from .cancel import cancellable  # async-only
 from .subscriber import wait
 
 if TYPE_CHECKING:
@@ -220,8 +221,9 @@ class AsyncElection(ElectionBase):
     async def _announce(self, what: str, token: int) -> None:
         """Tell observers that a term began or ended: a hint only (they read the record)."""
         command = self._publish_command(self.client._state.pubsub.sharded)
+        message = f"{what} {token}"
         try:
-            await self.client.redis.execute_command(command, self._channel, f"{what} {token}")
+            await cancellable(self.client.redis.execute_command(command, self._channel, message))
         except TRANSLATED as exc:
             log.debug("election %r: announcing %s failed: %s", self.name, what, exc)
 
@@ -247,7 +249,7 @@ class AsyncElection(ElectionBase):
             raise ClientClosedError(name=self.name)
         self.client._check_loop(self.lock_name)  # async-only
         try:
-            value = await self.client.redis.get(self._record_key)
+            value = await cancellable(self.client.redis.get(self._record_key))
         except TRANSLATED as exc:
             if self.client._closed:  # closed while the read was under way
                 raise ClientClosedError(name=self.name) from None

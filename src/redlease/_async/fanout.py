@@ -35,6 +35,7 @@ from .._redlockbase import (
 from ..errors import (
     ClientClosedError,
 )
+from .cancel import cancellable
 from .client import AsyncClient, LoopBinding
 from .subscriber import Subscriber, wait_event
 
@@ -250,7 +251,7 @@ class Round:
         # in flight from before the write: a write cancelled midway is given up with it
         self.flights[i] = Flight(conn, call, reused, deadline, skip=skip)
         try:
-            await conn.send_packed_command(self.packed(conn, call), check_health=False)
+            await cancellable(conn.send_packed_command(self.packed(conn, call), check_health=False))
         except CONNECTION_ERRORS as exc:
             self.flights.pop(i, None)
             discard(conn)
@@ -307,7 +308,9 @@ class Round:
                     flight.evaled = True
                     args = (call.script.source, len(call.keys), *call.keys, *call.args)
                     try:
-                        await conn.send_packed_command(conn.pack_command("EVAL", *args))
+                        await cancellable(
+                            conn.send_packed_command(conn.pack_command("EVAL", *args))
+                        )
                         continue
                     except CONNECTION_ERRORS as error:  # (the script has not run)
                         reply, reusable = unavailable(error, master.address, self.name), False

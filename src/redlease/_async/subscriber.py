@@ -56,6 +56,7 @@ from .._core.backoff import full_jitter
 from .._core.limits import MIN_PAUSE
 from .._core.requests import Handed
 from ..errors import ClientClosedError
+from .cancel import cancellable
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
@@ -255,13 +256,13 @@ class Subscriber:
                 continue  # nobody waits on it any more
             self._links.place(channel, link)
             try:
-                await conn.send_command(self._kinds.subscribe, channel)
+                await cancellable(conn.send_command(self._kinds.subscribe, channel))
             except CONNECTION_ERRORS as exc:
                 self._lose(link, exc)
 
     async def _open(self, link: str, connect: Callable[[], tuple[Any, dict[str, Any], str]]) -> Any:
         conn, address = new_subscriber_connection(connect, SUBSCRIBE_TIMEOUT)
-        await conn.connect()
+        await cancellable(conn.connect())
         self._conns[link] = conn
         self._readers[link] = asyncio.get_running_loop().create_task(
             self._read(link, conn), name=f"redlease-subscriber {address}"
@@ -297,7 +298,7 @@ class Subscriber:
             if conn is None:
                 continue
             try:
-                await conn.send_command(self._kinds.unsubscribe, channel)
+                await cancellable(conn.send_command(self._kinds.unsubscribe, channel))
             except CONNECTION_ERRORS as exc:
                 self._lose(link or ANY_NODE, exc)
         if self._sharded:  # a master no channel needs any more: close its connection

@@ -42,7 +42,7 @@ else:  # redis-py's own dependency there
 
 from .._connections import HUNG, Hung
 from .._owners import fork_generation
-from .cancel import CANCEL_GRACE
+from .cancel import CANCEL_GRACE, cancellable
 
 T = TypeVar("T")
 
@@ -568,8 +568,8 @@ async def send_direct(conn: Any, packed: bytes, progress: Progress) -> Any:
     once the command is written; any other failure disconnects it."""
     progress.reading = False
     if not conn.is_connected:
-        await conn.connect()
-    await conn.check_health()  # a PING when redis-py's health_check_interval is due
+        await cancellable(conn.connect())  # (its HELLO, AUTH, ...: redis-py's writes)
+    await cancellable(conn.check_health())  # a PING when redis-py's health_check_interval is due
     writer = getattr(conn, "_writer", None)  # an asyncio.StreamWriter
     progress.written = True  # from here a cancellation may find the command sent
     try:

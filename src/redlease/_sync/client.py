@@ -889,17 +889,18 @@ class Client(ClientBase, Closing):
             ]
         else:
             targets = [(self.address, None)]
+        ask = self.redis.execute_command
         for address, node in targets:
             where = {} if node is None else {"target_nodes": node}
             try:
                 try:
-                    config: Any = self.redis.execute_command("CONFIG GET", CONFIG_PATTERN, **where)
+                    config: Any = ask("CONFIG GET", CONFIG_PATTERN, **where)
                 except redis.exceptions.ResponseError as exc:  # not allowed, or renamed
                     config = exc
                 info: Any = None
                 if policy_of(address, config, None).policy is None:
                     try:
-                        info = self.redis.execute_command("INFO", "memory", **where)
+                        info = ask("INFO", "memory", **where)
                     except redis.exceptions.ResponseError as exc:
                         info = exc
             except PROBE_ERRORS as exc:

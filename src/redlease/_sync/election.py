@@ -180,8 +180,9 @@ class Election(ElectionBase):
     def _announce(self, what: str, token: int) -> None:
         """Tell observers that a term began or ended: a hint only (they read the record)."""
         command = self._publish_command(self.client._state.pubsub.sharded)
+        message = f"{what} {token}"
         try:
-            self.client.redis.execute_command(command, self._channel, f"{what} {token}")
+            self.client.redis.execute_command(command, self._channel, message)
         except TRANSLATED as exc:
             log.debug("election %r: announcing %s failed: %s", self.name, what, exc)
 

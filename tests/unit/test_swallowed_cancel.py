@@ -1,0 +1,96 @@
+"""A cancellation that ``asyncio.wait_for`` swallows inside redis-py is raised all the same.
+
+redis-py writes each command in ``asyncio.wait_for`` when a socket timeout is set. On Python
+3.11 ``wait_for`` returns the inner result and drops the caller's cancellation when both come
+in the same turn of the loop (CPython gh-86296): a task cancelled in ``election.observe()``
+went on observing (seen in CI). ``cancellable`` raises such a cancellation once the call
+returns. These tests make that turn happen on purpose, with asyncio's own ``wait_for``."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+
+from redlease._async.cancel import cancellable
+
+
+async def _racing(guarded: bool) -> tuple[asyncio.Task[str], asyncio.Future[str]]:
+    """A task awaiting a future through ``wait_for`` (as redis-py writes), cancelled in the very
+    turn the future completes."""
+    written: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def redis_py_write() -> str:
+        return await asyncio.wait_for(written, 10)
+
+    async def caller() -> str:
+        call = redis_py_write()
+        return await (cancellable(call) if guarded else call)
+
+    task = asyncio.ensure_future(caller())
+    for _ in range(5):  # let it reach wait_for's inner wait
+        await asyncio.sleep(0)
+    written.set_result("OK")
+    task.cancel()
+    return task, written
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="wait_for keeps the cancellation on 3.12+")
+async def test_wait_for_swallows_a_cancellation_on_311():
+    """The bug the guard is for (if this starts failing, Python fixed it: the guard stays
+    harmless)."""
+    task, _ = await _racing(guarded=False)
+    assert await task == "OK"  # the cancellation is gone
+    assert task.cancelling() == 1  # yet still counted on the task
+
+
+async def test_a_swallowed_cancellation_is_raised():
+    task, _ = await _racing(guarded=True)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+async def test_no_cancellation_no_change():
+    """A call nobody cancels returns its result; a cancellation taken back meanwhile (as
+    ``asyncio.timeout`` takes back its own) is not raised."""
+
+    async def answer() -> str:
+        await asyncio.sleep(0)
+        return "OK"
+
+    assert await cancellable(answer()) == "OK"
+
+    async def taken_back() -> str:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            task.uncancel()
+        return "OK"
+
+    assert await cancellable(taken_back()) == "OK"
+
+
+async def test_a_timeout_around_the_call_still_times_out():
+    """``asyncio.timeout`` cancels the task when it expires: when ``wait_for`` swallows that
+    cancellation the guard raises it, and the timeout turns it into ``TimeoutError``."""
+    written: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def redis_py_write() -> str:
+        return await asyncio.wait_for(written, 10)
+
+    async def caller() -> str:
+        async with asyncio.timeout(0.01):
+            result = await cancellable(redis_py_write())
+            await asyncio.sleep(10)  # only reached if the timeout were lost
+            return result
+
+    task = asyncio.ensure_future(caller())
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.01, lambda: written.done() or written.set_result("OK"))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(task, 5)
