@@ -288,7 +288,7 @@ async def test_observe_yields_each_change(side, newest, name):
         assert time.monotonic() - stopped < 0.2 + 1.0
         runner.cancel()  # its poll is 30 s: cancelling ends it at once
         with pytest.raises(asyncio.CancelledError):
-            await runner
+            await asyncio.wait_for(runner, 10)  # (a cancellation lost: TimeoutError)
     else:
         await eventually(lambda: not fast_runner.is_alive(), timeout=5)
         assert time.monotonic() - stopped < 0.2 + 1.0
