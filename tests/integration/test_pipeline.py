@@ -374,3 +374,37 @@ async def test_a_hung_server_fails_the_calls_waiting_for_replies(private_server)
             await again.release()
         finally:
             await client.close()
+
+
+def _pings(url: str) -> int:
+    stats = redis.Redis.from_url(url).info("commandstats")
+    return int(stats.get("cmdstat_ping", {}).get("calls", 0))
+
+
+async def test_the_direct_path_sends_health_checks_only_when_asked(private_server):
+    """Without the pipeline a call goes on a connection redlease keeps: with redis-py's
+    ``health_check_interval`` set, a connection idle longer than that is PINGed before its
+    next call (a dead one is found before a script is sent); without it, no PING is sent."""
+    checked = AsyncClient.from_url(private_server.url, health_check_interval=0.05, **_NO_SETINFO)
+    plain = AsyncClient.from_url(private_server.url, **_NO_SETINFO)
+    try:
+        for client in (checked, plain):
+            lock = client.lock("direct:health")
+            assert await lock.acquire()
+            await lock.release()
+        before = _pings(private_server.url)
+        for _ in range(3):
+            lock = plain.lock("direct:health")
+            assert await lock.acquire()
+            await lock.release()
+            await asyncio.sleep(0.1)  # longer than the interval: a check would be due
+        assert _pings(private_server.url) == before
+        for _ in range(3):
+            lock = checked.lock("direct:health")
+            assert await lock.acquire()
+            await lock.release()
+            await asyncio.sleep(0.1)
+        assert _pings(private_server.url) >= before + 3
+    finally:
+        await checked.close()
+        await plain.close()

@@ -569,7 +569,8 @@ async def send_direct(conn: Any, packed: bytes, progress: Progress) -> Any:
     progress.reading = False
     if not conn.is_connected:
         await cancellable(conn.connect())  # (its HELLO, AUTH, ...: redis-py's writes)
-    await cancellable(conn.check_health())  # a PING when redis-py's health_check_interval is due
+    if conn.health_check_interval:  # a PING when redis-py's health_check_interval is due
+        await cancellable(conn.check_health())
     writer = getattr(conn, "_writer", None)  # an asyncio.StreamWriter
     progress.written = True  # from here a cancellation may find the command sent
     try:
