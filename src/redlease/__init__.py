@@ -16,8 +16,8 @@ from ._async.scheduled import AsyncScheduledLock
 from ._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from ._core.latch import LatchStatistics
 from ._core.semaphore import SemaphoreStatistics
-from ._locked import locked
-from ._scheduledbase import ScheduledRun
+from ._shared.locked import locked
+from ._shared.scheduledbase import ScheduledRun
 from ._sync.client import Client
 from ._sync.election import Election, Term
 from ._sync.latch import CountDownLatch

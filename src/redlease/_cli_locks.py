@@ -22,9 +22,10 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from ._connections import describe, raise_translated
 from ._core.keys import FENCE_FIELD
-from ._servers import describe as describe_policy
+from ._redis.connections import describe
+from ._redis.errors import raise_translated
+from ._redis.servers import describe as describe_policy
 from ._sync.client import Client
 from .cli import PROG, CommandError, UsageError, connect
 from .stats import EvictionPolicy, HolderInfo

@@ -31,9 +31,10 @@ from typing import Any
 
 import redis.exceptions
 
-from ._holders import scrub_words
-from ._keep import non_negative_seconds
-from ._servers import Eviction
+from ._redis.servers import Eviction
+from ._shared.arguments import lease_seconds, wait_seconds
+from ._shared.holders import scrub_words
+from ._shared.keep import non_negative_seconds
 from ._sync.lock import Lock
 from .cli import (
     COMMAND_TIMEOUT,
@@ -53,7 +54,6 @@ from .errors import (
     RedleaseError,
     RedleaseWarning,
 )
-from .options import lease_seconds, wait_seconds
 
 __all__ = ["RunOptions", "run"]
 

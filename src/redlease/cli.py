@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import redis.exceptions
 from redis.connection import parse_url as _untyped_parse_url
 
-from ._urls import checked_url, is_sentinel_url, masked_url, parse_sentinel_url
+from ._redis.urls import checked_url, is_sentinel_url, masked_url, parse_sentinel_url
 from .errors import RedleaseError
 
 if TYPE_CHECKING:

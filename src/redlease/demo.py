@@ -32,8 +32,8 @@ from typing import TextIO, cast
 import redis
 import redis.exceptions
 
+from ._redis.urls import is_sentinel_url, sentinel_master
 from ._sync.client import Client
-from ._urls import is_sentinel_url, sentinel_master
 
 __all__ = ["DemoError", "RoundResult", "run_demo"]
 

@@ -16,7 +16,7 @@ import redis.asyncio
 
 import redlease
 from redlease import ServerUnavailableError
-from redlease._clientbase import CALL_TIMEOUT
+from redlease._shared.clientbase import CALL_TIMEOUT
 from redlease.testing import RedisServer
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(90)]

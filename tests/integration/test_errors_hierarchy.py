@@ -23,7 +23,7 @@ from redlease import (
     ServerUnavailableError,
     WrongTypeError,
 )
-from redlease._connections import translate
+from redlease._redis.errors import translate
 from redlease.testing import RedisServer
 
 

@@ -434,9 +434,9 @@ async def test_a_receipt_carried_to_a_waiter_that_gives_up_survives(side, server
 
 def test_request_ids_differ_between_processes() -> None:
     """Ids are minted with a random prefix per process, drawn again in a forked child."""
-    from redlease._owners import next_request_id
+    from redlease._shared.state import next_request_id
 
-    code = "from redlease._owners import next_request_id as n; print(n(), n())"
+    code = "from redlease._shared.state import next_request_id as n; print(n(), n())"
     theirs = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout.split()

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import redlease
 from redlease import InvalidArgumentError, PermissionDeniedError, RedleaseError
-from redlease._urls import masked_url
+from redlease._redis.urls import masked_url
 from redlease.cli import main as cli_main
 from redlease.testing import RedisServer
 

@@ -15,7 +15,7 @@ import redis
 import redis.asyncio
 
 from redlease import AsyncClient, Client
-from redlease._wire import SPARE_CONNECTIONS
+from redlease._redis.wire import SPARE_CONNECTIONS
 from redlease.testing import RedisServer
 
 MAX_CONNECTIONS = 4  # the application's pool: fewer than the workers

@@ -95,9 +95,6 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from redlease import _owners
-from redlease._channels import handed as parse_handed
-from redlease._channels import lost_notice
 from redlease._core import fair, rwlock, scripts
 from redlease._core import lock as core
 from redlease._core.fair import REDISSON_FAIR
@@ -105,6 +102,9 @@ from redlease._core.keys import CLASSIC
 from redlease._core.lock import Acquired, Hold, HoldTable
 from redlease._core.requests import Call, Handed, Sleep, Subscribe, WaitWake
 from redlease._core.watchdog import RenewalPolicy
+from redlease._shared import state as _owners
+from redlease._shared.channels import handed as parse_handed
+from redlease._shared.channels import lost_notice
 from redlease.errors import LeaseLostError, RedleaseError, ServerUnavailableError
 
 from . import unfixed
@@ -187,7 +187,7 @@ _loaded = itertools.count(1)
 
 def _fresh_module(path: str | Path, stem: str) -> Any:
     """A fresh copy of the module at ``path``, as another process would import it."""
-    name = f"redlease._model_{stem}_{next(_loaded)}"
+    name = f"redlease._shared._model_{stem}_{next(_loaded)}"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

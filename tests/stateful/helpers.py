@@ -28,10 +28,10 @@ from typing import Any
 import redis
 
 import redlease
-from redlease import _owners
 from redlease._core import latch as latch_core
 from redlease._core import scripts
 from redlease._core import semaphore as semaphore_core
+from redlease._shared import state as _owners
 from redlease.testing import RedisServer, ServerBinary, TcpProxy
 
 CALL_TIMEOUT = 30.0
@@ -240,8 +240,9 @@ def results(futures: Iterable[concurrent.futures.Future[Any]], timeout: float) -
 
 class Process:
     """One client process, as far as the ids a client mints go: the owner ids and the request
-    ids (an acquire's wait id, a release's id) that ``redlease._owners`` mints, by its own code
-    run on state of its own. The module is loaded again under another name, so its
+    ids (an acquire's wait id, a release's id) that ``redlease._shared.state``
+    mints, by its own code run on state of its own. The module is loaded again under another
+    name, so its
     module-level code sets that state up exactly as a new process's import does (a per-process
     counter starts at 1 again; a per-process random part is drawn again). Owners made in two
     ``Process``es mint ids as owners in two worker processes would; a test needs no real
@@ -254,7 +255,7 @@ class Process:
     _names = itertools.count(1)
 
     def __init__(self) -> None:
-        name = f"redlease._owners_of_process_{next(self._names)}"
+        name = f"redlease._shared._state_of_process_{next(self._names)}"
         spec = importlib.util.spec_from_file_location(name, _owners.__file__)
         assert spec is not None and spec.loader is not None
         self.ids: ModuleType = importlib.util.module_from_spec(spec)
@@ -269,7 +270,7 @@ _current_process: contextvars.ContextVar[Process | None] = contextvars.ContextVa
     "stateful_process", default=None
 )
 _MINTED = ("next_request_id", "next_owner_id")
-"""The functions of ``redlease._owners`` that mint ids (those the module has)."""
+"""The functions of ``redlease._shared.state`` that mint ids (those the module has)."""
 
 
 @contextlib.contextmanager
@@ -292,7 +293,7 @@ def minting_per_process() -> Iterator[None]:
         for module in list(sys.modules.values()):
             mod_name = getattr(module, "__name__", "") or ""
             if mod_name == "redlease" or mod_name.startswith("redlease."):
-                if mod_name.startswith("redlease._owners_of_process_"):
+                if mod_name.startswith("redlease._shared._state_of_process_"):
                     continue
                 if getattr(module, name, None) is original:
                     patched.append((module, name, original))

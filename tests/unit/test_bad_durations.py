@@ -15,11 +15,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from redlease import InvalidArgumentError, RedleaseError, ServerUnavailableError, options
+from redlease import InvalidArgumentError, RedleaseError, ServerUnavailableError
 from redlease._core import codes, latch, limits, lock, redlock, rwlock, semaphore
 from redlease._core.backoff import Outage
 from redlease._core.keys import LockKeys
 from redlease._core.requests import Call, Sleep, Subscribe, WaitWake
+from redlease._shared import arguments as options
 
 NOT_NUMBERS = [None, "1", b"1", True, False, [], object(), 1j]
 NAN = [math.nan, -math.nan]

@@ -14,7 +14,7 @@ from redlease._core.keys import PubSub, hash_slot
 from redlease._core.lock import RECEIPT_MS, Acquired, HoldTable
 from redlease._core.requests import Call, Subscribe, WaitWake
 from redlease._core.watchdog import RenewalPolicy
-from redlease._lockbase import fair_layout
+from redlease._shared.lockbase import fair_layout
 from redlease.errors import InvalidArgumentError, LeaseLostError
 
 from ._fakes import FakeClock, finish, step

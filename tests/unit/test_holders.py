@@ -10,7 +10,7 @@ from urllib.parse import quote
 import pytest
 
 from redlease import HolderInfo
-from redlease._holders import (
+from redlease._shared.holders import (
     MAX_INFO,
     client_of,
     parse,

@@ -10,8 +10,6 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from redlease._channels import ANY_NODE, ChannelTable, Links, Waiter
-from redlease._connections import settle_pubsub
 from redlease._core import latch, rwlock, scripts
 from redlease._core import lock as lock_core
 from redlease._core import semaphore as sem
@@ -19,6 +17,8 @@ from redlease._core.fair import REDISSON_FAIR
 from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
 from redlease._core.requests import Call, Handed
 from redlease._core.rwlock_redisson import RedissonRwKeys
+from redlease._redis.connections import settle_pubsub
+from redlease._shared.channels import ANY_NODE, ChannelTable, Links, Waiter
 
 from .test_scripts import LUA_DIR, publish_argument
 

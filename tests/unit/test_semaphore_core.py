@@ -892,7 +892,7 @@ def test_a_zero_on_a_latch_channel_wakes_every_waiter_and_on_a_lock_channel_one(
     semaphore channel a "0" stays a wake-up for one waiter (Redisson's unlock message)."""
     import threading
 
-    from redlease._channels import ChannelTable, Waiter
+    from redlease._shared.channels import ChannelTable, Waiter
 
     table = ChannelTable(threading.Event)
     gate = [Waiter(LATCH.channel, f"c:{i}", threading.Event()) for i in range(3)]

@@ -16,8 +16,8 @@ import redis.sentinel
 
 import redlease
 from redlease import InvalidArgumentError
-from redlease._connections import describe
-from redlease._urls import (
+from redlease._redis.connections import describe
+from redlease._redis.urls import (
     SENTINEL_PORT,
     is_sentinel_url,
     masked_url,

@@ -1,5 +1,8 @@
-"""The two shells stand apart: ``_async/`` and ``_sync/`` never import each other, every module
-imports on its own in a fresh interpreter, and module-level imports form no cycle."""
+"""The layers stand apart: ``_async/`` and ``_sync/`` never import each other; ``_shared/``
+(what they share) imports neither of them nor a runtime; only ``_redis/`` (the redis-py
+adaptation) and the modules around it that do I/O import redis; every module imports on its
+own in a fresh interpreter, and module-level imports form no cycle. (``_core/``'s purity:
+``test_core_purity.py``.)"""
 
 from __future__ import annotations
 
@@ -82,6 +85,71 @@ def test_async_and_sync_never_import_each_other() -> None:
         for path in (PACKAGE / side).rglob("*.py"):
             crossed = {m for m in _all_imports(path) if m == other or m.startswith(f"{other}.")}
             assert not crossed, f"{path.relative_to(PACKAGE)} imports {sorted(crossed)}"
+
+
+def _top_names(path: Path) -> set[str]:
+    """The top-level names of the modules ``path`` imports anywhere (``asyncio``, ``redis``)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+RUNTIMES = {"asyncio", "threading", "selectors", "subprocess", "ssl", "redis", "valkey"}
+"""What ``_shared/`` never imports: a runtime, or redis-py (``_redis/`` adapts it)."""
+MAY_USE_THREADING = {"state.py"}
+"""``_shared/state.py`` guards the hold table with a ``threading.Lock`` (the watchdog thread of
+a sync client and its callers share it) and keeps ``threading.local`` owner ids; it starts no
+thread and does no I/O."""
+
+
+def test_shared_imports_no_runtime_and_no_redis() -> None:
+    for path in sorted((PACKAGE / "_shared").glob("*.py")):
+        allowed = {"threading"} if path.name in MAY_USE_THREADING else set()
+        bad = (RUNTIMES - allowed) & _top_names(path)
+        assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
+
+
+def test_shared_does_not_import_the_shells_at_run_time() -> None:
+    """``_shared/`` is below the shells: none of its modules imports ``_async``/``_sync`` when
+    it is imported (``locked.py`` looks up the client classes inside a function, once called)."""
+    for path in sorted((PACKAGE / "_shared").glob("*.py")):
+        shells = {
+            m for m in _runtime_imports(path) if m.startswith(("redlease._async", "redlease._sync"))
+        }
+        assert not shells, f"{path.relative_to(PACKAGE)} imports {sorted(shells)}"
+
+
+REDIS_USERS = (
+    "_redis",
+    "_async",
+    "_sync",
+    "cli",
+    "_cli_",
+    "testing",
+    "contrib",
+    "demo.py",
+    "peers.py",
+)
+"""The only places that import redis-py: its adaptation, the two shells, and the modules that
+talk to servers themselves (the CLI, the test servers, the demo, Redisson's stand-in, the
+integrations)."""
+
+
+def test_only_the_adaptation_and_the_shells_import_redis() -> None:
+    users = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "redis" in _top_names(path)
+    }
+    assert users, "the scanner found no module importing redis"
+    stray = {u for u in users if not u.startswith(REDIS_USERS)}
+    assert not stray, f"redis-py imported outside {REDIS_USERS}: {sorted(stray)}"
+    assert any(u.startswith("_redis/") for u in users)
 
 
 def test_no_import_cycle_at_run_time() -> None:

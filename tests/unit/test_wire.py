@@ -7,7 +7,7 @@ import redis.connection
 
 from redlease._core import scripts
 from redlease._core.requests import Call
-from redlease._wire import Packer, checkout_args
+from redlease._redis.wire import Packer, checkout_args
 
 
 def _redis_py_bytes(*args: object, encoding: str = "utf-8") -> bytes:

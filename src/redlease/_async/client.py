@@ -13,44 +13,47 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.exceptions
 
-from .._channels import Waiter
-from .._clientbase import CLOSE_GRACE, ClientBase, default_timeouts
-from .._connections import (
+from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
+from .._core.scripts import Script
+from .._redis.connections import (
+    PROBE_ERRORS,
+    SHARDED_PROBE,
+    call_slots,
+    check_connection_options,
+    settle_pubsub,
+)
+from .._redis.errors import (
     CONNECTION_ERRORS,
     HUNG,
     NOT_RETRIED,
-    PROBE_ERRORS,
-    SHARDED_PROBE,
     TRANSLATED,
     Hung,
-    call_slots,
-    check_connection_options,
     check_replicas,
     cluster_from_url_failed,
     gives_back,
     key_type_shown,
-    log,
     needs_key_type,
     raise_translated,
-    settle_pubsub,
     timed_out,
 )
-from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
-from .._core.scripts import Script
-from .._holders import RECORD_TTL, client_of, holder_infos, record_key
-from .._holders import parse as parse_record
-from .._holders import record as holder_record
-from .._locked import OnBusy, bound
-from .._owners import HANDOFF_WINDOW, TaskOwners, fork_generation
-from .._servers import CONFIG_PATTERN, Eviction, policy_of
+from .._redis.servers import CONFIG_PATTERN, Eviction, policy_of
 
 # begin async-only
 # else sync
-# from .._connections import call_tokens
-# from .._owners import fork_safe
+# from .._redis.connections import call_tokens
+# from .._shared.state import fork_safe
 # end async-only
-from .._urls import async_sentinel_master, checked_url, is_sentinel_url
-from .._wire import SPARE_CONNECTIONS, Packer
+from .._redis.urls import async_sentinel_master, checked_url, is_sentinel_url
+from .._redis.wire import SPARE_CONNECTIONS, Packer
+from .._shared.arguments import Seconds
+from .._shared.channels import Waiter
+from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
+from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key
+from .._shared.holders import parse as parse_record
+from .._shared.holders import record as holder_record
+from .._shared.locked import OnBusy, bound
+from .._shared.log import log
+from .._shared.state import HANDOFF_WINDOW, TaskOwners, fork_generation
 from ..errors import (
     ArgumentTypeError,
     ClientClosedError,
@@ -61,7 +64,6 @@ from ..errors import (
     ReplicaError,
     ServerUnavailableError,
 )
-from ..options import Seconds
 from ..stats import EvictionPolicy, HolderInfo
 from .cancel import CANCEL_GRACE, cancellable, finish_despite_cancel  # async-only
 from .election import AsyncElection

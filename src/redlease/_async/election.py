@@ -14,10 +14,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
-from .._connections import TRANSLATED, log, raise_translated
 from .._core.backoff import Outage
 from .._core.lock import OUTAGE_TOLERANCE
-from .._electionbase import OBSERVE_POLL, ElectionBase, parse_record
+from .._redis.errors import TRANSLATED, raise_translated
+from .._shared.arguments import Seconds, seconds, wait_seconds
+from .._shared.electionbase import OBSERVE_POLL, ElectionBase, parse_record
+from .._shared.log import log
 from ..errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -26,7 +28,6 @@ from ..errors import (
     ServerUnavailableError,
     StaleTokenError,
 )
-from ..options import Seconds, seconds, wait_seconds
 from .cancel import cancellable  # async-only
 from .subscriber import wait
 

@@ -20,18 +20,15 @@ import redis.exceptions
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from .._channels import Waiter
-from .._connections import CONNECTION_ERRORS, log, subscriber_kwargs, translate, unavailable
 from .._core import redlock as core
 from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
-from .._owners import TaskOwners
-from .._redlockbase import (
-    Late,
-    RedlockClientBase,
-    apply_renewals,
-    renewal_failed,
-)
+from .._redis.connections import subscriber_kwargs
+from .._redis.errors import CONNECTION_ERRORS, translate, unavailable
+from .._shared.channels import Waiter
+from .._shared.log import log
+from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
+from .._shared.state import TaskOwners
 from ..errors import (
     ClientClosedError,
 )

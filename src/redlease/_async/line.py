@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Hashable
 from types import TracebackType
 
-from .._lines import LineTable
-from .._owners import fork_generation
+from .._shared.lines import LineTable
+from .._shared.state import fork_generation
 from ..errors import ClientClosedError
 
 

@@ -7,9 +7,9 @@ import time
 from collections.abc import Iterable
 from typing import Protocol
 
-from .._connections import log
-from .._multilockbase import check_members, first_error, order_key
-from ..options import Seconds, optional_seconds, wait_args
+from .._shared.arguments import Seconds, optional_seconds, wait_args
+from .._shared.log import log
+from .._shared.multilockbase import check_members, first_error, order_key
 from .shared import AsyncHeld
 
 

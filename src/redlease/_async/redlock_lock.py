@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._core import redlock as core
-from .._redlockbase import RedlockLockBase
+from .._shared.arguments import Seconds
+from .._shared.redlockbase import RedlockLockBase
 from ..errors import LeaseLostError
-from ..options import Seconds
 from .cancel import finish_despite_cancel  # async-only
 from .shared import AsyncHeld, AsyncLockQueries
 

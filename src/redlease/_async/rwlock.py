@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._core import rwlock as core
-from .._rwlockbase import RwSideBase
+from .._shared.arguments import Seconds
+from .._shared.arguments import layout as check_layout
+from .._shared.rwlockbase import RwSideBase
 from ..errors import LeaseLostError
-from ..options import Seconds
-from ..options import layout as check_layout
 from .lock import AsyncLock
 
 if TYPE_CHECKING:

@@ -12,7 +12,6 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .._connections import log
 from .._core import semaphore as core
 from .._core.requests import Call
 from .._core.semaphore import (
@@ -22,15 +21,16 @@ from .._core.semaphore import (
     PermitTable,
     SemaphoreStatistics,
 )
-from .._owners import fork_generation
-from .._semaphorebase import (
+from .._shared.arguments import Seconds
+from .._shared.log import log
+from .._shared.semaphorebase import (
     report_expired,
     report_lost,
     report_may_stay_taken,
     report_unsettled,
 )
+from .._shared.state import fork_generation
 from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError, RedleaseError
-from ..options import Seconds
 from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
 from .shared import AsyncHeld
 

@@ -40,8 +40,8 @@ if sys.version_info >= (3, 11):
 else:  # redis-py's own dependency there
     from async_timeout import timeout as async_timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
 
-from .._connections import HUNG, Hung
-from .._owners import fork_generation
+from .._redis.errors import HUNG, Hung
+from .._shared.state import fork_generation
 from .cancel import CANCEL_GRACE, cancellable
 
 T = TypeVar("T")

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, TypeVar
 
 import redis.exceptions
 
-from .._connections import cluster_node_of, log, renewal_down
-from .._owners import RenewalJob
+from .._redis.connections import cluster_node_of, renewal_down
+from .._shared.log import log
+from .._shared.state import RenewalJob
 from ..errors import ReplicaError, ServerUnavailableError
 from .subscriber import wait_event
 

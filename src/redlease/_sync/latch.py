@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from .._core import latch as core
 from .._core.latch import LatchStatistics
 from .._core.semaphore import primitive_name, wait_timeout
-from ..options import Seconds
+from .._shared.arguments import Seconds
 
 if TYPE_CHECKING:
     from .client import Client

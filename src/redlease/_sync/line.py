@@ -14,8 +14,8 @@ import threading
 from collections.abc import Hashable
 from types import TracebackType
 
-from .._lines import LineTable
-from .._owners import fork_safe
+from .._shared.lines import LineTable
+from .._shared.state import fork_safe
 from ..errors import ClientClosedError
 
 

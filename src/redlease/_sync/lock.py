@@ -9,10 +9,10 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .._core import lock as core
-from .._keep import plan_keep
-from .._lockbase import AcquirePlan, LockBase, fair_layout
+from .._shared.arguments import Seconds
+from .._shared.keep import plan_keep
+from .._shared.lockbase import AcquirePlan, LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError
-from ..options import Seconds
 from ..stats import Lease, LockStatistics
 from .shared import Held, LockQueries
 

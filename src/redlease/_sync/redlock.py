@@ -10,20 +10,18 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from .._clientbase import default_timeouts
 from .._core import redlock as core
 from .._core.watchdog import RenewalPolicy
-from .._owners import ClientState
-from .._redlockbase import (
-    check_masters,
-)
-from .._urls import checked_url
+from .._redis.urls import checked_url
+from .._shared.arguments import Seconds, seconds
+from .._shared.clientbase import default_timeouts
+from .._shared.redlockbase import check_masters
+from .._shared.state import ClientState
 from ..errors import (
     ArgumentTypeError,
     InvalidArgumentError,
     LeaseLostError,
 )
-from ..options import Seconds, seconds
 from .client import Client
 from .fanout import (
     Master,

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._core import redlock as core
-from .._redlockbase import RedlockLockBase
+from .._shared.arguments import Seconds
+from .._shared.redlockbase import RedlockLockBase
 from ..errors import LeaseLostError
-from ..options import Seconds
 from .shared import Held, LockQueries
 
 if TYPE_CHECKING:

@@ -12,9 +12,9 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from .._scheduledbase import ScheduledBase, ScheduledRun
+from .._shared.arguments import Seconds
+from .._shared.scheduledbase import ScheduledBase, ScheduledRun
 from ..errors import InvalidArgumentError, LeaseLostError, RedleaseError
-from ..options import Seconds
 
 if TYPE_CHECKING:
     from .client import Client

@@ -27,7 +27,24 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from .._channels import (
+from .._core.backoff import full_jitter
+from .._core.limits import MIN_PAUSE
+from .._core.requests import Handed
+from .._redis.connections import (
+    connection_source,
+    describe,
+    new_subscriber_connection,
+    subscriber_route,
+    user_of,
+)
+from .._redis.errors import (
+    CONNECTION_ERRORS,
+    PLACE_ERRORS,
+    is_denied,
+    subscription_refused,
+    unavailable,
+)
+from .._shared.channels import (
     ANY_NODE,
     CLASSIC,
     HOLDS_CHECK,
@@ -42,22 +59,7 @@ from .._channels import (
     text,
     wake_everyone,
 )
-from .._connections import (
-    CONNECTION_ERRORS,
-    PLACE_ERRORS,
-    connection_source,
-    describe,
-    is_denied,
-    log,
-    new_subscriber_connection,
-    subscriber_route,
-    subscription_refused,
-    unavailable,
-    user_of,
-)
-from .._core.backoff import full_jitter
-from .._core.limits import MIN_PAUSE
-from .._core.requests import Handed
+from .._shared.log import log
 from ..errors import ClientClosedError
 
 IDLE_CHECK = 0.25

@@ -13,8 +13,10 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .._connections import bounded_kwargs, cluster_node_of, log, renewal_down, unavailable
-from .._owners import RenewalJob
+from .._redis.connections import bounded_kwargs, cluster_node_of, renewal_down
+from .._redis.errors import unavailable
+from .._shared.log import log
+from .._shared.state import RenewalJob
 from ..errors import ReplicaError, ServerUnavailableError
 
 if TYPE_CHECKING:

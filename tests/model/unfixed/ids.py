@@ -1,4 +1,4 @@
-"""``redlease._owners.next_request_id`` as it was at commit 0079938 (defect 3 of issue #23):
+"""``redlease._shared.state.next_request_id`` as it was at commit 0079938 (defect 3 of issue #23):
 a per-process counter starting at 1, so every process mints "1", "2", ... (the model loads
 this file once per simulated process, as each process would import it)."""
 

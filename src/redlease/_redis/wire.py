@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from ._core.requests import Call
+from .._core.requests import Call
 
 SPARE_CONNECTIONS = 4
 """Connections a client keeps checked out of the pool between its calls: taking one from the

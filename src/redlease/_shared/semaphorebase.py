@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from ._connections import log
-from ._core import semaphore as core
-from ._core.semaphore import PendingUndo
-from .errors import LeaseLostError
-from .events import Listeners, LockEvent
+from .._core import semaphore as core
+from .._core.semaphore import PendingUndo
+from ..errors import LeaseLostError
+from ..events import Listeners, LockEvent
+from .log import log
 
 
 def report_may_stay_taken(listeners: Listeners | None, pending: PendingUndo, why: str) -> None:

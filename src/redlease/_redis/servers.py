@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .errors import EvictionPolicyError, InvalidArgumentError, RedleaseWarning
-from .stats import EvictionPolicy
+from ..errors import EvictionPolicyError, InvalidArgumentError, RedleaseWarning
+from ..stats import EvictionPolicy
 
 log = logging.getLogger("redlease")
 

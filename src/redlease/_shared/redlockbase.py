@@ -8,21 +8,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._clientbase import StateViews
-from ._connections import log, unavailable
-from ._core import redlock as core
-from ._core.keys import LockKeys
-from ._core.lock import Acquired, Hold
-from ._core.watchdog import RenewalPolicy
-from ._owners import ClientState, lost_error, next_request_id
-from .errors import (
+from .._core import redlock as core
+from .._core.keys import LockKeys
+from .._core.lock import Acquired, Hold
+from .._core.watchdog import RenewalPolicy
+from .._redis.errors import unavailable
+from ..errors import (
     InvalidArgumentError,
     LeaseLostError,
     NotOwnedError,
     QuorumError,
     ServerUnavailableError,
 )
-from .options import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
+from .arguments import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
+from .clientbase import StateViews
+from .log import log
+from .state import ClientState, lost_error, next_request_id
 
 Late = dict[int, tuple[Any, int]]
 """An operation's masters that did not answer in time: the connection each call went on and

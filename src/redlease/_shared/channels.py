@@ -39,7 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ._core.requests import Handed
+from .._core.requests import Handed
 
 LATCH_CHANNEL_PREFIX = "redisson_countdownlatch__channel__"
 """A count-down latch's channel: there "0" (Redisson's zero-count message) opens the latch, so

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from ._core import limits
-from ._core.limits import MAX_COUNT, MAX_LEASE, MIN_LEASE
-from ._core.requests import Replication
-from .errors import InvalidArgumentError
+from .._core import limits
+from .._core.limits import MAX_COUNT, MAX_LEASE, MIN_LEASE
+from .._core.requests import Replication
+from ..errors import InvalidArgumentError
 
 __all__ = [
     "MAX_COUNT",

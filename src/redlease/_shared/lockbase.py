@@ -8,13 +8,11 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from . import options
-from ._core import lock as core
-from ._core.fair import REDISSON_FAIR
-from ._core.keys import hash_slot
-from ._core.requests import Operation
-from ._owners import HANDOFF_WINDOW, ClientState, next_request_id
-from .errors import (
+from .._core import lock as core
+from .._core.fair import REDISSON_FAIR
+from .._core.keys import hash_slot
+from .._core.requests import Operation
+from ..errors import (
     InvalidArgumentError,
     LeaseLostError,
     NotOwnedError,
@@ -22,8 +20,10 @@ from .errors import (
     ReplicaError,
     ServerUnavailableError,
 )
-from .options import Seconds, chosen_lease, lock_name, optional_seconds, replication, wait_args
-from .stats import HolderInfo, Lease, LockStatistics
+from ..stats import HolderInfo, Lease, LockStatistics
+from . import arguments as options
+from .arguments import Seconds, chosen_lease, lock_name, optional_seconds, replication, wait_args
+from .state import HANDOFF_WINDOW, ClientState, next_request_id
 
 T = TypeVar("T")
 

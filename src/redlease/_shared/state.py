@@ -16,16 +16,13 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from ._channels import Lost
-from ._core.keys import LockKeys, PubSub
-from ._core.lock import Acquired, Hold, HoldTable
-from ._core.requests import Call, Replication
-from ._core.watchdog import RenewalPolicy
-from .errors import (
-    LeaseLostError,
-    LossCause,
-)
-from .events import Listeners, LockEvent
+from .._core.keys import LockKeys, PubSub
+from .._core.lock import Acquired, Hold, HoldTable
+from .._core.requests import Call, Replication
+from .._core.watchdog import RenewalPolicy
+from ..errors import LeaseLostError, LossCause
+from ..events import Listeners, LockEvent
+from .channels import Lost
 
 log = logging.getLogger("redlease")
 

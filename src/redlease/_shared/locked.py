@@ -18,14 +18,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
-from ._naming import name_maker
-from .errors import ArgumentTypeError, InvalidArgumentError, LockTimeoutError
-from .events import LockEvent
-from .options import Seconds, optional_seconds, wait_seconds
+from ..errors import ArgumentTypeError, InvalidArgumentError, LockTimeoutError
+from ..events import LockEvent
+from .arguments import Seconds, optional_seconds, wait_seconds
+from .naming import name_maker
 
 if TYPE_CHECKING:
-    from ._async.client import AsyncClient
-    from ._sync.client import Client
+    from .._async.client import AsyncClient
+    from .._sync.client import Client
 
 __all__ = ["ON_BUSY", "OnBusy", "locked"]
 
@@ -165,8 +165,8 @@ def decorate(
 def _client(resolve: Callable[[], Any], *, asyncio: bool, fn: Callable[..., Any]) -> Any:
     """The client of this call: an ``AsyncClient`` for a coroutine function, a ``Client``
     for a plain one."""
-    from ._async.client import AsyncClient
-    from ._sync.client import Client
+    from .._async.client import AsyncClient
+    from .._sync.client import Client
 
     client = resolve()
     wanted = AsyncClient if asyncio else Client

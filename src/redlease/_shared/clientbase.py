@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._connections import describe, is_cluster, passwords_of, user_of
-from ._core import fence
-from ._core.requests import Operation
-from ._core.watchdog import RenewalPolicy
-from ._holders import scrub_text
-from ._owners import HANDOFF_WINDOW, ClientState
-from ._servers import Eviction, ServerChecks, eviction_mode
-from .errors import ArgumentTypeError, InvalidArgumentError
-from .events import Listener
-from .options import Seconds, replication, seconds, window
+from .._core import fence
+from .._core.requests import Operation
+from .._core.watchdog import RenewalPolicy
+from .._redis.connections import describe, is_cluster, passwords_of, user_of
+from .._redis.servers import Eviction, ServerChecks, eviction_mode
+from ..errors import ArgumentTypeError, InvalidArgumentError
+from ..events import Listener
+from .arguments import Seconds, replication, seconds, window
+from .holders import scrub_text
+from .state import HANDOFF_WINDOW, ClientState
 
 CLOSE_GRACE = 5.0
 """How long ``close()`` waits for the calls it stopped to leave their lines and give back

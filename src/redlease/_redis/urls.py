@@ -40,7 +40,7 @@ import redis
 import redis.sentinel
 from redis.connection import parse_url as _untyped_parse_url
 
-from .errors import ArgumentTypeError, InvalidArgumentError
+from ..errors import ArgumentTypeError, InvalidArgumentError
 
 if TYPE_CHECKING:
     import redis.asyncio

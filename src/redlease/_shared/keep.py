@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
-from ._core import keep as core
-from ._core import lock as lockcore
-from ._core.limits import MAX_LEASE
-from ._core.requests import Operation
-from ._lockbase import LockBase, ReleasePlan
-from ._owners import next_request_id
-from .errors import InvalidArgumentError, NotOwnedError
-from .options import Seconds
+from .._core import keep as core
+from .._core import lock as lockcore
+from .._core.limits import MAX_LEASE
+from .._core.requests import Operation
+from ..errors import InvalidArgumentError, NotOwnedError
+from .arguments import Seconds
+from .lockbase import LockBase, ReleasePlan
+from .state import next_request_id
 
 
 def non_negative_seconds(value: Seconds, what: str) -> float:

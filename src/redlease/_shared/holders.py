@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ._urls import masked_url
-from .stats import HolderInfo
+from .._redis.urls import masked_url
+from ..stats import HolderInfo
 
 RECORD_TTL = 5400
 """Seconds a holder record lives unless rewritten (it is rewritten every half hour while the

@@ -7,7 +7,7 @@ import string
 from collections.abc import Callable
 from typing import Any
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 
 def name_maker(
