@@ -6,8 +6,8 @@ Errors a user can cause end in one line on stderr, never a traceback: exit 2 for
 password). A password in a URL is never printed: commands show ``host:port`` and every message
 shows every URL masked (its password as ``***``, found by the URL's structure).
 
-``run`` lives in ``_cli_run.py``, ``status``/``list``/``release`` in ``_cli_locks.py``; both
-import from here, and are imported only when their command runs.
+``run`` lives in ``run.py``, ``status``/``list``/``release`` in ``locks.py``, ``bench`` in
+``bench.py``; they import from here, and are imported only when their command runs.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import redis.exceptions
 from redis.connection import parse_url as _untyped_parse_url
 
-from ._redis.urls import checked_url, is_sentinel_url, masked_url, parse_sentinel_url
-from .errors import RedleaseError
+from .._redis.urls import checked_url, is_sentinel_url, masked_url, parse_sentinel_url
+from ..errors import RedleaseError
 
 if TYPE_CHECKING:
-    from ._sync.client import Client
+    from .._sync.client import Client
 
 __all__ = ["EX_LEASE_LOST", "EX_NOT_ACQUIRED", "build_parser", "main"]
 
@@ -216,7 +216,7 @@ COMMAND_TIMEOUT = 10.0
 def connect(url: str, **client_kwargs: Any) -> Client:
     """A ``redlease.Client`` on ``url`` that has answered a PING, or a one-line
     ``CommandError`` naming ``host:port`` (never the password)."""
-    from ._sync.client import Client
+    from .._sync.client import Client
 
     address = address_of(url)
     client_kwargs.setdefault("socket_connect_timeout", CONNECT_TIMEOUT)
@@ -240,7 +240,7 @@ def connect(url: str, **client_kwargs: Any) -> Client:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     """Run the demo on ``--url``, or on a private server started (and stopped) for it."""
-    from .demo import DemoError, run_demo
+    from ..demo import DemoError, run_demo
 
     try:
         if args.url is not None:
@@ -254,7 +254,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
                 out=sys.stdout,
                 warn=lambda text: _warn(text, args.url),
             )
-        from .testing import RedisServer
+        from ..testing import RedisServer
 
         with RedisServer() as server:
             return run_demo(
@@ -340,7 +340,7 @@ examples:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ._cli_run import RunOptions, run
+    from .run import RunOptions, run
 
     if not args.argv:
         raise UsageError(f"no COMMAND given: {PROG} run [options] NAME -- COMMAND [ARGS...]")
@@ -444,7 +444,7 @@ def _server(args: argparse.Namespace) -> str | Client:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from ._cli_locks import status
+    from .locks import status
 
     return status(_server(args), args.names, as_json=args.json)
 
@@ -468,7 +468,7 @@ def _add_status(commands: Commands) -> None:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from ._cli_locks import list_locks
+    from .locks import list_locks
 
     return list_locks(_server(args), args.pattern, limit=args.limit, as_json=args.json)
 
@@ -502,7 +502,7 @@ def _add_list(commands: Commands) -> None:
 
 
 def _cmd_release(args: argparse.Namespace) -> int:
-    from ._cli_locks import force_release
+    from .locks import force_release
 
     return force_release(_server(args), args.name, yes=args.yes)
 
@@ -537,7 +537,7 @@ def _add_release(commands: Commands) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from ._cli_bench import BenchOptions, bench
+    from .bench import BenchOptions, bench
 
     url = args.url
     if url is None and os.environ.get(URL_ENV, "").strip():

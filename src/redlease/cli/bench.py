@@ -23,7 +23,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from .cli import CommandError, address_of, connect
+from . import CommandError, address_of, connect
 
 __all__ = ["BenchOptions", "bench"]
 
@@ -133,7 +133,7 @@ def bench(url: str | None, options: BenchOptions) -> int:
     server: AbstractContextManager[Any] = nullcontext()
     where = "given by --url"
     if url is None:
-        from .testing import RedisServer, find_servers
+        from ..testing import RedisServer, find_servers
 
         if not find_servers():
             raise CommandError(

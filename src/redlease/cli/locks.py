@@ -22,13 +22,13 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from ._core.keys import FENCE_FIELD
-from ._redis.connections import describe
-from ._redis.errors import raise_translated
-from ._redis.servers import describe as describe_policy
-from ._sync.client import Client
-from .cli import PROG, CommandError, UsageError, connect
-from .stats import EvictionPolicy, HolderInfo
+from .._core.keys import FENCE_FIELD
+from .._redis.connections import describe
+from .._redis.errors import raise_translated
+from .._redis.servers import describe as describe_policy
+from .._sync.client import Client
+from ..stats import EvictionPolicy, HolderInfo
+from . import PROG, CommandError, UsageError, connect
 
 __all__ = ["LockView", "force_release", "list_locks", "status"]
 

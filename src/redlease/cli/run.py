@@ -31,12 +31,19 @@ from typing import Any
 
 import redis.exceptions
 
-from ._redis.servers import Eviction
-from ._shared.arguments import lease_seconds, wait_seconds
-from ._shared.holders import scrub_words
-from ._shared.keep import non_negative_seconds
-from ._sync.lock import Lock
-from .cli import (
+from .._redis.servers import Eviction
+from .._shared.arguments import lease_seconds, wait_seconds
+from .._shared.holders import scrub_words
+from .._shared.keep import non_negative_seconds
+from .._sync.lock import Lock
+from ..errors import (
+    InvalidArgumentError,
+    LeaseLostError,
+    NotOwnedError,
+    RedleaseError,
+    RedleaseWarning,
+)
+from . import (
     COMMAND_TIMEOUT,
     EX_LEASE_LOST,
     EX_NOT_ACQUIRED,
@@ -46,13 +53,6 @@ from .cli import (
     cli_words,
     connect,
     redact,
-)
-from .errors import (
-    InvalidArgumentError,
-    LeaseLostError,
-    NotOwnedError,
-    RedleaseError,
-    RedleaseWarning,
 )
 
 __all__ = ["RunOptions", "run"]
