@@ -20,7 +20,7 @@ printed as median and p95 next to one round trip (``PING``) measured in the same
 floor of a hand-over is about two round trips: the unlock script (which publishes ``0``), then
 the woken waiter's try. The same is measured for the fair lock and the read-write lock (write
 side) in Redisson's layout (``layout="redisson"``), whose Redisson side is the stand-in the
-interop tests use (``tests/interop/redisson_fair.py``, ``redisson_rw.py``).
+interop tests use (``redlease.testing.RedissonFairLock``, ``RedissonReadWriteLock``).
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
-import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -41,11 +39,7 @@ import redis
 from redlease import Client
 from redlease._core.keys import LockKeys
 from redlease.peers import RedissonLock
-from redlease.testing import RedisServer
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from interop.redisson_fair import RedissonFairLock
-from interop.redisson_rw import RedissonReadWriteLock
+from redlease.testing import RedisServer, RedissonFairLock, RedissonReadWriteLock
 
 WORK = 0.001
 JAVA_WAIT = 3.0

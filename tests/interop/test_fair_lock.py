@@ -1,6 +1,6 @@
 """The fair lock shared with Redisson (issue #13 item 5, fair half): ``fair_lock(name,
 layout="redisson")`` against Java threads using ``RFairLock`` on the same names, played by
-``tests/interop/redisson_fair.py`` (Redisson's keys, arguments, script effects, channels and
+``redlease.testing.RedissonFairLock`` (Redisson's keys, arguments, script effects, channels and
 messages, in our own scripts). Both ways: exclusion, one line served in arrival order, prompt
 wake-ups across the two sides, a waiter that gives up leaves the line, reentrancy, lost
 leases; names with and without braces; sync and asyncio.
@@ -24,8 +24,7 @@ import redis
 from redlease import InvalidArgumentError, LeaseLostError
 from redlease._core.fair import REDISSON_FAIR, SCRIPTS, THREAD_WAIT_MS
 from redlease._core.keys import PubSub
-
-from .redisson_fair import RedissonFairLock
+from redlease.testing.redisson.fair_lock import RedissonFairLock
 
 WAKE = 2.0
 """A wake-up across the two sides comes within this (measured: about 1 ms)."""

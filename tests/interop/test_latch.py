@@ -1,5 +1,5 @@
 """The count-down latch shared with Redisson's ``RCountDownLatch`` (issue #13 item 6), against
-a Java service played by ``redisson_driver.RedissonCountDownLatch``: counts set and counted
+a Java service played by ``redlease.testing.RedissonCountDownLatch``: counts set and counted
 down by either side, ``delete`` by either side, and each side's waiters woken by the other's
 changes (Redisson's waiters wake only on ``0``; redlease's on any message), on names with and
 without braces of their own."""
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import redis
 
+from redlease.testing.redisson.synchronizers import RedissonCountDownLatch, latch_channel
+
 from .helpers import Beside, braced, eventually, woken
-from .redisson_driver import RedissonCountDownLatch, latch_channel
 
 
 @pytest.fixture(params=["plain", "braced"])

@@ -1,5 +1,5 @@
 """The lease semaphore shared with Redisson's ``RPermitExpirableSemaphore`` (issue #13 item 6),
-against a Java service played by ``redisson_driver.RedissonPermitExpirableSemaphore``: permit
+against a Java service played by ``redlease.testing.RedissonPermitExpirableSemaphore``: permit
 ids taken by one side are given back by the other, several at once; permits, leases and
 expiries set by either side hold for both; each side's changes wake the other's waiters by
 pub/sub; names with and without braces of their own."""
@@ -16,15 +16,15 @@ import redis
 
 from redlease import InvalidArgumentError, LeaseLostError
 from redlease._core import semaphore as core
-
-from .helpers import Beside, Crowd, braced, eventually, woken
-from .redisson_driver import (
+from redlease.testing.redisson.synchronizers import (
     NON_EXPIRABLE,
     RedissonError,
     RedissonPermitExpirableSemaphore,
     semaphore_channel,
     timeout_key,
 )
+
+from .helpers import Beside, Crowd, braced, eventually, woken
 
 
 @pytest.fixture(params=["plain", "braced"])

@@ -1,6 +1,7 @@
 """The read-write lock in Redisson's layout (``rw_lock(name, layout="redisson")``, issue #13
-item 5): Java threads using Redisson's ``RReadWriteLock`` (``redisson_rw``, a driver that
-speaks its protocol) and redlease exclude, share and wake each other on the same names."""
+item 5): Java threads using Redisson's ``RReadWriteLock``
+(``redlease.testing.RedissonReadWriteLock``, a driver that speaks its protocol) and redlease
+exclude, share and wake each other on the same names."""
 
 from __future__ import annotations
 
@@ -16,8 +17,7 @@ from redlease import InvalidArgumentError, LockUpgradeError
 from redlease._core import rwlock as core
 from redlease._core import rwlock_redisson
 from redlease._core.rwlock_redisson import RedissonRwKeys
-
-from .redisson_rw import RedissonReadWriteLock
+from redlease.testing.redisson.rwlock import RedissonReadWriteLock
 
 WOKEN_WITHIN = 1.5
 """A waiter woken by the unlock message gets the lock within this; without the message it

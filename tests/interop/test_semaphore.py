@@ -1,5 +1,5 @@
 """The counting semaphore shared with Redisson (issue #13 items 1 and 6), against a Java
-service played by ``redisson_driver.RedissonSemaphore`` (Redisson's keys, arguments, effects,
+service played by ``redlease.testing.RedissonSemaphore`` (Redisson's keys, arguments, effects,
 channel and messages), both ways, on names with and without braces of their own."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 import redis
 
+from redlease.testing.redisson.synchronizers import RedissonSemaphore, semaphore_channel
+
 from .helpers import Beside, Crowd, braced, eventually, woken
-from .redisson_driver import RedissonSemaphore, semaphore_channel
 
 
 @pytest.fixture(params=["plain", "braced"])

@@ -133,7 +133,6 @@ REDIS_USERS = (
     "testing",
     "contrib",
     "demo.py",
-    "peers.py",
 )
 """The only places that import redis-py: its adaptation, the two shells, and the modules that
 talk to servers themselves (the CLI, the test servers, the demo, Redisson's stand-in, the

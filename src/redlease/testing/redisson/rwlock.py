@@ -17,106 +17,18 @@ from typing import Any
 
 import redis
 
-from redlease._core.keys import redisson_prefixed, redisson_suffixed
+from ..._core.keys import redisson_prefixed, redisson_suffixed
+from ._scripts import load
 
 # Each script answers nil when the caller now holds, else the lock's TTL in ms.
-_READ_TRY = """
-local lock, my_lease_key, lease = KEYS[1], KEYS[2], tonumber(ARGV[1])
-local me, my_write = ARGV[2], ARGV[3]
-local mode = redis.call('hget', lock, 'mode')
-local allowed = (not mode) or mode == 'read' or redis.call('hexists', lock, my_write) == 1
-if not allowed then
-  return redis.call('pttl', lock)
-end
-if not mode then
-  redis.call('hset', lock, 'mode', 'read')
-end
-local n = redis.call('hincrby', lock, me, 1)
-redis.call('set', my_lease_key .. ':' .. n, '1', 'px', lease)
-redis.call('pexpire', lock, math.max(lease, redis.call('pttl', lock)))
-return nil
-"""
+_READ_TRY = load("rwlock_read_try")
 
-_WRITE_TRY = """
-local lock, lease, me = KEYS[1], tonumber(ARGV[1]), ARGV[2]
-local mode = redis.call('hget', lock, 'mode')
-if not mode then
-  redis.call('hset', lock, 'mode', 'write', me, 1)
-  redis.call('pexpire', lock, lease)
-  return nil
-end
-if mode == 'write' and redis.call('hexists', lock, me) == 1 then
-  redis.call('hincrby', lock, me, 1)
-  redis.call('pexpire', lock, redis.call('pttl', lock) + lease)
-  return nil
-end
-return redis.call('pttl', lock)
-"""
+_WRITE_TRY = load("rwlock_write_try")
 
 # Answers 1 freed (message published), 0 still held by someone, nil not held by the caller.
-_READ_UNLOCK = """
-local lock, channel, my_lease_key, prefix = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local me = ARGV[1]
-local mode = redis.call('hget', lock, 'mode')
-if not mode then
-  redis.call('publish', channel, '0')
-  return 1
-end
-if redis.call('hexists', lock, me) == 0 then
-  return nil
-end
-local left = redis.call('hincrby', lock, me, -1)
-if left == 0 then
-  redis.call('hdel', lock, me)
-end
-redis.call('del', my_lease_key .. ':' .. (left + 1))
-if redis.call('hlen', lock) > 1 then
-  local longest = -3
-  for _, who in ipairs(redis.call('hkeys', lock)) do
-    local holds = tonumber(redis.call('hget', lock, who))
-    if type(holds) == 'number' then
-      for k = 1, holds do
-        local lease_key = prefix .. ':' .. who .. ':rwlock_timeout:' .. k
-        longest = math.max(longest, redis.call('pttl', lease_key))
-      end
-    end
-  end
-  if longest > 0 then
-    redis.call('pexpire', lock, longest)
-    return 0
-  end
-  if mode == 'write' then
-    return 0
-  end
-end
-redis.call('del', lock)
-redis.call('publish', channel, '0')
-return 1
-"""
+_READ_UNLOCK = load("rwlock_read_unlock")
 
-_WRITE_UNLOCK = """
-local lock, channel, lease, me = KEYS[1], KEYS[2], tonumber(ARGV[1]), ARGV[2]
-local mode = redis.call('hget', lock, 'mode')
-if not mode then
-  redis.call('publish', channel, '1')
-  return 1
-end
-if mode ~= 'write' or redis.call('hexists', lock, me) == 0 then
-  return nil
-end
-if redis.call('hincrby', lock, me, -1) > 0 then
-  redis.call('pexpire', lock, lease)
-  return 0
-end
-redis.call('hdel', lock, me)
-if redis.call('hlen', lock) > 1 then
-  redis.call('hset', lock, 'mode', 'read') -- the writer's own read holds stay
-else
-  redis.call('del', lock)
-  redis.call('publish', channel, '1')
-end
-return 1
-"""
+_WRITE_UNLOCK = load("rwlock_write_unlock")
 
 
 class _Side:

@@ -22,7 +22,8 @@ from typing import Any
 
 import redis
 
-from redlease._core.keys import redisson_prefixed
+from ..._core.keys import redisson_prefixed
+from ._scripts import load
 
 THREAD_WAIT = 300.0
 """Redisson's default ``fairLockWaitTimeout``, seconds."""
@@ -30,171 +31,19 @@ THREAD_WAIT = 300.0
 UNLOCK_LATCH_MS = 20_000
 """How long an unlock's latch key (its answer, for a command sent again) lives."""
 
-_DROP_LAPSED = """
-local function drop_lapsed(line, places, now)
-  while true do
-    local first = redis.call('lindex', line, 0)
-    if not first then
-      return
-    end
-    local lapses = redis.call('zscore', places, first)
-    if not lapses or tonumber(lapses) > now then
-      return  -- (a first waiter without a place stays: Redisson breaks there too)
-    end
-    redis.call('zrem', places, first)
-    redis.call('lpop', line)
-  end
-end
-local function take(lock, line, places, me, lease, wait)
-  -- free, and the caller's turn: it leaves the line, everyone moves up one wait, it holds
-  redis.call('lpop', line)
-  redis.call('zrem', places, me)
-  for _, waiter in ipairs(redis.call('zrange', places, 0, -1)) do
-    redis.call('zincrby', places, -wait, waiter)
-  end
-  redis.call('hset', lock, me, 1)
-  redis.call('pexpire', lock, lease)
-end
-"""
+_DROP_LAPSED = load("fair_lock_drop_lapsed")
 
-_TRY = (
-    _DROP_LAPSED
-    + """
--- tryLockInnerAsync(EVAL_LONG): the try of lock() and tryLock(wait).
--- KEYS: lock, line, places. ARGV: lease ms, field, wait ms, now ms (the JVM's clock)
--- Reply: nil = held now; else ms to wait (the place before ours, or the holder's TTL)
-local lock, line, places = KEYS[1], KEYS[2], KEYS[3]
-local lease, me, wait, now = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-drop_lapsed(line, places, now)
-local first = redis.call('lindex', line, 0)
-if redis.call('exists', lock) == 0 and (not first or first == me) then
-  take(lock, line, places, me, lease, wait)
-  return nil
-end
-if redis.call('hexists', lock, me) == 1 then
-  redis.call('hincrby', lock, me, 1)
-  redis.call('pexpire', lock, lease)
-  return nil
-end
-if redis.call('zscore', places, me) then
-  return math.max(0, redis.call('pttl', lock))
-end
-local ttl
-local last = redis.call('lindex', line, -1)
-local before = last and last ~= me and redis.call('zscore', places, last)
-if before then
-  ttl = tonumber(before) - now
-else
-  ttl = redis.call('pttl', lock)
-end
-if redis.call('zadd', places, ttl + wait + now, me) == 1 then
-  redis.call('rpush', line, me)
-end
-return ttl
-"""
-)
+_TRY = _DROP_LAPSED + load("fair_lock_try")
 
-_TRY_ONCE = (
-    _DROP_LAPSED
-    + """
--- tryLockInnerAsync(EVAL_NULL_BOOLEAN): tryLock() without a wait; never joins the line.
--- KEYS: lock, line, places. ARGV: lease ms, field, now ms, wait ms. Reply: nil held, 1 not
-local lock, line, places = KEYS[1], KEYS[2], KEYS[3]
-local lease, me, now, wait = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-drop_lapsed(line, places, now)
-local first = redis.call('lindex', line, 0)
-if redis.call('exists', lock) == 0 and (not first or first == me) then
-  take(lock, line, places, me, lease, wait)
-  return nil
-end
-if redis.call('hexists', lock, me) == 1 then
-  redis.call('hincrby', lock, me, 1)
-  redis.call('pexpire', lock, lease)
-  return nil
-end
-return 1
-"""
-)
+_TRY_ONCE = _DROP_LAPSED + load("fair_lock_try_once")
 
-_UNLOCK = (
-    _DROP_LAPSED
-    + """
--- unlockInnerAsync, with the unlock latch (the answer kept under the request id).
--- KEYS: lock, line, places, unlock channel, latch. ARGV: "0", lease ms, field, now ms,
--- publish command, latch ms. Reply: 1 freed (or already free), 0 still held, nil not held
-local lock, line, places, channel, latch = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local answered = redis.call('get', latch)
-if answered then
-  return tonumber(answered)
-end
-drop_lapsed(line, places, tonumber(ARGV[4]))
-local function wake_first()
-  local first = redis.call('lindex', line, 0)
-  if first then
-    redis.call(ARGV[5], channel .. ':' .. first, ARGV[1])
-  end
-end
-if redis.call('exists', lock) == 0 then
-  wake_first()
-  redis.call('set', latch, 1, 'px', ARGV[6])
-  return 1
-end
-if redis.call('hexists', lock, ARGV[3]) == 0 then
-  return nil
-end
-if redis.call('hincrby', lock, ARGV[3], -1) > 0 then
-  redis.call('pexpire', lock, ARGV[2])
-  redis.call('set', latch, 0, 'px', ARGV[6])
-  return 0
-end
-redis.call('del', lock)
-redis.call('set', latch, 1, 'px', ARGV[6])
-wake_first()
-return 1
-"""
-)
+_UNLOCK = _DROP_LAPSED + load("fair_lock_unlock")
 
-_ACQUIRE_FAILED = """
--- acquireFailedAsync: a waiter gives up; the places behind it move up by its wait.
--- KEYS: line, places. ARGV: field, wait ms. Reply: nil
-local line, places, me, wait = KEYS[1], KEYS[2], ARGV[1], tonumber(ARGV[2])
-local waiters = redis.call('lrange', line, 0, -1)
-local behind = false
-for _, waiter in ipairs(waiters) do
-  if behind then
-    redis.call('zincrby', places, -wait, waiter)
-  elseif waiter == me then
-    behind = true
-  end
-end
-redis.call('zrem', places, me)
-redis.call('lrem', line, 0, me)
-"""
+_ACQUIRE_FAILED = load("fair_lock_acquire_failed")
 
-_FORCE_UNLOCK = (
-    _DROP_LAPSED
-    + """
--- forceUnlockAsync. KEYS: lock, line, places, unlock channel. ARGV: "0", now ms, publish
--- command. Reply: 1 deleted (the first waiter woken), 0 it was free
-drop_lapsed(KEYS[2], KEYS[3], tonumber(ARGV[2]))
-if redis.call('del', KEYS[1]) == 1 then
-  local first = redis.call('lindex', KEYS[2], 0)
-  if first then
-    redis.call(ARGV[3], KEYS[4] .. ':' .. first, ARGV[1])
-  end
-  return 1
-end
-return 0
-"""
-)
+_FORCE_UNLOCK = _DROP_LAPSED + load("fair_lock_force_unlock")
 
-_RENEW = """
--- The watchdog's renewal: a lease again while the thread holds the lock. Reply: 1 / 0
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
-  return 0
-end
-return redis.call('pexpire', KEYS[1], ARGV[1])
-"""
+_RENEW = load("fair_lock_renew")
 
 
 _WAKE = (b"0", b"1")

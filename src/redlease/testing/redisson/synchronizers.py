@@ -35,6 +35,8 @@ from typing import Any
 
 import redis
 
+from ._scripts import load
+
 NON_EXPIRABLE = 922_337_203_685_477
 """The lease end Redisson gives a permit acquired without a lease."""
 
@@ -119,34 +121,11 @@ class _Listener:
 
 # --- RSemaphore -----------------------------------------------------------------------------
 
-_SEM_TRY_SET = """
-if redis.call('exists', KEYS[1]) == 1 then return 0 end
-redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[2], ARGV[1])
-return 1
-"""
-_SEM_TRY_ACQUIRE = """
-local count = redis.call('get', KEYS[1])
-if count and tonumber(count) >= tonumber(ARGV[1]) then
-  redis.call('decrby', KEYS[1], ARGV[1])
-  return 1
-end
-return 0
-"""
-_SEM_RELEASE = """
-redis.call('publish', KEYS[2], redis.call('incrby', KEYS[1], ARGV[1]))
-"""
-_SEM_ADD = """
-local count = tonumber(redis.call('get', KEYS[1]) or '0') + tonumber(ARGV[1])
-redis.call('set', KEYS[1], count)
-redis.call('publish', KEYS[2], count)
-"""
-_SEM_DRAIN = """
-local count = redis.call('get', KEYS[1])
-if not count then return 0 end
-redis.call('set', KEYS[1], 0)
-return tonumber(count)
-"""
+_SEM_TRY_SET = load("semaphore_try_set")
+_SEM_TRY_ACQUIRE = load("semaphore_try_acquire")
+_SEM_RELEASE = load("semaphore_release")
+_SEM_ADD = load("semaphore_add")
+_SEM_DRAIN = load("semaphore_drain")
 
 
 class RedissonSemaphore:
@@ -219,105 +198,16 @@ class RedissonSemaphore:
 # --- RPermitExpirableSemaphore ------------------------------------------------------------
 
 # KEYS: count, leases, channel
-_GIVE_BACK_EXPIRED = """
-local function give_back_expired(now, most)
-  local gone = redis.call('zrangebyscore', KEYS[2], 0, now, 'limit', 0, most)
-  if #gone == 0 then return end
-  for _, id in ipairs(gone) do redis.call('zrem', KEYS[2], id) end
-  local count = redis.call('incrby', KEYS[1], #gone)
-  if count > 0 then redis.call('publish', KEYS[3], count) end
-end
-"""
-_LSEM_TRY_ACQUIRE = (
-    _GIVE_BACK_EXPIRED
-    + """
--- ARGV: permits, lease end, now, non-expirable mark, ids...
-give_back_expired(tonumber(ARGV[3]), tonumber(ARGV[1]))
-local count = redis.call('get', KEYS[1])
-if count and tonumber(count) >= tonumber(ARGV[1]) then
-  redis.call('decrby', KEYS[1], ARGV[1])
-  for i = 5, #ARGV do redis.call('zadd', KEYS[2], ARGV[2], ARGV[i]) end
-  local ttl = redis.call('pttl', KEYS[1])
-  if ttl > 0 then redis.call('pexpire', KEYS[2], ttl) end
-  return {1}
-end
-local first = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
-if first[2] and first[2] ~= ARGV[4] then return {0, tonumber(first[2])} end
-return {0}
-"""
-)
-_LSEM_RELEASE_ONE = """
--- ARGV: id, now
-local ends = redis.call('zscore', KEYS[2], ARGV[1])
-if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then return 0 end
-redis.call('publish', KEYS[3], redis.call('incrby', KEYS[1], 1))
-if tonumber(ends) <= tonumber(ARGV[2]) then return 0 end
-return 1
-"""
-_LSEM_RELEASE_MANY = (
-    _GIVE_BACK_EXPIRED
-    + """
--- ARGV: now, ids...: none is given back unless every one is leased and not run out
-for i = 2, #ARGV do
-  local ends = redis.call('zscore', KEYS[2], ARGV[i])
-  if not ends or tonumber(ends) <= tonumber(ARGV[1]) then return 0 end
-end
-give_back_expired(tonumber(ARGV[1]), -1)
-local n = 0
-for i = 2, #ARGV do n = n + redis.call('zrem', KEYS[2], ARGV[i]) end
-redis.call('incrby', KEYS[1], n)
-redis.call('publish', KEYS[3], n)
-return n
-"""
-)
-_LSEM_TRY_SET = """
-if redis.call('exists', KEYS[1]) == 1 then return 0 end
-redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[3], ARGV[1])
-return 1
-"""
-_LSEM_SET = """
--- ARGV: permits in all, leased ones (run out or not) included
-local count = redis.call('get', KEYS[1])
-if not count then
-  redis.call('set', KEYS[1], ARGV[1])
-  redis.call('publish', KEYS[3], ARGV[1])
-  return
-end
-local total = tonumber(count) + redis.call('zcard', KEYS[2])
-if total == tonumber(ARGV[1]) then return end
-redis.call('incrby', KEYS[1], tonumber(ARGV[1]) - total)
-redis.call('publish', KEYS[3], ARGV[1])
-"""
-_LSEM_ADD = """
-redis.call('set', KEYS[1], tonumber(redis.call('get', KEYS[1]) or '0') + tonumber(ARGV[1]))
-if tonumber(ARGV[1]) > 0 then redis.call('publish', KEYS[3], ARGV[1]) end
-"""
-_LSEM_UPDATE = (
-    _GIVE_BACK_EXPIRED
-    + """
--- ARGV: id, new lease end, now
-give_back_expired(tonumber(ARGV[3]), -1)
-if not redis.call('zscore', KEYS[2], ARGV[1]) then return 0 end
-redis.call('zadd', KEYS[2], ARGV[2], ARGV[1])
-return 1
-"""
-)
-_LSEM_AVAILABLE = (
-    _GIVE_BACK_EXPIRED
-    + """
-give_back_expired(tonumber(ARGV[1]), -1)
-return {tonumber(redis.call('get', KEYS[1]) or '0'), redis.call('zcard', KEYS[2]),
-  redis.call('exists', KEYS[1])}
-"""
-)
-_EXPIRE = """
-local any = 0
-for i = 1, #KEYS do
-  if redis.call('pexpire', KEYS[i], ARGV[1]) == 1 then any = 1 end
-end
-return any
-"""
+_GIVE_BACK_EXPIRED = load("expirable_semaphore_give_back_expired")
+_LSEM_TRY_ACQUIRE = _GIVE_BACK_EXPIRED + load("expirable_semaphore_try_acquire")
+_LSEM_RELEASE_ONE = load("expirable_semaphore_release_one")
+_LSEM_RELEASE_MANY = _GIVE_BACK_EXPIRED + load("expirable_semaphore_release_many")
+_LSEM_TRY_SET = load("expirable_semaphore_try_set")
+_LSEM_SET = load("expirable_semaphore_set")
+_LSEM_ADD = load("expirable_semaphore_add")
+_LSEM_UPDATE = _GIVE_BACK_EXPIRED + load("expirable_semaphore_update")
+_LSEM_AVAILABLE = _GIVE_BACK_EXPIRED + load("expirable_semaphore_available")
+_EXPIRE = load("expirable_semaphore_expire")
 
 
 class RedissonPermitExpirableSemaphore:
@@ -456,22 +346,9 @@ class RedissonPermitExpirableSemaphore:
 
 # --- RCountDownLatch ----------------------------------------------------------------------
 
-_LATCH_TRY_SET = """
-if redis.call('exists', KEYS[1]) == 1 then return 0 end
-redis.call('set', KEYS[1], ARGV[1])
-redis.call('publish', KEYS[2], '1')
-return 1
-"""
-_LATCH_COUNT_DOWN = """
-local left = redis.call('decr', KEYS[1])
-if left <= 0 then redis.call('del', KEYS[1]) end
-if left == 0 then redis.call('publish', KEYS[2], '0') end
-"""
-_LATCH_DELETE = """
-if redis.call('del', KEYS[1]) == 0 then return 0 end
-redis.call('publish', KEYS[2], '1')
-return 1
-"""
+_LATCH_TRY_SET = load("latch_try_set")
+_LATCH_COUNT_DOWN = load("latch_count_down")
+_LATCH_DELETE = load("latch_delete")
 
 
 class RedissonCountDownLatch:
