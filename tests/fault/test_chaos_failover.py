@@ -1,4 +1,4 @@
-"""``benchmarks/chaos.py``'s failover-rmw scenario, short: worker processes contend for one
+"""``tools/chaos.py``'s failover-rmw scenario, short: worker processes contend for one
 lock, each hold a fenced read-modify-write of a counter on another server, while the lock's
 master fails over (twice) to a replica that missed its last writes. No fencing token may be
 handed out twice and no fenced update may be lost: the counter at the end is the number of
@@ -19,7 +19,7 @@ import pytest
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 
-CHAOS = Path(__file__).parents[2] / "benchmarks" / "chaos.py"
+CHAOS = Path(__file__).parents[2] / "tools" / "chaos.py"
 LINE = re.compile(
     r"failover-rmw s(\d+): tokens handed out twice (\d+), lost fenced updates (\d+) "
     r"\(final counter (\d+), accepted writes (\d+)\)"

@@ -1,4 +1,4 @@
-"""``benchmarks/chaos.py`` stays runnable: a short run of one scenario prints its table and
+"""``tools/chaos.py`` stays runnable: a short run of one scenario prints its table and
 goals. (Whether the goals pass is the checker's own verdict, printed by the long run.)"""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = [pytest.mark.fault, pytest.mark.timeout(120)]
 
-CHAOS = Path(__file__).parents[2] / "benchmarks" / "chaos.py"
+CHAOS = Path(__file__).parents[2] / "tools" / "chaos.py"
 
 
 def test_checker_runs_and_reports(fault_binary):

@@ -1,11 +1,11 @@
 """redlease under faults: worker processes contend for one lock while faults are injected; then
 every hold is checked.
 
-    python benchmarks/chaos.py                      # every scenario, long runs (about 5 min)
-    python benchmarks/chaos.py --quick              # every scenario, short runs (under 2 min)
-    python benchmarks/chaos.py --scenario kill --scenario pause
-    python benchmarks/chaos.py --server valkey --workers 6
-    python benchmarks/chaos.py --scenario failover-rmw --seed 1 --seed 2 --seed 3
+    python tools/chaos.py                      # every scenario, long runs (about 5 min)
+    python tools/chaos.py --quick              # every scenario, short runs (under 2 min)
+    python tools/chaos.py --scenario kill --scenario pause
+    python tools/chaos.py --server valkey --workers 6
+    python tools/chaos.py --scenario failover-rmw --seed 1 --seed 2 --seed 3
 
 Each scenario starts its own servers (``redlease.testing.RedisServer`` on free loopback ports):
 one for the lock and one for the protected resource, so that a fault of the lock server does
