@@ -346,16 +346,47 @@ async def test_async_client_from_a_sentinel_url_shows_no_password() -> None:
         ("unix:///tmp/redlease-none.sock", {"socket_timout": 1}),
         ("redis+sentinel://:pw@127.0.0.1:1/mymaster", {"decode_response": True}),
         ("redis://:pw@127.0.0.1:1/0", {"ssl_cert_reqs": "none"}),  # TLS option without rediss
+        ("redis://:pw@127.0.0.1:1/0", {"cluster": True, "read_from_replica": True}),
+        ("redis://:pw@127.0.0.1:1/0", {"cluster": True, "socket_timout": 1}),
     ],
 )
 def test_from_url_refuses_an_unknown_option_at_once(url: str, option: dict[str, Any]) -> None:
     """An option no one takes is an ``InvalidArgumentError`` naming it when the client is
-    made, not redis-py's raw ``TypeError`` at the first lock."""
-    (key,) = option
+    made, not redis-py's raw ``TypeError`` at the first lock, nor (a sync cluster client)
+    dropped without a word; nothing is connected (the port is closed)."""
+    key = next(k for k in option if k != "cluster")
     for make in (redlease.Client.from_url, redlease.AsyncClient.from_url):
         with pytest.raises(InvalidArgumentError, match=repr(key)) as info:
             make(url, **option)
         assert "pw" not in str(info.value)
+
+
+def test_a_client_option_on_a_sentinel_url_is_named_as_such() -> None:
+    """``single_connection_client`` is an option of redis-py's client, not of its connections:
+    a Sentinel URL's client cannot take it, and the error says so (not "a misspelling")."""
+    url = "redis+sentinel://:pw@127.0.0.1:1/mymaster"
+    for make in (redlease.Client.from_url, redlease.AsyncClient.from_url):
+        with pytest.raises(InvalidArgumentError, match="client itself") as info:
+            make(url, single_connection_client=True)
+        assert "'single_connection_client'" in str(info.value)
+        assert "misspelling" not in str(info.value) and "pw" not in str(info.value)
+
+
+def test_from_url_takes_a_cluster_clients_options() -> None:
+    """A cluster client's own options (and its nodes' client options) are not refused: the
+    sync client then fails only at connecting (the port is closed), the asyncio one connects
+    at its first command."""
+    options = {
+        "dynamic_startup_nodes": False,
+        "require_full_coverage": False,
+        "socket_timeout": 2,
+        "max_connections": 5,
+        "client_name": "app",
+    }
+    url = "redis://:pw@127.0.0.1:1/0"
+    with pytest.raises(redlease.ServerUnavailableError):
+        redlease.Client.from_url(url, cluster=True, **options)
+    asyncio.run(redlease.AsyncClient.from_url(url, cluster=True, **options).aclose())
 
 
 def test_from_url_takes_redis_pys_options() -> None:

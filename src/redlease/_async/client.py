@@ -19,6 +19,7 @@ from .._redis.connections import (
     PROBE_ERRORS,
     SHARDED_PROBE,
     call_slots,
+    check_cluster_options,
     check_connection_options,
     settle_pubsub,
 )
@@ -292,6 +293,8 @@ class AsyncClient(ClientBase, AsyncClosing):
             redis_client, sentinels = async_sentinel_master(url, redis_kwargs)
         else:
             factory = redis.asyncio.cluster.RedisCluster if cluster else redis.asyncio.Redis
+            if cluster:
+                check_cluster_options(factory, redis_kwargs)
             try:  # (a sync RedisCluster reads the cluster's layout here)
                 redis_client = factory.from_url(url, **redis_kwargs)
             except redis.exceptions.RedisClusterException as exc:

@@ -4,6 +4,7 @@ routing and settling (no I/O here; errors.py translates redis-py's errors)."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import queue
 import re
 from collections.abc import Callable
@@ -216,6 +217,26 @@ def passwords_of(client: Any) -> list[str]:
     return found
 
 
+def check_cluster_options(factory: Any, redis_kwargs: dict[str, Any]) -> None:
+    """Refuse a keyword a cluster client of redis-py's ``factory`` does not take, before it
+    connects: the asyncio ``RedisCluster`` would raise a raw ``TypeError``, the sync one drops
+    an unknown keyword silently (only its nodes' client options go through)."""
+    import redis.cluster  # (the cluster module only for cluster clients)
+
+    params = inspect.signature(factory.__init__).parameters
+    named = {"self", "startup_nodes", "host", "port"}
+    allowed = {n for n, p in params.items() if p.kind is not p.VAR_KEYWORD} - named
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        allowed |= set(getattr(redis.cluster, "REDIS_ALLOWED_KEYS", ()))
+    for key in redis_kwargs:
+        if key not in allowed:
+            raise InvalidArgumentError(
+                f"from_url: unknown option {key!r}: neither a redlease client's nor one"
+                f" redis-py's {factory.__name__} takes (a misspelling, or an option of another"
+                " kind of URL)"
+            )
+
+
 def check_connection_options(client: Any) -> None:
     """Refuse a keyword no connection of ``client``'s pool takes (``from_url`` passes its
     unknown keywords to redis-py, which would raise a raw ``TypeError`` at the first command):
@@ -231,8 +252,15 @@ def check_connection_options(client: Any) -> None:
         found = re.search(r"unexpected keyword argument '([^']+)'", str(exc))
         if found is None:
             return  # not about a keyword: redis-py says it at the first command, as before
+        key = found.group(1)
+        if key in inspect.signature(type(client).__init__).parameters and sentinel_of(pool):
+            raise InvalidArgumentError(
+                f"from_url: {key!r} is an option of redis-py's client itself, which a"
+                " Sentinel URL's client cannot take (redis-py's Sentinel.master_for gives its"
+                " options to the connections)"
+            ) from None
         raise InvalidArgumentError(
-            f"from_url: unknown option {found.group(1)!r}: neither a redlease client's nor"
+            f"from_url: unknown option {key!r}: neither a redlease client's nor"
             f" one its {connection_class.__name__} takes (a misspelling, or an option of"
             " another kind of URL, such as ssl_* without rediss://)"
         ) from None

@@ -18,6 +18,7 @@ from .._redis.connections import (
     PROBE_ERRORS,
     SHARDED_PROBE,
     call_tokens,
+    check_cluster_options,
     check_connection_options,
     settle_pubsub,
 )
@@ -204,6 +205,8 @@ class Client(ClientBase, Closing):
             redis_client, sentinels = sentinel_master(url, redis_kwargs)
         else:
             factory = redis.cluster.RedisCluster if cluster else redis.Redis
+            if cluster:
+                check_cluster_options(factory, redis_kwargs)
             try:  # (a sync RedisCluster reads the cluster's layout here)
                 redis_client = factory.from_url(url, **redis_kwargs)
             except redis.exceptions.RedisClusterException as exc:
