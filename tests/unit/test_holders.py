@@ -88,3 +88,13 @@ def test_the_clients_own_password_is_masked_anywhere(secret: str) -> None:
         assert quote(secret, safe="") not in scrubbed
         assert "***" in scrubbed
     assert scrub_text("nothing to hide", secrets=["", "hunter2"]) == "nothing to hide"
+
+
+@pytest.mark.parametrize("secret", ["a", "pw", "abc"])
+def test_a_short_password_is_masked_only_where_it_stands_apart(secret: str) -> None:
+    """A password of 1-3 characters is masked as a word of its own (a command's argument, in
+    a URL, quoted), not inside other words: masking every "a" of a description would make it
+    unreadable and show where the password's letters are."""
+    text = f"backup abcdef pwd {secret} redis://:{secret}@h/0 '{secret}'"
+    scrubbed = scrub_text(text, secrets=[secret])
+    assert scrubbed == "backup abcdef pwd *** redis://:***@h/0 '***'"

@@ -145,12 +145,23 @@ def scrub_words(argv: Sequence[str]) -> list[str]:
     return out
 
 
+SHORT_SECRET = 4
+"""A secret shorter than this is masked only where it stands apart (not inside a longer run of
+letters and digits): a password ``a`` must not turn "backup" into "b***ckup", which would
+be unreadable and tell the reader the password too."""
+
+
 def _mask_secrets(text: str, secrets: Iterable[str]) -> str:
     """``text`` with every occurrence of each secret masked: as given, percent-encoded (in a
-    URL) and as ``shlex.quote`` writes it inside a quoted word."""
+    URL) and as ``shlex.quote`` writes it inside a quoted word; a short one (``SHORT_SECRET``)
+    only where no letter or digit touches it (``-a pw``, ``:pw@host``, ``'pw'``)."""
     for secret in sorted((s for s in secrets if s), key=len, reverse=True):
         for form in dict.fromkeys((secret, quote(secret, safe=""), secret.replace("'", "'\"'\"'"))):
-            text = text.replace(form, MASK)
+            if len(secret) >= SHORT_SECRET:
+                text = text.replace(form, MASK)
+            else:
+                apart = rf"(?<![0-9A-Za-z]){re.escape(form)}(?![0-9A-Za-z])"
+                text = re.sub(apart, lambda _: MASK, text)
     return text
 
 
