@@ -18,7 +18,7 @@ import redis
 
 import redlease
 from redlease import InvalidArgumentError, RedleaseError
-from redlease._core.limits import MAX_COUNT, MAX_LEASE, MIN_LEASE
+from redlease._core.arguments import MAX_COUNT, MAX_LEASE, MIN_LEASE
 from redlease.testing import RedisServer
 
 HUGE_LEASES = [1e14, 1e306, 1e11, MAX_LEASE * 1.001, 10**400, timedelta(days=4000)]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import redlease
 from redlease import RedleaseError
-from redlease._core.limits import MAX_COUNT, MAX_LEASE, MIN_LEASE
+from redlease._core.arguments import MAX_COUNT, MAX_LEASE, MIN_LEASE
 from redlease.testing import RedisServer, find_server
 
 SETTINGS = settings(

@@ -16,11 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from redlease import InvalidArgumentError, RedleaseError, ServerUnavailableError
-from redlease._core import codes, latch, limits, lock, redlock, rwlock, semaphore
+from redlease._core import arguments as limits
+from redlease._core import arguments as options
+from redlease._core import backoff, codes, latch, lock, redlock, rwlock, semaphore
 from redlease._core.backoff import Outage
 from redlease._core.keys import LockKeys
 from redlease._core.requests import Call, Sleep, Subscribe, WaitWake
-from redlease._shared import arguments as options
 
 NOT_NUMBERS = [None, "1", b"1", True, False, [], object(), 1j]
 NAN = [math.nan, -math.nan]
@@ -336,14 +337,14 @@ def test_a_lease_permit_answered_only_by_late_grants_slows_down() -> None:
 
 
 def test_the_pace_starts_at_a_few_ms_and_grows_to_a_cap() -> None:
-    pace = limits.Pace()
+    pace = backoff.Pace()
     pauses = [pace.pause() for _ in range(12)]
-    assert pauses[0] == limits.MIN_PAUSE > 0
+    assert pauses[0] == backoff.MIN_PAUSE > 0
     assert all(b >= a for a, b in itertools.pairwise(pauses))
-    assert pauses[-1] == limits.MAX_PAUSE
+    assert pauses[-1] == backoff.MAX_PAUSE
     assert pace.pause(remaining=0.001) == 0.001
     pace.reset()
-    assert pace.pause() == limits.MIN_PAUSE
+    assert pace.pause() == backoff.MIN_PAUSE
 
 
 def test_redlock_and_outage_backoffs_never_pause_zero() -> None:
@@ -351,7 +352,7 @@ def test_redlock_and_outage_backoffs_never_pause_zero() -> None:
     outage = Outage(clock, None, 10.0)
     for _ in range(5):
         pause = outage.failed(listening=True)
-        assert pause is not None and pause >= limits.MIN_PAUSE
+        assert pause is not None and pause >= backoff.MIN_PAUSE
     op = redlock.acquire(
         LockKeys.for_name("x"),
         "me",
@@ -383,4 +384,4 @@ def test_redlock_and_outage_backoffs_never_pause_zero() -> None:
             request = op.send(True)
         if len(sleeps) >= 3:
             break
-    assert sleeps and all(s >= limits.MIN_PAUSE for s in sleeps)
+    assert sleeps and all(s >= backoff.MIN_PAUSE for s in sleeps)

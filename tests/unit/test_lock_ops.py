@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from redlease._core import codes, scripts
+from redlease._core.backoff import MAX_PAUSE
 from redlease._core.keys import UNLOCK_MESSAGE
-from redlease._core.limits import MAX_PAUSE
 from redlease._core.lock import (
     OUTSIDERS_TURN_MS,
     RECHECK,

@@ -771,7 +771,7 @@ def test_zero_permits_succeed_at_once_and_send_nothing() -> None:
 
 @pytest.mark.parametrize("bad", [True, 1.5, "2", None, -(2**53), 2**53])
 def test_added_permits_may_be_negative_within_the_bounds(bad: Any) -> None:
-    from redlease._core.limits import MAX_COUNT
+    from redlease._core.arguments import MAX_COUNT
 
     assert core.delta_arg(-5) == -5 and core.delta_arg(0) == 0
     assert core.delta_arg(-MAX_COUNT) == -MAX_COUNT

@@ -13,6 +13,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.exceptions
 
+from .._core.arguments import Seconds
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._redis.connections import (
@@ -46,7 +47,6 @@ from .._redis.servers import CONFIG_PATTERN, Eviction, policy_of
 # end async-only
 from .._redis.urls import async_sentinel_master, checked_url, is_sentinel_url
 from .._redis.wire import SPARE_CONNECTIONS, Packer
-from .._shared.arguments import Seconds
 from .._shared.channels import Waiter
 from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
 from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from .._core.arguments import Seconds, seconds, wait_seconds
 from .._core.backoff import Outage
 from .._core.lock import OUTAGE_TOLERANCE
 from .._redis.errors import TRANSLATED, raise_translated
-from .._shared.arguments import Seconds, seconds, wait_seconds
 from .._shared.electionbase import OBSERVE_POLL, ElectionBase, parse_record
 from .._shared.log import log
 from ..errors import (

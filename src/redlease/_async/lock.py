@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from .._core import lock as core
-from .._shared.arguments import Seconds
+from .._core.arguments import Seconds
 from .._shared.keep import plan_keep
 from .._shared.lockbase import AcquirePlan, LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError

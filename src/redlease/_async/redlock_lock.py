@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._core import redlock as core
-from .._shared.arguments import Seconds
+from .._core.arguments import Seconds
 from .._shared.redlockbase import RedlockLockBase
 from ..errors import LeaseLostError
 from .cancel import finish_despite_cancel  # async-only

@@ -11,7 +11,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
-from .._shared.arguments import Seconds
+from .._core.arguments import Seconds
 from .._shared.scheduledbase import ScheduledBase, ScheduledRun
 from ..errors import InvalidArgumentError, LeaseLostError, RedleaseError
 

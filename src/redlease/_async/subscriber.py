@@ -25,8 +25,7 @@ from typing import Any
 
 import redis.exceptions
 
-from .._core.backoff import full_jitter
-from .._core.limits import MIN_PAUSE
+from .._core.backoff import MIN_PAUSE, full_jitter
 from .._core.requests import Handed
 from .._redis.connections import (
     connection_source,

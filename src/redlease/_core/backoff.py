@@ -1,11 +1,20 @@
-"""Full-jitter exponential backoff (randomness injected, so tests can fix it)."""
+"""How long a retry loop pauses: full-jitter exponential backoff (randomness injected, so
+tests can fix it), riding out an outage, and the pace of retries after a try that could
+not succeed."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 
-from .limits import MIN_PAUSE
+MIN_PAUSE = 0.005
+"""The shortest pause before a retry that follows a try that could not succeed (a grant that
+came too late, a split Redlock vote): every such retry loop waits at least this long, then
+longer each time (``Pace``), so that no loop re-sends with no pause."""
+
+MAX_PAUSE = 0.5
+"""The longest of those pauses (a wake-up or the caller's deadline may end a wait sooner)."""
 
 
 def full_jitter(
@@ -44,3 +53,52 @@ class Outage:
 
     def ended(self) -> None:
         self._since, self._failures = None, 0
+
+
+class Pace:
+    """The pause before each retry of a loop whose last try could not succeed: ``MIN_PAUSE``,
+    doubling up to ``MAX_PAUSE``; ``reset()`` after a try that got somewhere."""
+
+    def __init__(self) -> None:
+        self._next = MIN_PAUSE
+
+    def pause(self, remaining: float = math.inf) -> float:
+        """The pause now (at most ``remaining``, and never below 0)."""
+        pause, self._next = self._next, min(MAX_PAUSE, self._next * 2)
+        return max(0.0, min(remaining, pause))
+
+    def reset(self) -> None:
+        self._next = MIN_PAUSE
+
+
+FREE_LATE_RETRIES = 2
+"""Grants in a row that came too late (and were given back) after which a waiter no longer
+waits for a wake-up (its own give-back wakes it at once) but sleeps a growing pause before it
+tries again: a lease too short for the round trip never makes a waiter spin."""
+
+
+class LateGrants:
+    """A waiter's grants in a row that came too late (each given back), and the pause before
+    its next try (``Pace``); every wait loop of the lock, the rw lock and the lease semaphore
+    keeps one."""
+
+    def __init__(self) -> None:
+        self._pace = Pace()
+        self._count = 0
+
+    def came(self) -> None:
+        """A grant came too late and was given back."""
+        self._count += 1
+
+    @property
+    def must_sleep(self) -> bool:
+        """Past ``FREE_LATE_RETRIES``: sleep the pause rather than wait for a wake-up."""
+        return self._count > FREE_LATE_RETRIES
+
+    def pause(self, remaining: float = math.inf) -> float:
+        return self._pace.pause(remaining)
+
+    def reset(self) -> None:
+        """A try that got somewhere (held by another, or granted in time)."""
+        self._count = 0
+        self._pace.reset()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from . import limits
+from . import arguments
 from .keys import CLASSIC, PubSub, hash_slot, same_slot_key
 from .lock import PLACE_MS
 from .requests import Call, Operation
@@ -41,7 +41,7 @@ NEW_COUNT_MESSAGE = "1"
 
 def count_arg(value: object) -> int:
     """A latch count: an int from 1 to ``MAX_COUNT`` (a latch at zero is simply open: no key)."""
-    return limits.count(value, "count", hint=" (a latch at 0 is already open)")
+    return arguments.count(value, "count", hint=" (a latch at 0 is already open)")
 
 
 @dataclass(frozen=True)

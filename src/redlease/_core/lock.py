@@ -13,9 +13,8 @@ from typing import Any
 
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from . import codes, scripts
-from .backoff import Outage
+from .backoff import LateGrants, Outage
 from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys, PubSub
-from .limits import LateGrants
 from .requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 
 RECEIPT_MS = 30_000

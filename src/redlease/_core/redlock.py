@@ -25,9 +25,8 @@ from typing import Any, TypeVar
 
 from ..errors import LeaseLostError, QuorumError, ServerUnavailableError
 from . import codes, lock
-from .backoff import full_jitter
+from .backoff import MIN_PAUSE, full_jitter
 from .keys import LockKeys
-from .limits import MIN_PAUSE
 from .lock import MIN_WAIT, OUTAGE_TOLERANCE, RECHECK, Acquired, Hold, Status, drift, release_call
 from .requests import Call, Sleep, WaitWake
 from .watchdog import RenewalPolicy

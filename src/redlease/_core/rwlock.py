@@ -30,10 +30,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import LeaseLostError, LockUpgradeError, ReplicaError, ServerUnavailableError
-from .backoff import Outage
+from .backoff import LateGrants, Outage
 from .fair import first_hold_undo
 from .keys import CLASSIC, PubSub, same_slot_key
-from .limits import LateGrants
 from .lock import OUTAGE_TOLERANCE, Acquired, GoneHold, Status, drift, grant_undo, to_ms
 from .requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .scripts import Script

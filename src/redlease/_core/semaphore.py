@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, LeaseLostError, LossCause, ServerUnavailableError
-from . import limits
-from .backoff import Outage
+from . import arguments
+from .backoff import LateGrants, Outage
 from .keys import (
     CLASSIC,
     PubSub,
@@ -47,7 +47,6 @@ from .keys import (
     redisson_suffixed,
     same_slot_key,
 )
-from .limits import LateGrants
 from .lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift, to_ms
 from .requests import Call, Operation, Sleep, Subscribe, WaitWake
 from .scripts import Script
@@ -214,24 +213,24 @@ def primitive_name(name: object, what: str) -> str:
 def positive_int(value: object, what: str) -> int:
     """``value`` as an int from 1 to ``MAX_COUNT``; ``InvalidArgumentError`` naming ``what``
     otherwise."""
-    return limits.count(value, what)
+    return arguments.count(value, what)
 
 
 def permits_arg(value: object, what: str = "permits") -> int:
     """Permits to take or give back: an int from 0 (nothing, at once, as Redisson's
     ``tryAcquire(0)`` and ``release(0)``) to ``MAX_COUNT``."""
-    return limits.count(value, what, minimum=0)
+    return arguments.count(value, what, minimum=0)
 
 
 def delta_arg(value: object, what: str = "permits") -> int:
     """Permits to add (Redisson's ``addPermits``): an int from ``-MAX_COUNT`` to ``MAX_COUNT``;
     a negative one takes permits away, 0 changes no count."""
-    return limits.count(value, what, minimum=-limits.MAX_COUNT)
+    return arguments.count(value, what, minimum=-arguments.MAX_COUNT)
 
 
 def many_arg(value: object, what: str = "permits") -> int:
     """How many lease permits one call takes: an int from 0 to ``MAX_AT_ONCE``."""
-    count = limits.count(value, what, minimum=0)
+    count = arguments.count(value, what, minimum=0)
     if count > MAX_AT_ONCE:
         raise InvalidArgumentError(
             f"{what} must be at most {MAX_AT_ONCE} (permits taken by one call), got {count}"
@@ -264,18 +263,18 @@ def permit_ids(values: object) -> list[str]:
 def wait_timeout(value: object) -> float | None:
     """A wait's ``timeout``: ``None`` (as long as it takes) or seconds >= 0 (0: try once),
     however long but finite."""
-    return limits.wait(value, "timeout", zero=True)
+    return arguments.wait(value, "timeout", zero=True)
 
 
 def lease_seconds(value: object) -> float:
     """A lease: seconds from ``MIN_LEASE`` to ``MAX_LEASE`` (``timedelta`` accepted)."""
-    return limits.lease(value, "lease")
+    return arguments.lease(value, "lease")
 
 
 def expiry_seconds(value: object) -> float:
     """A time to live for a primitive's keys: seconds ``> 0`` (sent in whole ms, at least 1)
     up to ``MAX_LEASE`` (``timedelta`` accepted)."""
-    return limits.duration(value, "seconds")
+    return arguments.duration(value, "seconds")
 
 
 def permit_id(value: object) -> str:
@@ -468,7 +467,7 @@ def add_permits(keys: SemaphoreKeys, permits: int, request_id: str | None = None
     reply = yield Call(
         SEMAPHORE_ADD,
         (keys.name, keys.total, keys.channel, keys.receipt(request_id)),
-        (permits, keys.pubsub.command, receipt_ms(), limits.MAX_COUNT),
+        (permits, keys.pubsub.command, receipt_ms(), arguments.MAX_COUNT),
     )
     if len(reply) > 2 and int(reply[2]) == TOO_MANY:
         raise _past_bound(keys.name, f"add_permits({permits})", int(reply[0]), "added")
@@ -477,8 +476,8 @@ def add_permits(keys: SemaphoreKeys, permits: int, request_id: str | None = None
 
 def _past_bound(name: str, call: str, available: int, what: str) -> InvalidArgumentError:
     return InvalidArgumentError(
-        f"semaphore {name!r}: {call} would make more than {limits.MAX_COUNT} permits, or fewer "
-        f"than -{limits.MAX_COUNT} ({available} free now); nothing was {what}"
+        f"semaphore {name!r}: {call} would make more than {arguments.MAX_COUNT} permits, or fewer "
+        f"than -{arguments.MAX_COUNT} ({available} free now); nothing was {what}"
     )
 
 
@@ -489,7 +488,7 @@ def set_permits(keys: SemaphoreKeys, permits: int) -> Operation[int]:
     reply = yield Call(
         SEMAPHORE_SET,
         (keys.name, keys.total, keys.channel),
-        (permits, keys.pubsub.command, limits.MAX_COUNT),
+        (permits, keys.pubsub.command, arguments.MAX_COUNT),
     )
     if int(reply[2]) == TOO_MANY:
         raise _past_bound(keys.name, f"set_permits({permits})", int(reply[0]), "changed")
@@ -628,7 +627,7 @@ def release(keys: SemaphoreKeys, *, permits: int, request_id: str) -> Operation[
     if code == TOO_MANY:
         raise InvalidArgumentError(
             f"semaphore {keys.name!r}: release(permits={permits}) would make more than "
-            f"{limits.MAX_COUNT} permits ({available} are free already)"
+            f"{arguments.MAX_COUNT} permits ({available} are free already)"
         )
     return available
 
@@ -719,7 +718,7 @@ def lease_add_permits(
     reply = yield Call(
         LEASE_SEMAPHORE_ADD,
         (keys.name, keys.channel, keys.receipt(request_id)),
-        (permits, keys.pubsub.command, receipt_ms(), limits.MAX_COUNT),
+        (permits, keys.pubsub.command, receipt_ms(), arguments.MAX_COUNT),
     )
     if int(reply[1]) == TOO_MANY:
         raise _past_bound(keys.name, f"add_permits({permits})", int(reply[0]), "added")
@@ -732,7 +731,7 @@ def lease_set_permits(keys: LeaseSemaphoreKeys, permits: int) -> Operation[int]:
     reply = yield Call(
         LEASE_SEMAPHORE_SET,
         (keys.name, keys.leases, keys.channel),
-        (permits, keys.pubsub.command, limits.MAX_COUNT),
+        (permits, keys.pubsub.command, arguments.MAX_COUNT),
     )
     if int(reply[1]) == TOO_MANY:
         raise _past_bound(keys.name, f"set_permits({permits})", int(reply[0]), "changed")

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._core import fence
+from .._core import arguments, fence
+from .._core.arguments import Seconds, replication, seconds, window
 from .._core.requests import Operation
 from .._core.watchdog import RenewalPolicy
 from .._redis.connections import describe, is_cluster, passwords_of, user_of
 from .._redis.servers import Eviction, ServerChecks, eviction_mode
 from ..errors import ArgumentTypeError, InvalidArgumentError
 from ..events import Listener
-from .arguments import Seconds, replication, seconds, window
 from .holders import scrub_text
 from .state import HANDOFF_WINDOW, ClientState
 
@@ -119,17 +119,12 @@ class ClientBase(StateViews):
 
     @staticmethod
     def _fenced_get_op(key: str, token: int) -> Operation[bytes | str | None]:
-        _check_token(token)
+        arguments.fencing_token(token)
         return fence.fenced_get(key, token)
 
     @staticmethod
     def _fenced_set_op(key: str, value: str | bytes, token: int, px: int | None) -> Operation[None]:
-        _check_token(token)
-        if px is not None and (isinstance(px, bool) or not isinstance(px, int) or px <= 0):
-            raise InvalidArgumentError(f"px must be a positive int of milliseconds, got {px!r}")
+        arguments.fencing_token(token)
+        if px is not None:
+            arguments.milliseconds(px, "px")
         return fence.fenced_set(key, value, token, px or 0)
-
-
-def _check_token(token: int) -> None:
-    if isinstance(token, bool) or not isinstance(token, int) or token <= 0:
-        raise InvalidArgumentError(f"fencing token must be a positive int, got {token!r}")

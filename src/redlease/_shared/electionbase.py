@@ -18,9 +18,9 @@ import os
 import socket
 from typing import Any
 
+from .._core.arguments import lock_name
 from .._core.keys import same_slot_key
 from ..errors import InvalidArgumentError, LeaseLostError
-from .arguments import lock_name
 
 log = logging.getLogger("redlease")
 

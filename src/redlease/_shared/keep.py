@@ -4,34 +4,14 @@ argument, and the plan of a final release that keeps the lock taken (see ``_core
 from __future__ import annotations
 
 import math
-from datetime import timedelta
 
 from .._core import keep as core
 from .._core import lock as lockcore
-from .._core.limits import MAX_LEASE
+from .._core.arguments import Seconds, non_negative_seconds
 from .._core.requests import Operation
 from ..errors import InvalidArgumentError, NotOwnedError
-from .arguments import Seconds
 from .lockbase import LockBase, ReleasePlan
 from .state import next_request_id
-
-
-def non_negative_seconds(value: Seconds, what: str) -> float:
-    """``value`` as seconds ``>= 0`` (``timedelta`` accepted), finite and at most
-    ``MAX_LEASE``; else ``InvalidArgumentError`` naming ``what``."""
-    number = value.total_seconds() if isinstance(value, timedelta) else value
-    if (
-        isinstance(number, bool)
-        or not isinstance(number, int | float)
-        or math.isnan(number)
-        or number < 0
-    ):
-        raise InvalidArgumentError(f"{what} must be a number of seconds >= 0, got {value!r}")
-    if number > MAX_LEASE:
-        raise InvalidArgumentError(
-            f"{what} must be at most {MAX_LEASE:.0f} s (10 years), got {value!r}"
-        )
-    return float(number)
 
 
 def plan_keep(lock: LockBase, owner: str, keep_for: Seconds) -> ReleasePlan | None:

@@ -8,7 +8,16 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from .._core import arguments
 from .._core import lock as core
+from .._core.arguments import (
+    Seconds,
+    chosen_lease,
+    lock_name,
+    optional_seconds,
+    replication,
+    wait_args,
+)
 from .._core.fair import REDISSON_FAIR
 from .._core.keys import hash_slot
 from .._core.requests import Operation
@@ -21,8 +30,6 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..stats import HolderInfo, Lease, LockStatistics
-from . import arguments as options
-from .arguments import Seconds, chosen_lease, lock_name, optional_seconds, replication, wait_args
 from .state import HANDOFF_WINDOW, ClientState, next_request_id
 
 T = TypeVar("T")
@@ -31,7 +38,7 @@ T = TypeVar("T")
 def fair_layout(value: object) -> core.Layout:
     """A fair lock's layout by name: ``"redlease"`` (its own line) or ``"redisson"``
     (Redisson's ``RedissonFairLock`` keys); anything else raises ``InvalidArgumentError``."""
-    return REDISSON_FAIR if options.layout(value) == "redisson" else core.REDLEASE
+    return REDISSON_FAIR if arguments.layout(value) == "redisson" else core.REDLEASE
 
 
 def not_acquired(blocking: bool, timeout: Seconds | None) -> str:

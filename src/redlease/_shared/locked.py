@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
+from .._core.arguments import Seconds, optional_seconds, wait_seconds
 from ..errors import ArgumentTypeError, InvalidArgumentError, LockTimeoutError
 from ..events import LockEvent
-from .arguments import Seconds, optional_seconds, wait_seconds
 from .naming import name_maker
 
 if TYPE_CHECKING:

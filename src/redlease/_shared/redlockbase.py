@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._core import redlock as core
+from .._core.arguments import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
 from .._core.keys import LockKeys
 from .._core.lock import Acquired, Hold
 from .._core.watchdog import RenewalPolicy
@@ -20,7 +21,6 @@ from ..errors import (
     QuorumError,
     ServerUnavailableError,
 )
-from .arguments import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
 from .clientbase import StateViews
 from .log import log
 from .state import ClientState, lost_error, next_request_id

@@ -6,11 +6,11 @@ import time
 from collections.abc import Hashable
 
 from .._core import rwlock as core
+from .._core.arguments import Seconds, chosen_lease, wait_args
 from .._core.lock import Acquired, Hold, Status
 from .._core.requests import Operation
 from .._core.rwlock_redisson import RedissonRwKeys
 from ..errors import InvalidArgumentError
-from .arguments import Seconds, chosen_lease, wait_args
 from .lockbase import AcquirePlan, LockBase, not_acquired
 from .state import next_request_id
 

@@ -10,10 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._core.arguments import Seconds, lease_seconds, non_negative_seconds
 from ..errors import ArgumentTypeError, InvalidArgumentError, LeaseLostError, RedleaseError
 from ..events import LockEvent
-from .arguments import Seconds, lease_seconds
-from .keep import non_negative_seconds
 from .state import ClientState
 
 __all__ = ["TOKEN_PARAMETER", "ScheduledBase", "ScheduledRun"]

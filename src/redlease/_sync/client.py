@@ -12,6 +12,7 @@ import redis
 import redis.cluster
 import redis.exceptions
 
+from .._core.arguments import Seconds
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._redis.connections import (
@@ -39,7 +40,6 @@ from .._redis.errors import (
 from .._redis.servers import CONFIG_PATTERN, Eviction, policy_of
 from .._redis.urls import checked_url, is_sentinel_url, sentinel_master
 from .._redis.wire import SPARE_CONNECTIONS, Packer
-from .._shared.arguments import Seconds
 from .._shared.channels import Waiter
 from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
 from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._core import latch as core
+from .._core.arguments import Seconds
 from .._core.latch import LatchStatistics
 from .._core.semaphore import primitive_name, wait_timeout
-from .._shared.arguments import Seconds
 
 if TYPE_CHECKING:
     from .client import Client

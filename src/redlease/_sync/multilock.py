@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterable
 from typing import Protocol
 
-from .._shared.arguments import Seconds, optional_seconds, wait_args
+from .._core.arguments import Seconds, optional_seconds, wait_args
 from .._shared.log import log
 from .._shared.multilockbase import check_members, first_error, order_key
 from .shared import Held

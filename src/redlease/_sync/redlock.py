@@ -11,9 +11,9 @@ import redis
 import redis.exceptions
 
 from .._core import redlock as core
+from .._core.arguments import Seconds, seconds
 from .._core.watchdog import RenewalPolicy
 from .._redis.urls import checked_url
-from .._shared.arguments import Seconds, seconds
 from .._shared.clientbase import default_timeouts
 from .._shared.redlockbase import check_masters
 from .._shared.state import ClientState

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._core import rwlock as core
-from .._shared.arguments import Seconds
-from .._shared.arguments import layout as check_layout
+from .._core.arguments import Seconds
+from .._core.arguments import layout as check_layout
 from .._shared.rwlockbase import RwSideBase
 from ..errors import LeaseLostError
 from .lock import Lock

@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from .._shared.arguments import Seconds
+from .._core.arguments import Seconds
 from .._shared.scheduledbase import ScheduledBase, ScheduledRun
 from ..errors import InvalidArgumentError, LeaseLostError, RedleaseError
 

@@ -13,6 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from .._core import semaphore as core
+from .._core.arguments import Seconds
 from .._core.requests import Call
 from .._core.semaphore import (
     Granted,
@@ -21,7 +22,6 @@ from .._core.semaphore import (
     PermitTable,
     SemaphoreStatistics,
 )
-from .._shared.arguments import Seconds
 from .._shared.log import log
 from .._shared.semaphorebase import (
     report_expired,

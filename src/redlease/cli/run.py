@@ -31,10 +31,9 @@ from typing import Any
 
 import redis.exceptions
 
+from .._core.arguments import lease_seconds, non_negative_seconds, wait_seconds
 from .._redis.servers import Eviction
-from .._shared.arguments import lease_seconds, wait_seconds
 from .._shared.holders import scrub_words
-from .._shared.keep import non_negative_seconds
 from .._sync.lock import Lock
 from ..errors import (
     InvalidArgumentError,

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import HttpRequest, HttpResponse
 
 from ... import InvalidArgumentError, LockTimeoutError
-from ..._shared.arguments import Seconds
+from ..._core.arguments import Seconds
 from . import _clients
 
 ON_BUSY_WORDS = ("raise", "skip")

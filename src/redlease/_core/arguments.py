@@ -1,0 +1,238 @@
+"""Every argument check: what redlease accepts, one function per kind of argument.
+
+Every primitive, client and the CLI check their arguments here (durations, leases, waits,
+counts, names, tokens, layouts), before anything is sent, so that a bad value gets one
+clear ``InvalidArgumentError`` naming the argument (never a raw ``TypeError``,
+``OverflowError`` or server error, and never a lock left behind)."""
+
+from __future__ import annotations
+
+import math
+import sys
+from datetime import timedelta
+
+from ..errors import InvalidArgumentError
+from .requests import Replication
+
+MIN_LEASE = 0.01
+"""The shortest lease (and ``watchdog_timeout``, ``handoff_window``) accepted: 10 ms.
+
+A grant counts only if lease time is left when its reply arrives, after the round trip and the
+clock-drift allowance of 1% + 2 ms (see ``lock.drift``). A lease of about 2 ms or less can
+therefore never succeed: each try would be given back and tried again, forever. 10 ms leaves
+about 8 ms for the round trip, which a server on the same network answers well within; a
+shorter lease is refused rather than retried without end."""
+
+MAX_LEASE = 10 * 365 * 24 * 3600.0
+"""The longest lease (and any other duration sent to the server) accepted: 10 years.
+
+Leases go to the server in milliseconds, and the scripts add them to the server clock in Lua,
+whose numbers are doubles written back as text: past about 1e14 ms (some 3,000 years from
+now) a deadline comes out as ``1e+14``, which ``PEXPIRE`` refuses after the lock was written.
+Ten years (3.2e11 ms) stays far inside that, and far inside what a thread can wait on."""
+
+MAX_COUNT = 2**53 - 1
+"""The largest semaphore permit count, latch count, or number of permits added or given back
+at once: 9,007,199,254,740,991. The scripts compare counts as Lua numbers (doubles), exact
+only up to 2**53; the server's own integers would allow 2**63 - 1. A semaphore whose permits
+would pass this bound by an ``add_permits`` or a ``release`` refuses it and changes nothing."""
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, cut short (an int of 400 digits is not worth printing)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's limit of digits for str()
+        return f"an int of {value.bit_length()} bits" if isinstance(value, int) else "?"
+    return text if len(text) <= 40 else f"{text[:20]}...{text[-8:]} ({len(text)} characters)"
+
+
+def _number(value: object, what: str, kind: str) -> float:
+    """``value`` (int, float or ``timedelta``) as a float; ``InvalidArgumentError`` for
+    anything else (bools, strings, ``None``, NaN)."""
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgumentError(f"{what} must be {kind}, got {_shown(value)}")
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float: the largest float will do
+        number = sys.float_info.max if value > 0 else -sys.float_info.max
+    if math.isnan(number):
+        raise InvalidArgumentError(f"{what} must be {kind}, got {_shown(value)}")
+    return number
+
+
+def duration(value: object, what: str) -> float:
+    """A duration sent to the server (a replica or master timeout): seconds, ``> 0`` and at
+    most ``MAX_LEASE``."""
+    number = _number(value, what, "a number of seconds")
+    if number <= 0:
+        raise InvalidArgumentError(
+            f"{what} must be a positive number of seconds, got {_shown(value)}"
+        )
+    if number > MAX_LEASE:
+        raise InvalidArgumentError(
+            f"{what} must be at most {MAX_LEASE:.0f} s (10 years), got {_shown(value)}"
+        )
+    return number
+
+
+def lease(value: object, what: str = "lease") -> float:
+    """A lease (or ``watchdog_timeout``, ``handoff_window``): seconds from ``MIN_LEASE`` to
+    ``MAX_LEASE``."""
+    number = duration(value, what)
+    if number < MIN_LEASE:
+        raise InvalidArgumentError(
+            f"{what} must be at least {MIN_LEASE} s (a shorter lease runs out before a reply "
+            f"can confirm it), got {_shown(value)}"
+        )
+    return number
+
+
+def wait(value: object, what: str = "timeout", *, zero: bool = True) -> float | None:
+    """How long to wait: ``None`` (as long as it takes) or seconds, ``>= 0`` (``zero``: 0
+    means try once) or ``> 0``. Any finite length works, however long (waits are taken in
+    bounded steps); an infinite one is refused, ``None`` says that."""
+    if value is None:
+        return None
+    number = _number(value, what, "a number of seconds or None")
+    if number < 0 or (number == 0 and not zero):
+        least = ">= 0" if zero else "> 0"
+        raise InvalidArgumentError(f"{what} must be None or seconds {least}, got {_shown(value)}")
+    if math.isinf(number):
+        raise InvalidArgumentError(
+            f"{what} must be finite (None waits as long as it takes), got {_shown(value)}"
+        )
+    return number
+
+
+def count(value: object, what: str, *, minimum: int = 1, hint: str = "") -> int:
+    """A count (permits, a latch count): an int (not a bool) from ``minimum`` to
+    ``MAX_COUNT``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentError(f"{what} must be an int, got {_shown(value)}")
+    if value < minimum:
+        kind = "a positive int" if minimum == 1 else f"an int >= {minimum}"
+        raise InvalidArgumentError(f"{what} must be {kind}{hint}, got {_shown(value)}")
+    if value > MAX_COUNT:
+        raise InvalidArgumentError(
+            f"{what} must be at most {MAX_COUNT} (2**53 - 1), got {_shown(value)}"
+        )
+    return value
+
+
+Seconds = float | int | timedelta
+
+LEASES = frozenset({"lease", "watchdog_timeout", "handoff_window"})
+"""Durations that are leases: besides the upper bound they must be at least ``MIN_LEASE``."""
+
+
+def seconds(value: Seconds, what: str) -> float:
+    """``value`` as positive, finite seconds (``timedelta`` accepted), at most ``MAX_LEASE``;
+    a lease (``what`` in ``LEASES``: ``lease``, ``watchdog_timeout``) at least ``MIN_LEASE``."""
+    return lease(value, what) if what in LEASES else duration(value, what)
+
+
+def window(value: Seconds | None, what: str) -> float:
+    """A time window where 0 or ``None`` means off (else a lease: ``handoff_window`` is the
+    first lease of a waiter handed the lock)."""
+    if value is None or (not isinstance(value, timedelta | bool) and value == 0):
+        return 0.0
+    return lease(value, what)
+
+
+def replication(replicas: int, timeout: Seconds) -> Replication | None:
+    """Replica-confirmed writes: ``None`` for ``replicas=0``."""
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise InvalidArgumentError(f"replicas must be an int >= 0, got {replicas!r}")
+    if replicas > MAX_COUNT:
+        raise InvalidArgumentError(f"replicas must be at most {MAX_COUNT}, got {replicas}")
+    wait = duration(timeout, "replica_timeout")
+    return Replication(replicas, max(1, round(wait * 1000))) if replicas else None
+
+
+def chosen_lease(lease: Seconds | None, default: float | None) -> float | None:
+    """An acquire's lease: its own if given (validated), else the lock's (``None``: watchdog)."""
+    chosen = optional_seconds(lease, "lease")
+    return default if chosen is None else chosen
+
+
+def optional_seconds(value: Seconds | None, what: str) -> float | None:
+    return None if value is None else seconds(value, what)
+
+
+def lock_name(name: object) -> str:
+    if not isinstance(name, str):
+        raise InvalidArgumentError(f"lock name must be a str, got {type(name).__name__}")
+    if not name:
+        raise InvalidArgumentError("lock name must not be empty")
+    return name
+
+
+LAYOUTS = ("redlease", "redisson")
+"""A fair lock's or read-write lock's data layout: redlease's own (the stronger guarantees),
+or Redisson's (shared with Java services using Redisson on the same names)."""
+
+
+def layout(value: object) -> str:
+    if value not in LAYOUTS:
+        raise InvalidArgumentError(f"layout must be 'redlease' or 'redisson', got {value!r}")
+    assert isinstance(value, str)
+    return value
+
+
+def wait_args(blocking: bool, timeout: Seconds | None) -> tuple[bool, float | None]:
+    """Check ``acquire(blocking, timeout)`` as ``threading.Lock.acquire`` would; returns the
+    ``(blocking, wait)`` to go on with. ``timeout=0`` is a single try, as ``blocking=False``
+    (``threading.Lock.acquire(timeout=0)``, redis-py's ``blocking_timeout=0``); a timeout
+    other than 0 with ``blocking=False`` is refused. Any finite timeout works, however
+    long; a negative one is refused."""
+    delay = wait(timeout, "timeout", zero=True)
+    if not blocking:
+        if delay:
+            raise InvalidArgumentError(
+                f"a timeout cannot be given with blocking=False (a single try), got {timeout!r}"
+            )
+        return False, None
+    if delay == 0:
+        return False, None
+    return True, delay
+
+
+lease_seconds = lease
+"""``lease`` under the name the shells use (``lease_seconds(value)``)."""
+wait_seconds = wait
+"""``wait`` under the name the shells use (``wait_seconds(value)``)."""
+
+
+def non_negative_seconds(value: Seconds, what: str) -> float:
+    """``value`` as seconds ``>= 0`` (``timedelta`` accepted), finite and at most
+    ``MAX_LEASE``; else ``InvalidArgumentError`` naming ``what``."""
+    number = value.total_seconds() if isinstance(value, timedelta) else value
+    if (
+        isinstance(number, bool)
+        or not isinstance(number, int | float)
+        or math.isnan(number)
+        or number < 0
+    ):
+        raise InvalidArgumentError(f"{what} must be a number of seconds >= 0, got {value!r}")
+    if number > MAX_LEASE:
+        raise InvalidArgumentError(
+            f"{what} must be at most {MAX_LEASE:.0f} s (10 years), got {value!r}"
+        )
+    return float(number)
+
+
+def fencing_token(value: object) -> int:
+    """A fencing token given back by the caller: a positive int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgumentError(f"fencing token must be a positive int, got {value!r}")
+    return value
+
+
+def milliseconds(value: object, what: str) -> int:
+    """A time in milliseconds (``px``): a positive int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidArgumentError(f"{what} must be a positive int of milliseconds, got {value!r}")
+    return value
