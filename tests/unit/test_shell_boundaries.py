@@ -114,14 +114,26 @@ def test_shared_imports_no_runtime_and_no_redis() -> None:
         assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
 
 
-def test_shared_does_not_import_the_shells_at_run_time() -> None:
-    """``_shared/`` is below the shells: none of its modules imports ``_async``/``_sync`` when
-    it is imported (``locked.py`` looks up the client classes inside a function, once called)."""
-    for path in sorted((PACKAGE / "_shared").glob("*.py")):
-        shells = {
-            m for m in _runtime_imports(path) if m.startswith(("redlease._async", "redlease._sync"))
-        }
-        assert not shells, f"{path.relative_to(PACKAGE)} imports {sorted(shells)}"
+ABOVE = (
+    "redlease._async",
+    "redlease._sync",
+    "redlease.cli",
+    "redlease.testing",
+    "redlease.contrib",
+)
+"""What the middle layers never import when imported: the shells and the modules above them."""
+
+
+@pytest.mark.parametrize("layer", ["_shared", "_redis"])
+def test_the_middle_layers_do_not_import_the_shells_at_run_time(layer: str) -> None:
+    """``_shared/`` and ``_redis/`` are below the shells: none of their modules imports
+    ``_async``/``_sync`` (or the CLI, the test doubles, the integrations) when it is imported
+    (``_shared/locked.py`` looks up the client classes inside a function, once called)."""
+    paths = sorted((PACKAGE / layer).glob("*.py"))
+    assert len(paths) > 3
+    for path in paths:
+        above = {m for m in _runtime_imports(path) if m.startswith(ABOVE)}
+        assert not above, f"{path.relative_to(PACKAGE)} imports {sorted(above)}"
 
 
 REDIS_USERS = (
