@@ -70,7 +70,7 @@ class Listeners:
     """A client's listeners; thread-safe to add to while events are being sent."""
 
     def __init__(self) -> None:
-        from ._shared.state import fork_safe  # (_owners imports this module)
+        from ._shared.state import fork_safe  # (state imports this module)
 
         self._mutex = threading.Lock()
         self._listeners: tuple[Listener, ...] = ()

@@ -1,7 +1,7 @@
 """Keys that are not what a call expects: never deleted or overwritten, a clear error at once.
 
 These assert the final contract: a ``WRONGTYPE`` reply from a script becomes ``WrongTypeError``
-(the translation of replies lives in ``_connections.py``).
+(the translation of replies lives in ``_redis/errors.py``).
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ a ``WaitWake`` with a hand-over message or a (spurious, any time) wake-up, a ``C
 server's reply or with ``ServerUnavailableError`` (the reply or the request was lost). A
 generator cannot be copied, so an explored state keeps each owner's current operation as the
 inputs it was fed (with when) and the model replays them into a fresh generator. The little
-glue between the operations and the hold table follows ``_lockbase.LockBase`` (``held`` and
-``token`` from the hold table, a release whose outcome is unknown re-sent first by the next
-acquire with its request id, ``unsure`` after a failed re-entry) and the sync shell
+glue between the operations and the hold table follows ``_shared/lockbase.LockBase``
+(``held`` and ``token`` from the hold table, a release whose outcome is unknown re-sent first
+by the next acquire with its request id, ``unsure`` after a failed re-entry) and the sync shell
 (``_sync/client.py``: after a call timed out, a give-back goes to the background; an abandoned
 wait's leave is sent as the operation ends). ``uuid.uuid4`` in ``_core`` (the request ids of
 give-backs) is replaced by a deterministic unique id so that replays agree. The fair lock runs
@@ -35,8 +35,8 @@ the same generators with ``fair.REDISSON_FAIR`` (or redlease's line with ``fair=
 read-write lock, ``_core.rwlock``'s (``rwmodel.py``).
 
 **Ids as the client mints them.** Each simulated process imports its own fresh copy of
-``redlease/_owners.py`` (as another process would: its own counters, its own random prefix,
-its own ``ClientState`` and client id): wait ids and request ids are its
+``redlease/_shared/state.py`` (as another process would: its own counters, its own random
+prefix, its own ``ClientState`` and client id): wait ids and request ids are its
 ``next_request_id()``, in the order the process mints them (defect 3 runs the copy of the old
 minting under ``unfixed/``).
 

@@ -1,4 +1,4 @@
-"""Sentinel URLs (``_urls.py``): parsing, merging with ``from_url``'s keywords, masking.
+"""Sentinel URLs (``_redis/urls.py``): parsing, merging with ``from_url``'s keywords, masking.
 
 No sockets: parsing is pure, and building a client over a Sentinel connects to nothing until
 the first command.

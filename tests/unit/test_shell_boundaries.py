@@ -141,7 +141,6 @@ REDIS_USERS = (
     "_async",
     "_sync",
     "cli",
-    "_cli_",
     "testing",
     "contrib",
     "demo.py",

@@ -28,7 +28,8 @@ EVICTION_MODES = ("warn", "refuse", "ignore")
 
 RECHECK = 1800.0
 """Seconds after which a client in use reads its servers' policies again (and rewrites its
-holder record, see ``_holders``): one round trip per half hour per client, never per call."""
+holder record, see ``_shared/holders.py``): one round trip per half hour per client, never
+per call."""
 RETRY_AFTER_OUTAGE = 30.0
 """Seconds before a check that could not reach the server is tried again (the operation it
 came with goes on as it would have without it)."""

@@ -414,7 +414,7 @@ class ClientState:
             self.watchdog_wakes_at = wake
         return wake
 
-    # --- what the subscriber tells of the holds (``_channels.Holders``) ------------------
+    # --- what the subscriber tells of the holds (``channels.Holders``) ------------------
 
     def held_channels(self) -> set[str]:
         """The channels where this client hears that a hold of its was force-released: its
