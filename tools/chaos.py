@@ -252,7 +252,7 @@ def worker_main(
     raw = redis.Redis.from_url(cfg.resource_url)
     if cfg.pubsub_url is not None:
         # no public way to send only pub/sub elsewhere: the client's subscriber, made early
-        from redlease._sync.subscriber import Subscriber
+        from redlease._threads.subscriber import Subscriber
 
         client._subscriber = Subscriber(redis.Redis.from_url(cfg.pubsub_url))
     told = threading.Event()

@@ -12,10 +12,10 @@ import redis
 import redis.asyncio
 
 from redlease import LeaseLostError, ServerUnavailableError
-from redlease._async.subscriber import Subscriber as AsyncSubscriber
+from redlease._asyncio.subscriber import Subscriber as AsyncSubscriber
 from redlease._core import scripts
 from redlease._core.keys import LockKeys
-from redlease._sync.subscriber import Subscriber
+from redlease._threads.subscriber import Subscriber
 from redlease.testing import TcpProxy
 
 from .actor import Actor

@@ -87,7 +87,7 @@ def test_fork_while_a_thread_holds_the_client_locks(server, name):
             fresh.release()
             return got and not waiter.locked() and client._subscriber is not parent_subscriber
 
-        with _held(client._state.mutex, client._start_mutex, client._ops):
+        with _held(client._state.mutex, client._start_mutex, client._ops.mutex):
             assert _fork(child) == 0
         lock.release()
 

@@ -17,7 +17,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from redlease import AsyncClient, ServerUnavailableError, WrongTypeError
-from redlease._async.cancel import CANCEL_GRACE
+from redlease._asyncio.cancel import CANCEL_GRACE
 from redlease.errors import LeaseLostError
 from redlease.testing import RedisServer, TcpProxy
 

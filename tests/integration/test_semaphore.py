@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 import redlease
 from redlease import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from redlease._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
-from redlease._async.subscriber import wait as subscriber_wait
+from redlease._asyncio.subscriber import wait as subscriber_wait
 from redlease._core import semaphore as core
 from redlease._sync.semaphore import LeaseSemaphore, Semaphore
 

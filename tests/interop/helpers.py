@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from redlease._async import subscriber as async_subscriber
-from redlease._sync import subscriber as sync_subscriber
+from redlease._asyncio import subscriber as async_subscriber
+from redlease._threads import subscriber as sync_subscriber
 
 WOKEN_WITHIN = 2.5
 """A waiter woken by a message gets what it waits for well within this; without the message

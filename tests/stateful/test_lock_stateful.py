@@ -44,13 +44,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import redlease
 from redlease import LeaseLostError, LockTimeoutError
-from redlease._async.subscriber import Subscriber as AsyncSubscriber
+from redlease._asyncio.subscriber import Subscriber as AsyncSubscriber
 from redlease._core import fair as fair_core
 from redlease._core import lock as lock_core
 from redlease._core import scripts
 from redlease._core.fair import REDISSON_FAIR
 from redlease._core.keys import CLASSIC
-from redlease._sync.subscriber import Subscriber
+from redlease._threads.subscriber import Subscriber
 from redlease.testing import RedisServer, TcpProxy
 
 from .conftest import DEFAULT, SLOW

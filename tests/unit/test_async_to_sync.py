@@ -22,10 +22,8 @@ def _tool() -> ModuleType:
     return module
 
 
-def _sync(source: str) -> str:
-    tool = _tool()
-    text, verbatim = tool._drop_async_only("t.py", source)
-    return str(tool._rewrite(text, verbatim))
+def _sync(source: str, only: dict[str, str] | None = None) -> str:
+    return str(_tool()._rewrite(source, only))
 
 
 def test_the_generated_files_are_current() -> None:
@@ -33,6 +31,23 @@ def test_the_generated_files_are_current() -> None:
         [sys.executable, str(TOOL), "--check"], capture_output=True, text=True, cwd=ROOT
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_every_file_of_async_is_generated_and_nothing_else_is_in_sync() -> None:
+    """``_sync/`` is 100 % generated: its files are exactly ``_async/``'s (``FILES``)."""
+    files = _tool().FILES
+    assert "client.py" in files and "__init__.py" in files
+    assert sorted(p.name for p in (ROOT / "src" / "redlease" / "_async").glob("*.py")) == files
+    assert sorted(p.name for p in (ROOT / "src" / "redlease" / "_sync").glob("*.py")) == files
+
+
+def test_a_file_in_sync_that_is_not_generated_is_found(tmp_path) -> None:
+    tool = _tool()
+    for name in tool.FILES:
+        (tmp_path / name).write_text("")
+    assert tool.strays(tmp_path) == []
+    (tmp_path / "engine.py").write_text("# hand-written\n")
+    assert tool.strays(tmp_path) == [tmp_path / "engine.py"]
 
 
 def test_every_generated_file_says_so() -> None:
@@ -58,27 +73,28 @@ def test_keywords_names_and_words() -> None:
     )
 
 
-def test_cancellation_helpers_become_their_call() -> None:
-    source = (
-        "x = await finish_despite_cancel(\n    client._run(op, name),\n    lambda r: done(r),\n)\n"
+def test_engine_packages_are_renamed() -> None:
+    source = "from .._asyncio import cancel, compat\nfrom .._asyncio.line import AsyncLines\n"
+    assert _sync(source) == (
+        "from .._threads import cancel, compat\nfrom .._threads.line import Lines\n"
     )
-    assert _sync(source) == "x = client._run(op, name)\n"
 
 
-def test_async_only_lines_and_blocks() -> None:
+def test_async_only_parameters_leave_signatures_and_calls() -> None:
     source = (
-        "import asyncio  # async-only\n"
-        "try:\n"
-        "    # begin async-only\n"
-        "    await asyncio.wait_for(call(), 5)\n"
-        "except (RedleaseError, asyncio.CancelledError):\n"
-        "    # else sync\n"
-        "    #     call()\n"
-        "    # except RedleaseError:\n"
-        "    # end async-only\n"
-        "    pass\n"
+        "def f(a: int, *, keep: bool = False) -> None:\n"
+        "    g(a=a, keep=keep)\n"
+        "    if keep:\n"
+        "        h()\n"
     )
-    assert _sync(source) == "try:\n    call()\nexcept RedleaseError:\n    pass\n"
+    assert _sync(source, {"keep": "False"}) == (
+        "def f(a: int) -> None:\n    g(a=a)\n    if False:\n        h()\n"
+    )
+
+
+def test_an_async_only_parameter_not_found_is_an_error() -> None:
+    with pytest.raises(SystemExit):
+        _sync("def f(a: int) -> None: ...\n", {"keep": "False"})
 
 
 def test_a_phrase_that_is_gone_is_an_error() -> None:

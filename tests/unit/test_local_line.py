@@ -10,8 +10,8 @@ from collections.abc import Callable
 
 import pytest
 
-from redlease._async.line import AsyncLines
-from redlease._sync.line import Lines
+from redlease._asyncio.line import AsyncLines
+from redlease._threads.line import Lines
 from redlease.errors import ClientClosedError
 
 KEY = ("name", "layout")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from redlease._async.cancel import cancellable
+from redlease._asyncio.cancel import cancellable
 
 
 async def _racing(guarded: bool) -> tuple[asyncio.Task[str], asyncio.Future[str]]:

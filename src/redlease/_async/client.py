@@ -2,34 +2,35 @@
 
 from __future__ import annotations
 
-import asyncio  # async-only
 import contextlib
+import functools
 import threading
-import weakref  # async-only
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Callable, Collection
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.exceptions
 
+from .._asyncio import cancel, compat
+from .._asyncio.line import AsyncLines
+from .._asyncio.subscriber import Subscriber, wait
+from .._asyncio.transport import Pipeline, send_checked_out
+from .._asyncio.watchdog import AsyncWatchdog
 from .._core.arguments import Seconds
 from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._redis.connections import (
     PROBE_ERRORS,
     SHARDED_PROBE,
-    call_slots,
     check_cluster_options,
     check_connection_options,
     settle_pubsub,
 )
 from .._redis.errors import (
     CONNECTION_ERRORS,
-    HUNG,
     NOT_RETRIED,
     TRANSLATED,
-    Hung,
     check_replicas,
     cluster_from_url_failed,
     gives_back,
@@ -39,14 +40,8 @@ from .._redis.errors import (
     timed_out,
 )
 from .._redis.servers import CONFIG_PATTERN, Eviction, policy_of
-
-# begin async-only
-# else sync
-# from .._redis.connections import call_tokens
-# from .._shared.state import fork_safe
-# end async-only
 from .._redis.urls import async_sentinel_master, checked_url, is_sentinel_url
-from .._redis.wire import SPARE_CONNECTIONS, Packer
+from .._redis.wire import Packer
 from .._shared.channels import Waiter
 from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
 from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key
@@ -54,11 +49,10 @@ from .._shared.holders import parse as parse_record
 from .._shared.holders import record as holder_record
 from .._shared.locked import OnBusy, bound
 from .._shared.log import log
-from .._shared.state import HANDOFF_WINDOW, TaskOwners, fork_generation
+from .._shared.state import HANDOFF_WINDOW, fork_generation
 from ..errors import (
-    ArgumentTypeError,
     ClientClosedError,
-    EventLoopError,  # async-only
+    EventLoopError,
     InvalidArgumentError,
     LeaseLostError,
     RedleaseError,
@@ -66,73 +60,17 @@ from ..errors import (
     ServerUnavailableError,
 )
 from ..stats import EvictionPolicy, HolderInfo
-from .cancel import CANCEL_GRACE, cancellable, finish_despite_cancel  # async-only
 from .election import AsyncElection
 from .latch import AsyncCountDownLatch
-from .line import AsyncLines
 from .lock import AsyncFairLock, AsyncLock
 from .rwlock import AsyncReadWriteLock
 from .scheduled import AsyncScheduledLock
 from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from .shared import AsyncClosing
-from .subscriber import Subscriber, wait, wait_event
-
-# begin async-only
-from .transport import (
-    KEEP,
-    Cancelled,
-    Pipeline,
-    Progress,
-    finish_kept,
-    read_late,
-    run_kept,
-    send_direct,
-)
-
-# end async-only
-from .watchdog import AsyncWatchdog
 
 T = TypeVar("T")
 R = TypeVar("R")
 P = ParamSpec("P")
-
-_owners = TaskOwners()
-
-
-# begin async-only
-class LoopBinding:
-    """The event loop an asyncio client (``AsyncClient``, ``AsyncRedlockClient``) was first
-    used on: its connections, watchdog and subscriber belong to it. ``check()`` binds it at
-    the first use and, on any other loop, raises ``EventLoopError`` (not redis-py's "attached
-    to a different loop" or "Event loop is closed" from deep inside a connection). Every call
-    that reaches the server checks it first."""
-
-    __slots__ = ("_loop", "_what")
-
-    def __init__(self, what: str) -> None:
-        self._what = what  # the client's class, for the message
-        self._loop: weakref.ReferenceType[asyncio.AbstractEventLoop] | None = None
-
-    def check(self, name: str | None) -> None:
-        loop = asyncio.get_running_loop()
-        if self._loop is None:
-            self._loop = weakref.ref(loop)
-            return
-        first = self._loop()
-        if first is loop:
-            return
-        state = "closed" if first is None or first.is_closed() else "still running"
-        raise EventLoopError(
-            f"this {self._what} was first used on another event loop (now {state}); a client "
-            "belongs to the loop it is first used on (its connections, watchdog and "
-            "subscriber): create one per event loop, inside it. In a FastAPI or Starlette "
-            "app, create it in the lifespan (redlease.contrib.fastapi.lifespan puts one on "
-            "app.state.redlease), not at module level: each TestClient runs a loop of its own",
-            name=name,
-        )
-
-
-# end async-only
 
 
 class AsyncClient(ClientBase, AsyncClosing):
@@ -168,23 +106,10 @@ class AsyncClient(ClientBase, AsyncClosing):
         replica_timeout: Seconds = 1.0,
         eviction: Eviction = "warn",
         holder_info: str | None = None,
-        # begin async-only
-        # opt-in: every task's script calls on at most two shared connections (see transport)
-        # end async-only
-        pipeline: bool = False,  # async-only
+        pipeline: bool = False,
     ) -> None:
         if not isinstance(redis_client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster):
-            # begin async-only
-            raise ArgumentTypeError(
-                "AsyncClient needs a redis.asyncio.Redis or RedisCluster, got "
-                f"{type(redis_client).__name__} (use Client for redis.Redis)"
-            )
-            # else sync
-            # raise ArgumentTypeError(
-            #     f"Client needs a redis.Redis or RedisCluster, got {type(redis_client).__name__}"
-            #     " (use AsyncClient for redis.asyncio)"
-            # )
-            # end async-only
+            raise compat.not_a_client(redis_client)
         super().__init__(
             redis_client,
             watchdog_timeout=watchdog_timeout,
@@ -199,40 +124,26 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._start_mutex = threading.Lock()
         self._lines = AsyncLines()
         """Each lock's local line: the client's own waiters, of which only the head asks."""
-        # begin async-only
-        self._active = 0  # operations under way, which close() stops and waits for
-        self._idle = asyncio.Event()  # set while none is under way
-        self._idle.set()
-        self._closing = asyncio.Event()  # set by close(): ends a back-off pause at once
-        self._loop = LoopBinding("AsyncClient")  # its connections belong to one event loop
-        # else sync
-        # self._ops_mutex = threading.Lock()
-        # """Guards ``_closed`` and ``_active``: the operations under way, which ``close()``
-        # stops and waits for (on ``_ops``)."""
-        # self._ops = threading.Condition(self._ops_mutex)
-        # self._active = 0
-        # self._check_mutex = threading.Lock()  # one server check at a time (_check_servers)
-        # self._closing = threading.Event()
-        # """Set by ``close()``: ends a back-off pause at once."""
-        # fork_safe(self)
-        # end async-only
+        self._ops = compat.Operations()
+        """The operations under way, which ``close()`` stops and waits for; its ``mutex``
+        guards ``_closed`` too."""
+        self._settling = compat.Mutex()  # one pub/sub probe at a time (_settle_pubsub)
+        self._checking = compat.Mutex()  # one server check at a time (_check_servers)
+        self._closing = compat.Event()
+        """Set by ``close()``: ends a back-off pause at once."""
+        self._loop = compat.LoopBinding("AsyncClient")  # asyncio: its connections' one loop
+        compat.fork_safe(self)
         # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
         # a cluster (redirections) or a single-connection client goes through redis-py
         self._packer: Packer | None = None
         self._spare: list[Any] = []
         self._spare_generation = fork_generation()
-        self._pipeline: Pipeline | None = None  # async-only
+        self._pipeline: Pipeline | None = None
         if isinstance(redis_client, redis.asyncio.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
-            # begin async-only
             if pipeline:  # every task's calls share a few connections (see transport)
                 self._pipeline = Pipeline(redis_client.connection_pool, self._packer.checkout)
-            # end async-only
-        # begin async-only
-        self._slots = asyncio.Semaphore(call_slots(redis_client))
-        # else sync
-        # self._slots = call_tokens(redis_client)
-        # end async-only
+        self._slots = compat.call_slots(redis_client)
         """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
 
     @classmethod
@@ -247,7 +158,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         cluster: bool = False,
         eviction: Eviction = "warn",
         holder_info: str | None = None,
-        pipeline: bool = False,  # async-only
+        pipeline: bool = False,
         **redis_kwargs: Any,
     ) -> AsyncClient:
         """A client over ``redis.asyncio.Redis.from_url(url, **redis_kwargs)`` (with
@@ -308,7 +219,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             replica_timeout=replica_timeout,
             eviction=eviction,
             holder_info=holder_info,
-            pipeline=pipeline,  # async-only
+            pipeline=pipeline,
         )
         client._owns_redis = True
         client._sentinels = sentinels
@@ -469,7 +380,6 @@ class AsyncClient(ClientBase, AsyncClosing):
             self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas, layout=layout
         )
 
-    # begin async-only
     @overload
     def locked(
         self,
@@ -478,7 +388,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         timeout: Seconds | None = None,
         lease: Seconds | None = None,
         on_busy: Literal["wait", "raise"] = "wait",
-    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]: ...
+    ) -> Callable[[compat.Job[P, R]], compat.Job[P, R]]: ...
 
     @overload
     def locked(
@@ -488,7 +398,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         timeout: Seconds | None = None,
         lease: Seconds | None = None,
         on_busy: Literal["skip"],
-    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R | None]]]: ...
+    ) -> Callable[[compat.Job[P, R]], compat.Job[P, R | None]]: ...
 
     def locked(
         self,
@@ -509,50 +419,9 @@ class AsyncClient(ClientBase, AsyncClosing):
         ``lease`` as for ``acquire``. A template field that names no parameter is an error at
         decoration. For a client made later (at startup), see ``redlease.locked``.
         """
-        return bound(self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=True)
-
-    # else sync
-    # @overload
-    # def locked(
-    #     self,
-    #     template: str,
-    #     *,
-    #     timeout: Seconds | None = None,
-    #     lease: Seconds | None = None,
-    #     on_busy: Literal["wait", "raise"] = "wait",
-    # ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
-    #
-    # @overload
-    # def locked(
-    #     self,
-    #     template: str,
-    #     *,
-    #     timeout: Seconds | None = None,
-    #     lease: Seconds | None = None,
-    #     on_busy: Literal["skip"],
-    # ) -> Callable[[Callable[P, R]], Callable[P, R | None]]: ...
-    #
-    # def locked(
-    #     self,
-    #     template: str,
-    #     *,
-    #     timeout: Seconds | None = None,
-    #     lease: Seconds | None = None,
-    #     on_busy: OnBusy = "wait",
-    # ) -> Any:
-    #     """Decorate a function so that each call runs holding the lock named by ``template``
-    #     formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
-    #
-    #     ``on_busy``: what a call does when the lock is taken. ``"wait"`` (the default) waits
-    #     up to ``timeout`` (``None``: as long as it takes), then raises ``LockTimeoutError``;
-    #     ``"raise"`` raises it at once; ``"skip"`` returns ``None`` at once without running
-    #     the function (logged at INFO, a ``skipped`` event to the listeners). ``"raise"`` and
-    #     ``"skip"`` try once unless given a ``timeout``. ``timeout=0`` is a single try.
-    #     ``lease`` as for ``acquire``. A template field that names no parameter is an error
-    #     at decoration. For a client made later (at startup), see ``redlease.locked``.
-    #     """
-    #     return bound(self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=False)
-    # end async-only
+        return bound(
+            self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=compat.ASYNCIO
+        )
 
     async def fenced_get(self, key: str, token: int) -> bytes | str | None:
         """Read the string ``key`` as the holder of ``token``, and make ``key`` refuse every
@@ -601,36 +470,23 @@ class AsyncClient(ClientBase, AsyncClosing):
         meanwhile; ``close()`` waits for that (at most ``CLOSE_GRACE`` seconds). Holds still
         held are not released: they expire with their lease.
         """
-        # begin async-only
-        if self._closed:
-            return
-        self._closed = True
-        # else sync
-        # with self._ops:
-        #     if self._closed:
-        #         return
-        #     self._closed = True
-        # end async-only
+        with self._ops.mutex:
+            if self._closed:
+                return
+            self._closed = True
         self._closing.set()
         self._lines.close()  # wakes the local waiters (a head is stopped with its call)
         with self._start_mutex:  # nothing starts once closed (see _subscriber_started, _watch)
             subscriber = self._subscriber
         if subscriber is not None:
             await subscriber.close()  # wakes every waiter
-        # begin async-only
-        await wait_event(self._idle, CLOSE_GRACE)
-        # else sync
-        # with self._ops:
-        #     self._ops.wait_for(lambda: self._active == 0, CLOSE_GRACE)
-        # end async-only
+        await self._ops.wait_idle(CLOSE_GRACE)
         with self._start_mutex:
             watchdog = self._watchdog
         if watchdog is not None:
             await watchdog.stop()
-        # begin async-only
         if self._pipeline is not None:
             await self._pipeline.close()  # its connections go back to the pool
-        # end async-only
         await self._drop_idle(None)  # the spares only: the pool closes with its client
         if self._owns_redis:
             await self.redis.aclose()
@@ -640,11 +496,7 @@ class AsyncClient(ClientBase, AsyncClosing):
     def _owner(self) -> str:
         if self._state.check_fork():
             self._after_fork()
-        # begin async-only
-        return self._state.owner(_owners.current(asyncio.current_task()))
-        # else sync
-        # return self._state.owner(_owners.current())
-        # end async-only
+        return self._state.owner(compat.owner_number())
 
     def _after_fork(self) -> None:
         # the parent's watchdog and subscriber are not the child's: start fresh ones on demand
@@ -653,19 +505,16 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._script_loading.clear()  # a load of the parent's is not the child's to wait for
         self._checks.again_soon()
 
-    # begin async-only
-    # else sync
-    # def _fresh_after_fork(self) -> None:
-    #     """Fresh locks (a thread of the parent may have held one at the fork), and none of
-    #     the parent's threads, whose locks could be held too."""
-    #     self._start_mutex = threading.Lock()
-    #     self._ops_mutex = threading.Lock()
-    #     self._ops = threading.Condition(self._ops_mutex)
-    #     self._active = 0
-    #     self._check_mutex = threading.Lock()
-    #     self._slots = call_tokens(self.redis)
-    #     self._after_fork()
-    # end async-only
+    def _fresh_after_fork(self) -> None:
+        """Fresh locks (a thread of the parent may have held one at the fork), and none of
+        the parent's threads, whose locks could be held too (``compat.fork_safe``: called
+        in a forked child on threads; an asyncio client notices a fork where it is used)."""
+        self._start_mutex = threading.Lock()
+        self._ops = compat.Operations()
+        self._settling = compat.Mutex()
+        self._checking = compat.Mutex()
+        self._slots = compat.call_slots(self.redis)
+        self._after_fork()
 
     def _call(
         self,
@@ -680,12 +529,10 @@ class AsyncClient(ClientBase, AsyncClosing):
         on the way to the socket (this one, ``_send``, ``_send_packed``, ``_perform``) return
         what their callee returns, unawaited: on asyncio, one coroutine less per call."""
         replication = call.replication or replication
-        # begin async-only
-        pipeline = self._pipeline
-        if pipeline is not None and not pipeline.closed and replication is None and via is None:
+        shared = self._pipeline
+        if shared is not None and not shared.closed and replication is None and via is None:
             # the pipeline bounds its own queue and takes a few connections: no slot needed
             return self._call_once_more(call, name, replication, via)
-        # end async-only
         return self._call_in_slot(call, name, replication, via)
 
     async def _call_in_slot(
@@ -696,27 +543,15 @@ class AsyncClient(ClientBase, AsyncClosing):
         via: redis.asyncio.Redis | None,
     ) -> Any:
         """``_call`` within the client's call slots."""
-        # begin async-only
-        try:
-            await self._slots.acquire()  # a burst beyond the pool waits here, not in an error
-        except asyncio.CancelledError as cancelled:
-            if KEEP.get():
-                raise Cancelled(cancelled, b"", False, None) from None  # nothing sent
-            raise
+        slots = self._slots
+        if slots is None:  # the pool sets no bound
+            return await self._call_once_more(call, name, replication, via)
+        # a burst beyond the pool waits here, not in an error (and sends nothing if cancelled)
+        await cancel.before_sending(slots.acquire())
         try:
             return await self._call_once_more(call, name, replication, via)
         finally:
-            self._slots.release()
-        # else sync
-        # slots = self._slots
-        # if slots is None:  # the pool sets no bound
-        #     return self._call_once_more(call, name, replication, via)
-        # slots.get()  # a burst beyond the pool waits here, not in an error
-        # try:
-        #     return self._call_once_more(call, name, replication, via)
-        # finally:
-        #     slots.put(None)
-        # end async-only
+            slots.release()
 
     async def _call_once_more(
         self,
@@ -752,13 +587,11 @@ class AsyncClient(ClientBase, AsyncClosing):
         if name is None or not needs_key_type(exc):
             return ""
         try:
-            # begin async-only
             if self._pipeline is not None and self._packer is not None and via is None:
                 # on the pipeline: a burst of refused calls opens no pool connections
                 found = await self._send_packed(self._packer.command("TYPE", name))
                 return key_type_shown(found)
-            # end async-only
-            found = await cancellable((via or self.redis).type(name))
+            found = await cancel.cancellable((via or self.redis).type(name))
         except Exception:
             return ""
         return key_type_shown(found)
@@ -788,7 +621,9 @@ class AsyncClient(ClientBase, AsyncClosing):
         if replication is None and self._packer is not None and via is self.redis:
             return self._send_packed(self._packer.pack(call))
         if replication is None:
-            return cancellable(via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args))
+            return cancel.cancellable(
+                via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            )
         return self._send_replicated(call, name, replication, via)
 
     async def _send_replicated(
@@ -799,7 +634,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         pipe = via.pipeline(transaction=False)
         pipe.evalsha(sha, numkeys, *args)
         pipe.wait(replication.replicas, replication.timeout_ms)
-        reply, acked = await cancellable(pipe.execute())
+        reply, acked = await cancel.cancellable(pipe.execute())
         return check_replicas(reply, int(acked), replication, name)
 
     async def _load_once(self, script: Script, via: redis.asyncio.Redis, loads: int) -> None:
@@ -808,22 +643,10 @@ class AsyncClient(ClientBase, AsyncClosing):
         it now (then wait for that one): a burst of calls on an empty script cache (a fresh or
         restarted server, a failover) sends one ``SCRIPT LOAD``, not one per call."""
         sha = script.sha
-        # begin async-only
-        mine = asyncio.Event()
-        # else sync
-        # mine = threading.Event()
-        # end async-only
+        mine = compat.Event()
         while (under_way := self._script_loading.setdefault(sha, mine)) is not mine:
-            # begin async-only
-            try:
-                await under_way.wait()  # ends as that load ends, whatever its outcome
-            except asyncio.CancelledError as cancelled:
-                if KEEP.get():
-                    raise Cancelled(cancelled, b"", False, None) from None  # nothing ran
-                raise
-            # else sync
-            # under_way.wait()  # ends as that load ends, whatever its outcome
-            # end async-only
+            # ends as that load ends, whatever its outcome (and nothing ran if cancelled)
+            await cancel.before_sending(under_way.wait())
         try:
             if self._script_loads.get(sha, 0) == loads:  # none loaded it since (or it failed)
                 await self._load(script, via)
@@ -840,89 +663,26 @@ class AsyncClient(ClientBase, AsyncClosing):
         if self._packer is not None and via is self.redis:
             await self._send_packed(self._packer.command("SCRIPT", "LOAD", script.source))
         else:
-            await cancellable(via.script_load(script.source))
+            await cancel.cancellable(via.script_load(script.source))
 
     def _send_packed(self, packed: bytes) -> Any:
         """A command packed by redlease: on the pipeline when it is on, else
         ``_send_checked_out``."""
-        # begin async-only
         if self._pipeline is not None and not self._pipeline.closed:
             return self._pipeline.call(packed)  # on asyncio, shared connections
-        # end async-only
         return self._send_checked_out(packed)
 
-    async def _send_checked_out(self, packed: bytes) -> Any:
-        """A command packed by redlease, on a connection it keeps between calls; a dead
-        connection is retried as redis-py's own commands are (the connection's ``retry``)."""
-        pool, packer = self.redis.connection_pool, self._packer
+    def _send_checked_out(self, packed: bytes) -> Any:
+        """A command packed by redlease, on a connection it keeps between calls
+        (``transport.send_checked_out``)."""
+        packer = self._packer
         assert packer is not None  # only called when the hot path is on
-        spare = self._spare
         if self._spare_generation != fork_generation():
             # a forked child never touches its parent's sockets
-            spare = self._spare = []
+            self._spare = []
             self._spare_generation = fork_generation()
-        # begin async-only
-        keep = KEEP.get()
-        progress = Progress()
-        try:
-            conn = spare.pop()
-        except IndexError:
-            try:
-                conn = await pool.get_connection(*packer.checkout)
-            except asyncio.CancelledError as cancelled:
-                if keep:
-                    raise Cancelled(cancelled, packed, False, None) from None
-                raise
+        return send_checked_out(self.redis.connection_pool, packer.checkout, self._spare, packed)
 
-        async def send() -> Any:
-            try:
-                return await send_direct(conn, packed, progress)
-            except HUNG as exc:  # a hung server: redis-py's retry would only wait again
-                raise Hung(exc) from exc
-
-        # else sync
-        # try:
-        #     conn = spare.pop()
-        # except IndexError:
-        #     conn = pool.get_connection(*packer.checkout)
-        #
-        # def send() -> Any:
-        #     try:
-        #         conn.send_packed_command([packed])
-        #         return conn.read_response()
-        #     except HUNG as exc:  # a hung server: redis-py's retry would only wait again
-        #         raise Hung(exc) from exc
-        #
-        # end async-only
-
-        async def failed(_: Exception) -> None:
-            await conn.disconnect()
-
-        try:
-            reply = await conn.retry.call_with_retry(send, failed)
-        except redis.exceptions.ResponseError:
-            spare.append(conn)  # an error reply, read whole: the connection is fine
-            raise
-        except BaseException as exc:
-            # begin async-only
-            if keep and isinstance(exc, asyncio.CancelledError):
-                raise await self._kept(exc, conn, packed, progress) from None
-            # nothing or half a reply read (or cancelled mid-read): never reuse it as it is
-            await conn.disconnect(nowait=True)
-            # else sync
-            # conn.disconnect()  # nothing or half a reply read: never reuse it as it is
-            # end async-only
-            await pool.release(conn)
-            if isinstance(exc, Hung):
-                raise exc.error from None
-            raise
-        if len(spare) < SPARE_CONNECTIONS:
-            spare.append(conn)
-        else:
-            await pool.release(conn)
-        return reply
-
-    # begin async-only
     async def _run_kept(
         self,
         op: Operation[T],
@@ -932,58 +692,17 @@ class AsyncClient(ClientBase, AsyncClosing):
         then: Callable[[T], Any],
     ) -> T:
         """``_run`` for an operation that finishes even when its caller is cancelled (a
-        release): ``then`` runs on its result before the cancellation goes on. Sent directly
-        or on the pipeline it needs no task of its own: its reply, read late, answers
-        ``again()`` (the operation made anew, same request ids); an outcome not known that
-        way is learnt by running ``again()`` (bounded; the server recognises a request that
-        already ran)."""
-        if again is None or replication is not None or self._packer is None:
-            return await finish_despite_cancel(self._run(op, name, replication), then)
-        remade = again
+        release): ``then`` runs on its result before the cancellation goes on
+        (``cancel.finish_run``; ``again``: the operation made anew, same request ids)."""
+        packer = self._packer
+        pack = packer.pack if packer is not None and replication is None else None
 
-        async def settle(cancelled: asyncio.CancelledError) -> None:
-            result = self._answered(remade(), cancelled)
-            if result is None:
-                result = (await self._run(remade(), name),)
-            then(result[0])
-
-        return await run_kept(lambda: self._run(op, name, replication), settle)
-
-    def _answered(self, op: Operation[T], cancelled: asyncio.CancelledError) -> tuple[T] | None:
-        """The result of ``op`` when its first call's reply, read late, is what
-        ``cancelled`` carries and finishes it; else ``None``."""
-        if not isinstance(cancelled, Cancelled) or self._packer is None:
-            return None
-        outcome = cancelled.outcome
-        if outcome is None or outcome.exception() is not None:
-            return None
-        try:
-            request = op.send(None)
-            if not isinstance(request, Call) or self._packer.pack(request) != cancelled.packed:
-                return None
-            op.send(outcome.result())
-        except StopIteration as stop:
-            return (stop.value,)
-        finally:
-            op.close()
-        return None  # it has more to send: run anew
-
-    async def _kept(
-        self, cancelled: asyncio.CancelledError, conn: Any, packed: bytes, progress: Progress
-    ) -> Cancelled:
-        """What a direct call cancelled under ``KEEP`` raises: the reply, read late when the
-        caller was cancelled awaiting it; else whether its command may have gone out."""
-        outcome = await read_late(conn) if progress.reading else None
-        if outcome is not None and len(self._spare) < SPARE_CONNECTIONS:
-            self._spare.append(conn)  # read in step: as good as any
-        else:
-            await conn.disconnect(nowait=True)
-            await self.redis.connection_pool.release(conn)
-        return Cancelled(cancelled, packed, progress.written, outcome)
+        run = functools.partial(self._run, name=name, replication=replication)
+        return await cancel.finish_run(run, op, then, again=again, pack=pack)
 
     def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
         """The reply of ``call``; a call with an ``undo`` finishes even when its caller is
-        cancelled, and is undone."""
+        cancelled, and is undone (``cancel.finish_call``)."""
         if call.undo is None:
             return self._call(call, name, replication)
         undo = call.undo
@@ -993,53 +712,35 @@ class AsyncClient(ClientBase, AsyncClosing):
             if back is not None:
                 await self._call(back, name)
 
-        def send() -> Awaitable[Any]:
-            sent: Awaitable[Any] = self._call(call, name, replication)
-            return sent
+        def send() -> Any:
+            return self._call(call, name, replication)
 
         packer = self._packer
+        packed = None
         if replication is None and call.replication is None and packer is not None:
-            # on the pipeline or a direct call, a cancelled caller's reply is still read: no
-            # task of its own needed
-            return finish_kept(send, lambda: packer.pack(call), take_back)
-        return finish_despite_cancel(send(), take_back)
-
-    # end async-only
+            # on the pipeline or a direct call, a cancelled caller's reply is still read
+            packed = functools.partial(packer.pack, call)
+        return cancel.finish_call(send, take_back, packed=packed)
 
     async def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
         """Perform ``op``'s requests one by one until it returns; with ``replication`` every
         script waits for replica acknowledgements. ``close()`` stops it at its next wait."""
-        # begin async-only
-        if self._closed:
-            op.close()
-            raise ClientClosedError(name=name)
-        try:
-            self._loop.check(name)
-        except EventLoopError:
-            op.close()
-            raise
-        self._active += 1
-        self._idle.clear()
-        # else sync
-        # with self._ops_mutex:
-        #     if self._closed:
-        #         op.close()
-        #         raise ClientClosedError(name=name)
-        #     self._active += 1
-        # end async-only
+        ops = self._ops
+        with ops.mutex:
+            if self._closed:
+                op.close()
+                raise ClientClosedError(name=name)
+            try:
+                self._loop.check(name)  # asyncio: the loop it was first used on
+            except EventLoopError:
+                op.close()
+                raise
+            ops.started()
         try:
             return await self._drive(op, name, replication)
         finally:
-            # begin async-only
-            self._active -= 1
-            if not self._active:
-                self._idle.set()
-            # else sync
-            # with self._ops_mutex:
-            #     self._active -= 1
-            #     if not self._active and self._closed:  # close() waits for it
-            #         self._ops.notify_all()
-            # end async-only
+            with ops.mutex:
+                ops.ended(self._closed)
 
     async def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
         if not self._state.pubsub.settled:
@@ -1065,11 +766,7 @@ class AsyncClient(ClientBase, AsyncClosing):
                         reply, resume = hung, op.throw
                         continue
                     try:
-                        # begin async-only
                         reply = await self._perform(request, name, replication)
-                        # else sync
-                        # reply = self._call(request, name, replication)
-                        # end async-only
                     except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
                         if isinstance(exc, ServerUnavailableError) and timed_out(exc):
@@ -1079,13 +776,8 @@ class AsyncClient(ClientBase, AsyncClosing):
                             # granted as the client closed: give it back
                             back = request.undo(reply)
                             if back is not None:
-                                # begin async-only
-                                with contextlib.suppress(Exception):
+                                with contextlib.suppress(*compat.FAILED):
                                     await self._call(back, name)
-                                # else sync
-                                # with contextlib.suppress(RedleaseError):
-                                #     self._call(back, name)
-                                # end async-only
                             raise ClientClosedError(name=name)
                 elif isinstance(request, Subscribe):
                     leave = request.leave
@@ -1104,7 +796,7 @@ class AsyncClient(ClientBase, AsyncClosing):
                     reply = await wait(waiter, request.timeout)
                     self._stop_if_closed(name)  # a hand-over it brought is left (leave)
                 elif isinstance(request, Sleep):
-                    await wait_event(self._closing, request.seconds)
+                    await compat.wait_event(self._closing, request.seconds)
                     reply = None
                     self._stop_if_closed(name)
         except StopIteration as stop:
@@ -1118,24 +810,14 @@ class AsyncClient(ClientBase, AsyncClosing):
             if leave is not None and hung is not None:
                 self._give_back_later(leave, name)
             elif leave is not None:
-                # begin async-only
-                with contextlib.suppress(Exception, asyncio.CancelledError):
-                    await asyncio.wait_for(asyncio.shield(self._call(leave, name)), CANCEL_GRACE)
-                # else sync
-                # with contextlib.suppress(RedleaseError):
-                #     self._call(leave, name)
-                # end async-only
+                with contextlib.suppress(*compat.FAILED_OR_CANCELLED):
+                    await cancel.bounded(self._call(leave, name))
 
-    _giving_back: set[asyncio.Task[None]] | None = None  # async-only
-
-    # begin async-only
     def _check_loop(self, name: str | None) -> None:
         """Raise ``EventLoopError`` if this client was first used on another event loop (for
         the calls that read the server without ``_run``: an election's ``leader()``,
         ``eviction_policies()``, ...)."""
         self._loop.check(name)
-
-    # end async-only
 
     def _give_back_later(self, call: Call, name: str | None) -> None:
         """Send a give-back in a task of its own: the server did not answer a call of this
@@ -1145,15 +827,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             with contextlib.suppress(RedleaseError):
                 await self._call(call, name)
 
-        # begin async-only
-        if self._giving_back is None:
-            self._giving_back = set()
-        task = asyncio.get_running_loop().create_task(send())
-        self._giving_back.add(task)  # keep a reference until it is done
-        task.add_done_callback(self._giving_back.discard)
-        # else sync
-        # threading.Thread(target=send, name="redlease-give-back", daemon=True).start()
-        # end async-only
+        compat.spawn(send, "redlease-give-back")
 
     def _stop_if_closed(self, name: str | None) -> None:
         if self._closed:
@@ -1167,80 +841,47 @@ class AsyncClient(ClientBase, AsyncClosing):
                 self._subscriber.holders = self._state  # told of force releases
             return self._subscriber
 
-    # begin async-only
-    _settling: asyncio.Lock | None = None
-
     async def _settle_pubsub(self, name: str | None) -> None:
         """On a cluster, once: sharded pub/sub if every master has it, else classic."""
-        if self._settling is None:
-            self._settling = asyncio.Lock()
         async with self._settling:  # one probe, however many tasks start at once
             if self._state.pubsub.settled:
                 return
             try:
-                await self.redis.initialize()
+                await compat.ready(self.redis)
             except PROBE_ERRORS as exc:
                 raise_translated(exc, self.address, name, user=self._user)
 
             async def probe(node: Any) -> BaseException | None:
                 try:
-                    await cancellable(self.redis.execute_command(*SHARDED_PROBE, target_nodes=node))
+                    await cancel.cancellable(
+                        self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
+                    )
                 except PROBE_ERRORS as exc:
                     return exc
                 return None
 
             nodes = self.redis.get_primaries()
-            answers = list(await asyncio.gather(*(probe(node) for node in nodes)))
+            answers = await compat.gather(*(probe(node) for node in nodes))
             error = settle_pubsub(self._state.pubsub, answers, self.address)
             if error is not None:
                 raise_translated(error, self.address, name)
-
-    # else sync
-    # def _settle_pubsub(self, name: str | None) -> None:
-    #     """On a cluster, once: sharded pub/sub if every master has it, else classic."""
-    #     with self._start_mutex:  # one probe, however many threads start at once
-    #         if self._state.pubsub.settled:
-    #             return
-    #         answers: list[BaseException | None] = []
-    #         for node in self.redis.get_primaries():
-    #             try:
-    #                 self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
-    #             except PROBE_ERRORS as exc:
-    #                 answers.append(exc)
-    #             else:
-    #                 answers.append(None)
-    #         error = settle_pubsub(self._state.pubsub, answers, self.address)
-    #         if error is not None:
-    #             raise_translated(error, self.address, name)
-    # end async-only
 
     async def eviction_policies(self) -> list[EvictionPolicy]:
         """What each server (each master of a cluster) does with lock keys when memory runs
         short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
         be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
-        self._check_loop(None)  # async-only
+        self._check_loop(None)
         found = await self._read_policies(strict=True)
         assert found is not None  # strict: raised instead
         return found
-
-    # begin async-only
-    _checking: asyncio.Lock | None = None
-    # end async-only
 
     async def _check_servers(self, name: str | None) -> None:
         """The first-use check (and its half-hourly repeat): read each server's eviction
         policy, then warn, refuse (raise ``EvictionPolicyError``) or go on (``eviction``). A
         user not allowed ``CONFIG GET`` or ``INFO`` is not hindered; a server that cannot be
         reached is checked again later, and the operation goes on as it would have."""
-        # begin async-only
-        if self._checking is None:
-            self._checking = asyncio.Lock()
-        checking = self._checking
-        # else sync
-        # checking = self._check_mutex
-        # end async-only
         refused = None
-        async with checking:  # one check, however many start at once
+        async with self._checking:  # one check, however many start at once
             if self._checks.policy_due():
                 if self._checks.mode == "ignore":
                     self._checks.judge([])
@@ -1276,7 +917,7 @@ class AsyncClient(ClientBase, AsyncClosing):
                 pipe = self.redis.pipeline(transaction=False)
                 for each in clients:
                     pipe.get(record_key(each))
-                replies = await cancellable(pipe.execute(raise_on_error=False))
+                replies = await cancel.cancellable(pipe.execute(raise_on_error=False))
             except PROBE_ERRORS as exc:
                 log.debug("holder records not read: %s", exc)
             else:
@@ -1303,13 +944,15 @@ class AsyncClient(ClientBase, AsyncClosing):
             where = {} if node is None else {"target_nodes": node}
             try:
                 try:
-                    config: Any = await cancellable(ask("CONFIG GET", CONFIG_PATTERN, **where))
+                    config: Any = await cancel.cancellable(
+                        ask("CONFIG GET", CONFIG_PATTERN, **where)
+                    )
                 except redis.exceptions.ResponseError as exc:  # not allowed, or renamed
                     config = exc
                 info: Any = None
                 if policy_of(address, config, None).policy is None:
                     try:
-                        info = await cancellable(ask("INFO", "memory", **where))
+                        info = await cancel.cancellable(ask("INFO", "memory", **where))
                     except redis.exceptions.ResponseError as exc:
                         info = exc
             except PROBE_ERRORS as exc:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio  # async-only
-import sys  # async-only
-
-# begin async-only
-# else sync
-# import threading
-# end async-only
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .._asyncio import compat
+from .._asyncio.cancel import cancellable
+from .._asyncio.subscriber import wait
 from .._core.arguments import Seconds, seconds, wait_seconds
 from .._core.backoff import Outage
 from .._core.lock import OUTAGE_TOLERANCE
@@ -28,8 +24,6 @@ from ..errors import (
     ServerUnavailableError,
     StaleTokenError,
 )
-from .cancel import cancellable  # async-only
-from .subscriber import wait
 
 if TYPE_CHECKING:
     from .client import AsyncClient
@@ -53,11 +47,7 @@ class AsyncTerm:
         """This candidate's identity (what ``leader()`` reports while it leads)."""
         self.token = 0
         """The term's fencing token: greater than every earlier term's and hold's on the name."""
-        # begin async-only
-        self.lost = asyncio.Event()
-        # else sync
-        # self.lost = threading.Event()
-        # end async-only
+        self.lost = compat.Event()
         self.error: LeaseLostError | None = None
         """Why the leadership was lost (``None`` while it lasts)."""
         self.started = time.monotonic()
@@ -102,10 +92,8 @@ class AsyncElection(ElectionBase):
     async def leadership(
         self,
         timeout: Seconds | None = None,
-        # begin async-only
         *,
         cancel_on_loss: bool = False,
-        # end async-only
     ) -> AsyncIterator[AsyncTerm]:
         """``async with election.leadership() as term:`` wait until this candidate leads,
         lead for the block, then resign.
@@ -136,18 +124,14 @@ class AsyncElection(ElectionBase):
                 f"election {self.name!r}: this task already leads it; terms do not nest"
             )
         term = AsyncTerm(self.name, identity, owner)
-        # begin async-only
-        task = asyncio.current_task() if cancel_on_loss else None
+        task = compat.current_task() if cancel_on_loss else None
         cancelled = False
-        # end async-only
 
         def lost(error: LeaseLostError) -> None:
             term._lose(self._lost_error(identity, term.token, owner, error))
-            # begin async-only
             nonlocal cancelled
-            if task is not None and term._inside and not task.done() and not cancelled:
-                cancelled = task.cancel(f"election {self.name!r}: leadership lost")
-            # end async-only
+            if term._inside and not cancelled:
+                cancelled = compat.cancel(task, f"election {self.name!r}: leadership lost")
 
         lock = self.client.lock(self.lock_name, on_lease_lost=lost)
         blocking = wait_for != 0  # 0: one try
@@ -165,24 +149,20 @@ class AsyncElection(ElectionBase):
         term._inside = True
         try:
             yield term
-        # begin async-only
-        except asyncio.CancelledError:
+        except compat.Cancelled:
             term._inside = False
             await self._resign(lock, term, quiet=True)
-            if cancelled and term.error is not None and _uncancel(task) == 0:
+            if cancelled and term.error is not None and compat.uncancel(task) == 0:
                 # our own cancellation, and nobody else's: the loss is what ended the block
                 raise term.error from term.error.__cause__
             raise
-        # end async-only
         except BaseException:
             term._inside = False
             await self._resign(lock, term, quiet=True)
             raise
         term._inside = False
-        # begin async-only
         if cancelled:  # the block caught our cancellation and went on
-            _uncancel(task)
-        # end async-only
+            compat.uncancel(task)
         await self._resign(lock, term, quiet=False)
         if term.error is not None:
             raise term.error
@@ -248,7 +228,7 @@ class AsyncElection(ElectionBase):
     async def _record(self) -> tuple[int, str] | None:
         if self.client._closed:
             raise ClientClosedError(name=self.name)
-        self.client._check_loop(self.lock_name)  # async-only
+        self.client._check_loop(self.lock_name)
         try:
             value = await cancellable(self.client.redis.get(self._record_key))
         except TRANSLATED as exc:
@@ -261,11 +241,7 @@ class AsyncElection(ElectionBase):
         self,
         *,
         poll: Seconds = OBSERVE_POLL,
-        # begin async-only
-        stop: asyncio.Event | None = None,
-        # else sync
-        # stop: threading.Event | None = None,
-        # end async-only
+        stop: compat.Event | None = None,
     ) -> AsyncIterator[str | None]:
         """Yield the leader now (its identity, or ``None``), then each time it changes.
 
@@ -286,7 +262,7 @@ class AsyncElection(ElectionBase):
             ServerUnavailableError: the server could not be reached for 10 s in a row."""
         every = seconds(poll, "poll")
         client = self.client
-        client._check_loop(self.lock_name)  # async-only
+        client._check_loop(self.lock_name)
         if not client._state.pubsub.settled:
             await client._settle_pubsub(self.name)
         subscriber = client._subscriber_started()
@@ -326,15 +302,3 @@ class AsyncElection(ElectionBase):
 
     def __repr__(self) -> str:
         return f"<redlease.AsyncElection {self.name!r} on {self.client.address}>"
-
-
-# begin async-only
-def _uncancel(task: asyncio.Task[Any] | None) -> int:
-    """Take back one cancellation of ``task``; the cancellations still pending (always 0 on
-    Python 3.10, which does not count them)."""
-    if task is None or sys.version_info < (3, 11):
-        return 0
-    return task.uncancel()
-
-
-# end async-only

@@ -134,7 +134,6 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         kept = None if keep_for is None else plan_keep(self, owner, keep_for)
         plan = kept or self._plan_release(owner, retry=retry)
         try:
-            # begin async-only
             remaining = await self.client._run_kept(
                 plan.op,
                 plan.again,
@@ -142,9 +141,6 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
                 self._replication,
                 lambda remaining: self._released(plan, remaining),
             )
-            # else sync
-            # remaining = self.client._run(plan.op, self.name, self._replication)
-            # end async-only
         except BaseException as exc:
             self._release_failed(plan, exc)
             raise

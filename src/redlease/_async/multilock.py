@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio  # async-only
 import time
 from collections.abc import Iterable
 from typing import Protocol
 
+from .._asyncio import compat
 from .._core.arguments import Seconds, optional_seconds, wait_args
 from .._shared.log import log
 from .._shared.multilockbase import check_members, first_error, order_key
@@ -77,27 +77,21 @@ class AsyncMultiLock(AsyncHeld):
         await self._release_all(self._order, raise_errors=True)
 
     async def _release_all(self, locks: Iterable[SupportsAsyncLock], *, raise_errors: bool) -> None:
-        # begin async-only
         # in the caller's task (a hold belongs to its task); each member's release completes
         # even when cancelled, and a cancellation waits until every member had its turn
-        cancelled: asyncio.CancelledError | None = None
-        # end async-only
+        cancelled: compat.Cancelled | None = None
         errors: list[BaseException] = []
         for lock in reversed(list(locks)):
             try:
                 await lock.release()
-            # begin async-only
-            except asyncio.CancelledError as exc:
+            except compat.Cancelled as exc:
                 cancelled = exc
-            # end async-only
             except Exception as exc:
                 errors.append(exc)
-        # begin async-only
         if cancelled is not None:
             for error in errors:
                 log.warning("AsyncMultiLock release (cancelled): a member failed: %r", error)
             raise cancelled
-        # end async-only
         if errors and raise_errors:
             raise first_error(errors, "AsyncMultiLock release")
         for error in errors:

@@ -9,6 +9,11 @@ from typing import Any
 import redis.asyncio
 import redis.exceptions
 
+from .._asyncio import compat
+from .._asyncio.fanout import (
+    AsyncRedlockDriver,
+    Master,
+)
 from .._core import redlock as core
 from .._core.arguments import Seconds, seconds
 from .._core.watchdog import RenewalPolicy
@@ -17,15 +22,10 @@ from .._shared.clientbase import default_timeouts
 from .._shared.redlockbase import check_masters
 from .._shared.state import ClientState
 from ..errors import (
-    ArgumentTypeError,
     InvalidArgumentError,
     LeaseLostError,
 )
 from .client import AsyncClient
-from .fanout import (
-    AsyncRedlockDriver,
-    Master,
-)
 from .redlock_lock import AsyncRedlockLock
 from .shared import AsyncClosing
 
@@ -53,17 +53,7 @@ class AsyncRedlockClient(AsyncRedlockDriver, AsyncClosing):
         clients = list(clients)
         for given in clients:
             if not isinstance(given, redis.asyncio.Redis):
-                # begin async-only
-                raise ArgumentTypeError(
-                    "AsyncRedlockClient needs redis.asyncio.Redis clients, got "
-                    f"{type(given).__name__} (use RedlockClient for redis.Redis)"
-                )
-                # else sync
-                # raise ArgumentTypeError(
-                #     f"RedlockClient needs redis.Redis clients, got {type(given).__name__}"
-                #     " (use AsyncRedlockClient for redis.asyncio)"
-                # )
-                # end async-only
+                raise compat.not_a_master(given)
         timeout = seconds(watchdog_timeout, "watchdog_timeout")
         self.master_timeout = seconds(master_timeout, "master_timeout")
         """Seconds each master is given to answer one call."""
@@ -106,16 +96,11 @@ class AsyncRedlockClient(AsyncRedlockDriver, AsyncClosing):
             checked_url(url)
         default_timeouts(redis_kwargs, 0, 0)
         clients = [redis.asyncio.Redis.from_url(url, **redis_kwargs) for url in urls]
-        # begin async-only
-        client = cls(clients, watchdog_timeout=watchdog_timeout, master_timeout=master_timeout)
-        # else sync
-        # try:
-        #     client = cls(clients, watchdog_timeout=watchdog_timeout, master_timeout=master_timeout)  # noqa: E501
-        # except BaseException:
-        #     for made in clients:
-        #         made.close()
-        #     raise
-        # end async-only
+        try:
+            client = cls(clients, watchdog_timeout=watchdog_timeout, master_timeout=master_timeout)
+        except BaseException:
+            compat.close_unused(clients)
+            raise
         for master in client._masters:
             master.client._owns_redis = True
         return client
@@ -123,11 +108,7 @@ class AsyncRedlockClient(AsyncRedlockDriver, AsyncClosing):
     @property
     def id(self) -> str:
         """This client's id: the first half of every owner field it writes."""
-        # begin async-only
-        self._state.check_fork()
-        # else sync
-        # self._check_fork()
-        # end async-only
+        self._check_fork()
         return self._state.id
 
     def lock(

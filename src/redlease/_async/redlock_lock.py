@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._asyncio.cancel import finish_despite_cancel
 from .._core import redlock as core
 from .._core.arguments import Seconds
 from .._shared.redlockbase import RedlockLockBase
 from ..errors import LeaseLostError
-from .cancel import finish_despite_cancel  # async-only
 from .shared import AsyncHeld, AsyncLockQueries
 
 if TYPE_CHECKING:

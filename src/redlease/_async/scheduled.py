@@ -3,17 +3,16 @@ runs on one of them per tick."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from .._asyncio.compat import JobDecorator
 from .._core.arguments import Seconds
 from .._shared.scheduledbase import ScheduledBase, ScheduledRun
-from ..errors import InvalidArgumentError, LeaseLostError, RedleaseError
+from ..errors import LeaseLostError, RedleaseError
 
 if TYPE_CHECKING:
     from .client import AsyncClient
@@ -22,7 +21,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class AsyncScheduledLock(ScheduledBase):
+class AsyncScheduledLock(ScheduledBase, JobDecorator):
     """The slot of a scheduled job, ShedLock's ``@SchedulerLock``: a job that every instance
     runs at the same times runs on one of them per tick; the others skip it at once, never
     wait.
@@ -119,60 +118,6 @@ class AsyncScheduledLock(ScheduledBase):
         if not entered:
             del self._entered[here]
         return await slot.__aexit__(exc_type, exc, tb)
-
-    # begin async-only
-    @overload
-    def __call__(self, fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R | None]]: ...
-
-    @overload
-    def __call__(self, fn: Callable[P, R]) -> Callable[P, Awaitable[R | None]]: ...
-
-    def __call__(self, fn: Callable[P, Any]) -> Callable[P, Awaitable[Any]]:
-        """Decorate a job (a coroutine function, or a plain function run in the loop): each
-        call runs it if the slot is free and returns its result, else returns ``None`` at
-        once."""
-        if not callable(fn):
-            raise InvalidArgumentError(f"scheduled_lock decorates a function, got {fn!r}")
-        token = self._wants_token(fn)
-        job: Callable[..., Any] = fn
-        coroutine = inspect.iscoroutinefunction(fn)
-
-        @functools.wraps(fn)
-        async def wrapper(*args: Any, **kwargs: Any) -> Any:
-            async with self._slot() as run:
-                if not run:
-                    return None
-                if token:
-                    self._give_token(run, kwargs, fn)
-                result = job(*args, **kwargs)
-                return await result if coroutine else result
-
-        return wrapper
-
-    # else sync
-    # def __call__(self, fn: Callable[P, R]) -> Callable[P, R | None]:
-    #     """Decorate a job: each call runs it if the slot is free and returns its result,
-    #     else returns ``None`` at once."""
-    #     if not callable(fn):
-    #         raise InvalidArgumentError(f"scheduled_lock decorates a function, got {fn!r}")
-    #     if inspect.iscoroutinefunction(fn):
-    #         raise InvalidArgumentError(
-    #             f"{fn.__qualname__} is a coroutine function: use AsyncClient.scheduled_lock"
-    #         )
-    #     token = self._wants_token(fn)
-    #     job: Callable[..., R] = fn
-    #
-    #     @functools.wraps(fn)
-    #     def wrapper(*args: Any, **kwargs: Any) -> R | None:
-    #         with self._slot() as run:
-    #             if not run:
-    #                 return None
-    #             if token:
-    #                 self._give_token(run, kwargs, fn)
-    #             return job(*args, **kwargs)
-    #
-    #     return wrapper
-    # end async-only
 
     def __repr__(self) -> str:
         return (

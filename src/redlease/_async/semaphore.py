@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio  # async-only
 import os
 import threading
 import time
@@ -12,6 +11,8 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .._asyncio import cancel
+from .._asyncio.cancel import finish_despite_cancel
 from .._core import semaphore as core
 from .._core.arguments import Seconds
 from .._core.requests import Call
@@ -30,8 +31,7 @@ from .._shared.semaphorebase import (
     report_unsettled,
 )
 from .._shared.state import fork_generation
-from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError, RedleaseError
-from .cancel import CANCEL_GRACE, finish_despite_cancel  # async-only
+from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from .shared import AsyncHeld
 
 if TYPE_CHECKING:
@@ -533,13 +533,8 @@ class AsyncPermitKeeper:
                 )
             return
         try:
-            # begin async-only
-            reply = await asyncio.wait_for(asyncio.shield(client._call(call, name)), CANCEL_GRACE)
-        except (RedleaseError, asyncio.TimeoutError, asyncio.CancelledError) as exc:
-            # else sync
-            #     reply = client._call(call, name)
-            # except RedleaseError as exc:
-            # end async-only
+            reply = await cancel.bounded(client._call(call, name))
+        except cancel.GAVE_UP as exc:
             log.warning("undo of an abandoned request on %r failed, retrying later: %s", name, exc)
             with self.mutex:
                 self.table.keep_undo(pending)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, TypeVar
 
+from .._asyncio.compat import Closer
+
 H = TypeVar("H", bound="AsyncHeld")
 C = TypeVar("C", bound="AsyncClosing")
 
@@ -36,19 +38,9 @@ class AsyncHeld:
         await self._release_on_exit()
 
 
-class AsyncClosing:
+class AsyncClosing(Closer):
     """``async with client:`` closes the client on the way out."""
 
-    async def close(self) -> None:
-        raise NotImplementedError
-
-    # begin async-only
-    async def aclose(self) -> None:
-        """The same as ``close()``, in redis-py's spelling (``redis.asyncio.Redis.aclose``
-        since 5.0.1, the standard library's for asynchronous resources)."""
-        await self.close()
-
-    # end async-only
     async def __aenter__(self: C) -> C:
         return self
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Collection
 from typing import Any, Literal, ParamSpec, TypeVar, overload
@@ -18,17 +19,14 @@ from .._core.scripts import Script
 from .._redis.connections import (
     PROBE_ERRORS,
     SHARDED_PROBE,
-    call_tokens,
     check_cluster_options,
     check_connection_options,
     settle_pubsub,
 )
 from .._redis.errors import (
     CONNECTION_ERRORS,
-    HUNG,
     NOT_RETRIED,
     TRANSLATED,
-    Hung,
     check_replicas,
     cluster_from_url_failed,
     gives_back,
@@ -39,7 +37,7 @@ from .._redis.errors import (
 )
 from .._redis.servers import CONFIG_PATTERN, Eviction, policy_of
 from .._redis.urls import checked_url, is_sentinel_url, sentinel_master
-from .._redis.wire import SPARE_CONNECTIONS, Packer
+from .._redis.wire import Packer
 from .._shared.channels import Waiter
 from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
 from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key
@@ -47,10 +45,15 @@ from .._shared.holders import parse as parse_record
 from .._shared.holders import record as holder_record
 from .._shared.locked import OnBusy, bound
 from .._shared.log import log
-from .._shared.state import HANDOFF_WINDOW, ThreadOwners, fork_generation, fork_safe
+from .._shared.state import HANDOFF_WINDOW, fork_generation
+from .._threads import cancel, compat
+from .._threads.line import Lines
+from .._threads.subscriber import Subscriber, wait
+from .._threads.transport import Pipeline, send_checked_out
+from .._threads.watchdog import Watchdog
 from ..errors import (
-    ArgumentTypeError,
     ClientClosedError,
+    EventLoopError,
     InvalidArgumentError,
     LeaseLostError,
     RedleaseError,
@@ -60,20 +63,15 @@ from ..errors import (
 from ..stats import EvictionPolicy, HolderInfo
 from .election import Election
 from .latch import CountDownLatch
-from .line import Lines
 from .lock import FairLock, Lock
 from .rwlock import ReadWriteLock
 from .scheduled import ScheduledLock
 from .semaphore import LeaseSemaphore, Semaphore
 from .shared import Closing
-from .subscriber import Subscriber, wait, wait_event
-from .watchdog import Watchdog
 
 T = TypeVar("T")
 R = TypeVar("R")
 P = ParamSpec("P")
-
-_owners = ThreadOwners()
 
 
 class Client(ClientBase, Closing):
@@ -111,10 +109,7 @@ class Client(ClientBase, Closing):
         holder_info: str | None = None,
     ) -> None:
         if not isinstance(redis_client, redis.Redis | redis.cluster.RedisCluster):
-            raise ArgumentTypeError(
-                f"Client needs a redis.Redis or RedisCluster, got {type(redis_client).__name__}"
-                " (use AsyncClient for redis.asyncio)"
-            )
+            raise compat.not_a_client(redis_client)
         super().__init__(
             redis_client,
             watchdog_timeout=watchdog_timeout,
@@ -129,23 +124,26 @@ class Client(ClientBase, Closing):
         self._start_mutex = threading.Lock()
         self._lines = Lines()
         """Each lock's local line: the client's own waiters, of which only the head asks."""
-        self._ops_mutex = threading.Lock()
-        """Guards ``_closed`` and ``_active``: the operations under way, which ``close()``
-        stops and waits for (on ``_ops``)."""
-        self._ops = threading.Condition(self._ops_mutex)
-        self._active = 0
-        self._check_mutex = threading.Lock()  # one server check at a time (_check_servers)
-        self._closing = threading.Event()
+        self._ops = compat.Operations()
+        """The operations under way, which ``close()`` stops and waits for; its ``mutex``
+        guards ``_closed`` too."""
+        self._settling = compat.Mutex()  # one pub/sub probe at a time (_settle_pubsub)
+        self._checking = compat.Mutex()  # one server check at a time (_check_servers)
+        self._closing = compat.Event()
         """Set by ``close()``: ends a back-off pause at once."""
-        fork_safe(self)
+        self._loop = compat.LoopBinding("Client")  # asyncio: its connections' one loop
+        compat.fork_safe(self)
         # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
         # a cluster (redirections) or a single-connection client goes through redis-py
         self._packer: Packer | None = None
         self._spare: list[Any] = []
         self._spare_generation = fork_generation()
+        self._pipeline: Pipeline | None = None
         if isinstance(redis_client, redis.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
-        self._slots = call_tokens(redis_client)
+            if False:  # every thread's calls share a few connections (see transport)
+                self._pipeline = Pipeline(redis_client.connection_pool, self._packer.checkout)
+        self._slots = compat.call_slots(redis_client)
         """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
 
     @classmethod
@@ -388,7 +386,7 @@ class Client(ClientBase, Closing):
         timeout: Seconds | None = None,
         lease: Seconds | None = None,
         on_busy: Literal["wait", "raise"] = "wait",
-    ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+    ) -> Callable[[compat.Job[P, R]], compat.Job[P, R]]: ...
 
     @overload
     def locked(
@@ -398,7 +396,7 @@ class Client(ClientBase, Closing):
         timeout: Seconds | None = None,
         lease: Seconds | None = None,
         on_busy: Literal["skip"],
-    ) -> Callable[[Callable[P, R]], Callable[P, R | None]]: ...
+    ) -> Callable[[compat.Job[P, R]], compat.Job[P, R | None]]: ...
 
     def locked(
         self,
@@ -408,18 +406,20 @@ class Client(ClientBase, Closing):
         lease: Seconds | None = None,
         on_busy: OnBusy = "wait",
     ) -> Any:
-        """Decorate a function so that each call runs holding the lock named by ``template``
-        formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
+        """Decorate a function so that each call runs holding the lock named by
+        ``template`` formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
 
         ``on_busy``: what a call does when the lock is taken. ``"wait"`` (the default) waits
         up to ``timeout`` (``None``: as long as it takes), then raises ``LockTimeoutError``;
         ``"raise"`` raises it at once; ``"skip"`` returns ``None`` at once without running
         the function (logged at INFO, a ``skipped`` event to the listeners). ``"raise"`` and
         ``"skip"`` try once unless given a ``timeout``. ``timeout=0`` is a single try.
-        ``lease`` as for ``acquire``. A template field that names no parameter is an error
-        at decoration. For a client made later (at startup), see ``redlease.locked``.
+        ``lease`` as for ``acquire``. A template field that names no parameter is an error at
+        decoration. For a client made later (at startup), see ``redlease.locked``.
         """
-        return bound(self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=False)
+        return bound(
+            self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=compat.ASYNCIO
+        )
 
     def fenced_get(self, key: str, token: int) -> bytes | str | None:
         """Read the string ``key`` as the holder of ``token``, and make ``key`` refuse every
@@ -468,7 +468,7 @@ class Client(ClientBase, Closing):
         meanwhile; ``close()`` waits for that (at most ``CLOSE_GRACE`` seconds). Holds still
         held are not released: they expire with their lease.
         """
-        with self._ops:
+        with self._ops.mutex:
             if self._closed:
                 return
             self._closed = True
@@ -478,12 +478,13 @@ class Client(ClientBase, Closing):
             subscriber = self._subscriber
         if subscriber is not None:
             subscriber.close()  # wakes every waiter
-        with self._ops:
-            self._ops.wait_for(lambda: self._active == 0, CLOSE_GRACE)
+        self._ops.wait_idle(CLOSE_GRACE)
         with self._start_mutex:
             watchdog = self._watchdog
         if watchdog is not None:
             watchdog.stop()
+        if self._pipeline is not None:
+            self._pipeline.close()  # its connections go back to the pool
         self._drop_idle(None)  # the spares only: the pool closes with its client
         if self._owns_redis:
             self.redis.close()
@@ -493,7 +494,7 @@ class Client(ClientBase, Closing):
     def _owner(self) -> str:
         if self._state.check_fork():
             self._after_fork()
-        return self._state.owner(_owners.current())
+        return self._state.owner(compat.owner_number())
 
     def _after_fork(self) -> None:
         # the parent's watchdog and subscriber are not the child's: start fresh ones on demand
@@ -504,13 +505,13 @@ class Client(ClientBase, Closing):
 
     def _fresh_after_fork(self) -> None:
         """Fresh locks (a thread of the parent may have held one at the fork), and none of
-        the parent's threads, whose locks could be held too."""
+        the parent's threads, whose locks could be held too (``compat.fork_safe``: called
+        in a forked child on threads; an asyncio client notices a fork where it is used)."""
         self._start_mutex = threading.Lock()
-        self._ops_mutex = threading.Lock()
-        self._ops = threading.Condition(self._ops_mutex)
-        self._active = 0
-        self._check_mutex = threading.Lock()
-        self._slots = call_tokens(self.redis)
+        self._ops = compat.Operations()
+        self._settling = compat.Mutex()
+        self._checking = compat.Mutex()
+        self._slots = compat.call_slots(self.redis)
         self._after_fork()
 
     def _call(
@@ -526,6 +527,10 @@ class Client(ClientBase, Closing):
         on the way to the socket (this one, ``_send``, ``_send_packed``, ``_perform``) return
         what their callee returns, unawaited: on asyncio, one coroutine less per call."""
         replication = call.replication or replication
+        shared = self._pipeline
+        if shared is not None and not shared.closed and replication is None and via is None:
+            # the pipeline bounds its own queue and takes a few connections: no slot needed
+            return self._call_once_more(call, name, replication, via)
         return self._call_in_slot(call, name, replication, via)
 
     def _call_in_slot(
@@ -539,11 +544,12 @@ class Client(ClientBase, Closing):
         slots = self._slots
         if slots is None:  # the pool sets no bound
             return self._call_once_more(call, name, replication, via)
-        slots.get()  # a burst beyond the pool waits here, not in an error
+        # a burst beyond the pool waits here, not in an error (and sends nothing if cancelled)
+        cancel.before_sending(slots.acquire())
         try:
             return self._call_once_more(call, name, replication, via)
         finally:
-            slots.put(None)
+            slots.release()
 
     def _call_once_more(
         self,
@@ -577,7 +583,11 @@ class Client(ClientBase, Closing):
         if name is None or not needs_key_type(exc):
             return ""
         try:
-            found = (via or self.redis).type(name)
+            if self._pipeline is not None and self._packer is not None and via is None:
+                # on the pipeline: a burst of refused calls opens no pool connections
+                found = self._send_packed(self._packer.command("TYPE", name))
+                return key_type_shown(found)
+            found = cancel.cancellable((via or self.redis).type(name))
         except Exception:
             return ""
         return key_type_shown(found)
@@ -607,7 +617,9 @@ class Client(ClientBase, Closing):
         if replication is None and self._packer is not None and via is self.redis:
             return self._send_packed(self._packer.pack(call))
         if replication is None:
-            return via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            return cancel.cancellable(
+                via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
+            )
         return self._send_replicated(call, name, replication, via)
 
     def _send_replicated(
@@ -618,7 +630,7 @@ class Client(ClientBase, Closing):
         pipe = via.pipeline(transaction=False)
         pipe.evalsha(sha, numkeys, *args)
         pipe.wait(replication.replicas, replication.timeout_ms)
-        reply, acked = pipe.execute()
+        reply, acked = cancel.cancellable(pipe.execute())
         return check_replicas(reply, int(acked), replication, name)
 
     def _load_once(self, script: Script, via: redis.Redis, loads: int) -> None:
@@ -627,9 +639,10 @@ class Client(ClientBase, Closing):
         it now (then wait for that one): a burst of calls on an empty script cache (a fresh or
         restarted server, a failover) sends one ``SCRIPT LOAD``, not one per call."""
         sha = script.sha
-        mine = threading.Event()
+        mine = compat.Event()
         while (under_way := self._script_loading.setdefault(sha, mine)) is not mine:
-            under_way.wait()  # ends as that load ends, whatever its outcome
+            # ends as that load ends, whatever its outcome (and nothing ran if cancelled)
+            cancel.before_sending(under_way.wait())
         try:
             if self._script_loads.get(sha, 0) == loads:  # none loaded it since (or it failed)
                 self._load(script, via)
@@ -646,70 +659,84 @@ class Client(ClientBase, Closing):
         if self._packer is not None and via is self.redis:
             self._send_packed(self._packer.command("SCRIPT", "LOAD", script.source))
         else:
-            via.script_load(script.source)
+            cancel.cancellable(via.script_load(script.source))
 
     def _send_packed(self, packed: bytes) -> Any:
         """A command packed by redlease: on the pipeline when it is on, else
         ``_send_checked_out``."""
+        if self._pipeline is not None and not self._pipeline.closed:
+            return self._pipeline.call(packed)  # on asyncio, shared connections
         return self._send_checked_out(packed)
 
     def _send_checked_out(self, packed: bytes) -> Any:
-        """A command packed by redlease, on a connection it keeps between calls; a dead
-        connection is retried as redis-py's own commands are (the connection's ``retry``)."""
-        pool, packer = self.redis.connection_pool, self._packer
+        """A command packed by redlease, on a connection it keeps between calls
+        (``transport.send_checked_out``)."""
+        packer = self._packer
         assert packer is not None  # only called when the hot path is on
-        spare = self._spare
         if self._spare_generation != fork_generation():
             # a forked child never touches its parent's sockets
-            spare = self._spare = []
+            self._spare = []
             self._spare_generation = fork_generation()
-        try:
-            conn = spare.pop()
-        except IndexError:
-            conn = pool.get_connection(*packer.checkout)
+        return send_checked_out(self.redis.connection_pool, packer.checkout, self._spare, packed)
+
+    def _run_kept(
+        self,
+        op: Operation[T],
+        again: Callable[[], Operation[T]] | None,
+        name: str,
+        replication: Replication | None,
+        then: Callable[[T], Any],
+    ) -> T:
+        """``_run`` for an operation that finishes even when its caller is cancelled (a
+        release): ``then`` runs on its result before the cancellation goes on
+        (``cancel.finish_run``; ``again``: the operation made anew, same request ids)."""
+        packer = self._packer
+        pack = packer.pack if packer is not None and replication is None else None
+
+        run = functools.partial(self._run, name=name, replication=replication)
+        return cancel.finish_run(run, op, then, again=again, pack=pack)
+
+    def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
+        """The reply of ``call``; a call with an ``undo`` finishes even when its caller is
+        cancelled, and is undone (``cancel.finish_call``)."""
+        if call.undo is None:
+            return self._call(call, name, replication)
+        undo = call.undo
+
+        def take_back(reply: Any) -> None:
+            back = undo(reply)
+            if back is not None:
+                self._call(back, name)
 
         def send() -> Any:
-            try:
-                conn.send_packed_command([packed])
-                return conn.read_response()
-            except HUNG as exc:  # a hung server: redis-py's retry would only wait again
-                raise Hung(exc) from exc
+            return self._call(call, name, replication)
 
-        def failed(_: Exception) -> None:
-            conn.disconnect()
-
-        try:
-            reply = conn.retry.call_with_retry(send, failed)
-        except redis.exceptions.ResponseError:
-            spare.append(conn)  # an error reply, read whole: the connection is fine
-            raise
-        except BaseException as exc:
-            conn.disconnect()  # nothing or half a reply read: never reuse it as it is
-            pool.release(conn)
-            if isinstance(exc, Hung):
-                raise exc.error from None
-            raise
-        if len(spare) < SPARE_CONNECTIONS:
-            spare.append(conn)
-        else:
-            pool.release(conn)
-        return reply
+        packer = self._packer
+        packed = None
+        if replication is None and call.replication is None and packer is not None:
+            # on the pipeline or a direct call, a cancelled caller's reply is still read
+            packed = functools.partial(packer.pack, call)
+        return cancel.finish_call(send, take_back, packed=packed)
 
     def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
         """Perform ``op``'s requests one by one until it returns; with ``replication`` every
         script waits for replica acknowledgements. ``close()`` stops it at its next wait."""
-        with self._ops_mutex:
+        ops = self._ops
+        with ops.mutex:
             if self._closed:
                 op.close()
                 raise ClientClosedError(name=name)
-            self._active += 1
+            try:
+                self._loop.check(name)  # asyncio: the loop it was first used on
+            except EventLoopError:
+                op.close()
+                raise
+            ops.started()
         try:
             return self._drive(op, name, replication)
         finally:
-            with self._ops_mutex:
-                self._active -= 1
-                if not self._active and self._closed:  # close() waits for it
-                    self._ops.notify_all()
+            with ops.mutex:
+                ops.ended(self._closed)
 
     def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
         if not self._state.pubsub.settled:
@@ -735,7 +762,7 @@ class Client(ClientBase, Closing):
                         reply, resume = hung, op.throw
                         continue
                     try:
-                        reply = self._call(request, name, replication)
+                        reply = self._perform(request, name, replication)
                     except (ServerUnavailableError, ReplicaError) as exc:
                         reply, resume = exc, op.throw
                         if isinstance(exc, ServerUnavailableError) and timed_out(exc):
@@ -745,7 +772,7 @@ class Client(ClientBase, Closing):
                             # granted as the client closed: give it back
                             back = request.undo(reply)
                             if back is not None:
-                                with contextlib.suppress(RedleaseError):
+                                with contextlib.suppress(*compat.FAILED):
                                     self._call(back, name)
                             raise ClientClosedError(name=name)
                 elif isinstance(request, Subscribe):
@@ -765,7 +792,7 @@ class Client(ClientBase, Closing):
                     reply = wait(waiter, request.timeout)
                     self._stop_if_closed(name)  # a hand-over it brought is left (leave)
                 elif isinstance(request, Sleep):
-                    wait_event(self._closing, request.seconds)
+                    compat.wait_event(self._closing, request.seconds)
                     reply = None
                     self._stop_if_closed(name)
         except StopIteration as stop:
@@ -779,8 +806,14 @@ class Client(ClientBase, Closing):
             if leave is not None and hung is not None:
                 self._give_back_later(leave, name)
             elif leave is not None:
-                with contextlib.suppress(RedleaseError):
-                    self._call(leave, name)
+                with contextlib.suppress(*compat.FAILED_OR_CANCELLED):
+                    cancel.bounded(self._call(leave, name))
+
+    def _check_loop(self, name: str | None) -> None:
+        """Raise ``EventLoopError`` if this client was first used on another event loop (for
+        the calls that read the server without ``_run``: an election's ``leader()``,
+        ``eviction_policies()``, ...)."""
+        self._loop.check(name)
 
     def _give_back_later(self, call: Call, name: str | None) -> None:
         """Send a give-back in a thread of its own: the server did not answer a call of this
@@ -790,7 +823,7 @@ class Client(ClientBase, Closing):
             with contextlib.suppress(RedleaseError):
                 self._call(call, name)
 
-        threading.Thread(target=send, name="redlease-give-back", daemon=True).start()
+        compat.spawn(send, "redlease-give-back")
 
     def _stop_if_closed(self, name: str | None) -> None:
         if self._closed:
@@ -806,17 +839,25 @@ class Client(ClientBase, Closing):
 
     def _settle_pubsub(self, name: str | None) -> None:
         """On a cluster, once: sharded pub/sub if every master has it, else classic."""
-        with self._start_mutex:  # one probe, however many threads start at once
+        with self._settling:  # one probe, however many threads start at once
             if self._state.pubsub.settled:
                 return
-            answers: list[BaseException | None] = []
-            for node in self.redis.get_primaries():
+            try:
+                compat.ready(self.redis)
+            except PROBE_ERRORS as exc:
+                raise_translated(exc, self.address, name, user=self._user)
+
+            def probe(node: Any) -> BaseException | None:
                 try:
-                    self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
+                    cancel.cancellable(
+                        self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
+                    )
                 except PROBE_ERRORS as exc:
-                    answers.append(exc)
-                else:
-                    answers.append(None)
+                    return exc
+                return None
+
+            nodes = self.redis.get_primaries()
+            answers = compat.gather(*(probe(node) for node in nodes))
             error = settle_pubsub(self._state.pubsub, answers, self.address)
             if error is not None:
                 raise_translated(error, self.address, name)
@@ -825,6 +866,7 @@ class Client(ClientBase, Closing):
         """What each server (each master of a cluster) does with lock keys when memory runs
         short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
         be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
+        self._check_loop(None)
         found = self._read_policies(strict=True)
         assert found is not None  # strict: raised instead
         return found
@@ -834,9 +876,8 @@ class Client(ClientBase, Closing):
         policy, then warn, refuse (raise ``EvictionPolicyError``) or go on (``eviction``). A
         user not allowed ``CONFIG GET`` or ``INFO`` is not hindered; a server that cannot be
         reached is checked again later, and the operation goes on as it would have."""
-        checking = self._check_mutex
         refused = None
-        with checking:  # one check, however many start at once
+        with self._checking:  # one check, however many start at once
             if self._checks.policy_due():
                 if self._checks.mode == "ignore":
                     self._checks.judge([])
@@ -872,7 +913,7 @@ class Client(ClientBase, Closing):
                 pipe = self.redis.pipeline(transaction=False)
                 for each in clients:
                     pipe.get(record_key(each))
-                replies = pipe.execute(raise_on_error=False)
+                replies = cancel.cancellable(pipe.execute(raise_on_error=False))
             except PROBE_ERRORS as exc:
                 log.debug("holder records not read: %s", exc)
             else:
@@ -899,13 +940,13 @@ class Client(ClientBase, Closing):
             where = {} if node is None else {"target_nodes": node}
             try:
                 try:
-                    config: Any = ask("CONFIG GET", CONFIG_PATTERN, **where)
+                    config: Any = cancel.cancellable(ask("CONFIG GET", CONFIG_PATTERN, **where))
                 except redis.exceptions.ResponseError as exc:  # not allowed, or renamed
                     config = exc
                 info: Any = None
                 if policy_of(address, config, None).policy is None:
                     try:
-                        info = ask("INFO", "memory", **where)
+                        info = cancel.cancellable(ask("INFO", "memory", **where))
                     except redis.exceptions.ResponseError as exc:
                         info = exc
             except PROBE_ERRORS as exc:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,6 +14,9 @@ from .._core.lock import OUTAGE_TOLERANCE
 from .._redis.errors import TRANSLATED, raise_translated
 from .._shared.electionbase import OBSERVE_POLL, ElectionBase, parse_record
 from .._shared.log import log
+from .._threads import compat
+from .._threads.cancel import cancellable
+from .._threads.subscriber import wait
 from ..errors import (
     ClientClosedError,
     InvalidArgumentError,
@@ -23,7 +25,6 @@ from ..errors import (
     ServerUnavailableError,
     StaleTokenError,
 )
-from .subscriber import wait
 
 if TYPE_CHECKING:
     from .client import Client
@@ -47,7 +48,7 @@ class Term:
         """This candidate's identity (what ``leader()`` reports while it leads)."""
         self.token = 0
         """The term's fencing token: greater than every earlier term's and hold's on the name."""
-        self.lost = threading.Event()
+        self.lost = compat.Event()
         self.error: LeaseLostError | None = None
         """Why the leadership was lost (``None`` while it lasts)."""
         self.started = time.monotonic()
@@ -117,9 +118,14 @@ class Election(ElectionBase):
                 f"election {self.name!r}: this thread already leads it; terms do not nest"
             )
         term = Term(self.name, identity, owner)
+        task = compat.current_task() if False else None
+        cancelled = False
 
         def lost(error: LeaseLostError) -> None:
             term._lose(self._lost_error(identity, term.token, owner, error))
+            nonlocal cancelled
+            if term._inside and not cancelled:
+                cancelled = compat.cancel(task, f"election {self.name!r}: leadership lost")
 
         lock = self.client.lock(self.lock_name, on_lease_lost=lost)
         blocking = wait_for != 0  # 0: one try
@@ -137,11 +143,20 @@ class Election(ElectionBase):
         term._inside = True
         try:
             yield term
+        except compat.Cancelled:
+            term._inside = False
+            self._resign(lock, term, quiet=True)
+            if cancelled and term.error is not None and compat.uncancel(task) == 0:
+                # our own cancellation, and nobody else's: the loss is what ended the block
+                raise term.error from term.error.__cause__
+            raise
         except BaseException:
             term._inside = False
             self._resign(lock, term, quiet=True)
             raise
         term._inside = False
+        if cancelled:  # the block caught our cancellation and went on
+            compat.uncancel(task)
         self._resign(lock, term, quiet=False)
         if term.error is not None:
             raise term.error
@@ -183,7 +198,7 @@ class Election(ElectionBase):
         command = self._publish_command(self.client._state.pubsub.sharded)
         message = f"{what} {token}"
         try:
-            self.client.redis.execute_command(command, self._channel, message)
+            cancellable(self.client.redis.execute_command(command, self._channel, message))
         except TRANSLATED as exc:
             log.debug("election %r: announcing %s failed: %s", self.name, what, exc)
 
@@ -207,8 +222,9 @@ class Election(ElectionBase):
     def _record(self) -> tuple[int, str] | None:
         if self.client._closed:
             raise ClientClosedError(name=self.name)
+        self.client._check_loop(self.lock_name)
         try:
-            value = self.client.redis.get(self._record_key)
+            value = cancellable(self.client.redis.get(self._record_key))
         except TRANSLATED as exc:
             if self.client._closed:  # closed while the read was under way
                 raise ClientClosedError(name=self.name) from None
@@ -219,7 +235,7 @@ class Election(ElectionBase):
         self,
         *,
         poll: Seconds = OBSERVE_POLL,
-        stop: threading.Event | None = None,
+        stop: compat.Event | None = None,
     ) -> Iterator[str | None]:
         """Yield the leader now (its identity, or ``None``), then each time it changes.
 
@@ -240,6 +256,7 @@ class Election(ElectionBase):
             ServerUnavailableError: the server could not be reached for 10 s in a row."""
         every = seconds(poll, "poll")
         client = self.client
+        client._check_loop(self.lock_name)
         if not client._state.pubsub.settled:
             client._settle_pubsub(self.name)
         subscriber = client._subscriber_started()

@@ -9,6 +9,7 @@ from .._core import latch as core
 from .._core.arguments import Seconds
 from .._core.latch import LatchStatistics
 from .._core.semaphore import primitive_name, wait_timeout
+from .._threads.cancel import finish_despite_cancel
 
 if TYPE_CHECKING:
     from .client import Client
@@ -47,7 +48,9 @@ class CountDownLatch:
 
     def count_down(self) -> None:
         """Take one off the count; at zero, wake every waiter. Does nothing on an open latch."""
-        self.client._run(core.count_down(self._keys), self.name)
+        finish_despite_cancel(
+            self.client._run(core.count_down(self._keys), self.name), lambda _left: None
+        )
 
     def count(self) -> int:
         """The count now (0: open)."""
@@ -56,7 +59,9 @@ class CountDownLatch:
     def delete(self) -> bool:
         """Delete the latch (Redisson's ``delete``): it is open, and every waiter of every
         client is woken; ``False`` when it was open already."""
-        return self.client._run(core.delete(self._keys), self.name)
+        return finish_despite_cancel(
+            self.client._run(core.delete(self._keys), self.name), lambda _deleted: None
+        )
 
     def wait(self, timeout: Seconds | None = None) -> bool:
         """Wait until the count is zero; ``False`` when ``timeout`` ran out first (``None``:

@@ -133,7 +133,13 @@ class Lock(LockBase, Held, LockQueries):
         kept = None if keep_for is None else plan_keep(self, owner, keep_for)
         plan = kept or self._plan_release(owner, retry=retry)
         try:
-            remaining = self.client._run(plan.op, self.name, self._replication)
+            remaining = self.client._run_kept(
+                plan.op,
+                plan.again,
+                self.name,
+                self._replication,
+                lambda remaining: self._released(plan, remaining),
+            )
         except BaseException as exc:
             self._release_failed(plan, exc)
             raise

@@ -10,6 +10,7 @@ from typing import Protocol
 from .._core.arguments import Seconds, optional_seconds, wait_args
 from .._shared.log import log
 from .._shared.multilockbase import check_members, first_error, order_key
+from .._threads import compat
 from .shared import Held
 
 
@@ -75,12 +76,21 @@ class MultiLock(Held):
         self._release_all(self._order, raise_errors=True)
 
     def _release_all(self, locks: Iterable[SupportsLock], *, raise_errors: bool) -> None:
+        # in the caller's thread (a hold belongs to its thread); each member's release completes
+        # even when cancelled, and a cancellation waits until every member had its turn
+        cancelled: compat.Cancelled | None = None
         errors: list[BaseException] = []
         for lock in reversed(list(locks)):
             try:
                 lock.release()
+            except compat.Cancelled as exc:
+                cancelled = exc
             except Exception as exc:
                 errors.append(exc)
+        if cancelled is not None:
+            for error in errors:
+                log.warning("MultiLock release (cancelled): a member failed: %r", error)
+            raise cancelled
         if errors and raise_errors:
             raise first_error(errors, "MultiLock release")
         for error in errors:

@@ -17,16 +17,16 @@ from .._redis.urls import checked_url
 from .._shared.clientbase import default_timeouts
 from .._shared.redlockbase import check_masters
 from .._shared.state import ClientState
+from .._threads import compat
+from .._threads.fanout import (
+    Master,
+    RedlockDriver,
+)
 from ..errors import (
-    ArgumentTypeError,
     InvalidArgumentError,
     LeaseLostError,
 )
 from .client import Client
-from .fanout import (
-    Master,
-    RedlockDriver,
-)
 from .redlock_lock import RedlockLock
 from .shared import Closing
 
@@ -54,10 +54,7 @@ class RedlockClient(RedlockDriver, Closing):
         clients = list(clients)
         for given in clients:
             if not isinstance(given, redis.Redis):
-                raise ArgumentTypeError(
-                    f"RedlockClient needs redis.Redis clients, got {type(given).__name__}"
-                    " (use AsyncRedlockClient for redis.asyncio)"
-                )
+                raise compat.not_a_master(given)
         timeout = seconds(watchdog_timeout, "watchdog_timeout")
         self.master_timeout = seconds(master_timeout, "master_timeout")
         """Seconds each master is given to answer one call."""
@@ -103,8 +100,7 @@ class RedlockClient(RedlockDriver, Closing):
         try:
             client = cls(clients, watchdog_timeout=watchdog_timeout, master_timeout=master_timeout)
         except BaseException:
-            for made in clients:
-                made.close()
+            compat.close_unused(clients)
             raise
         for master in client._masters:
             master.client._owns_redis = True

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .._core import redlock as core
 from .._core.arguments import Seconds
 from .._shared.redlockbase import RedlockLockBase
+from .._threads.cancel import finish_despite_cancel
 from ..errors import LeaseLostError
 from .shared import Held, LockQueries
 
@@ -78,7 +79,9 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
             QuorumError: fewer than a majority could confirm the release."""
         plan = self._plan_release(self.client._owner())
         try:
-            result = self.client._run(plan.op, self.name)
+            result = finish_despite_cancel(
+                self.client._run(plan.op, self.name), lambda result: self._released(plan, result)
+            )
         except BaseException as exc:
             self._release_failed(plan, exc)
             raise

@@ -4,17 +4,16 @@ runs on one of them per tick."""
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from .._core.arguments import Seconds
 from .._shared.scheduledbase import ScheduledBase, ScheduledRun
-from ..errors import InvalidArgumentError, LeaseLostError, RedleaseError
+from .._threads.compat import JobDecorator
+from ..errors import LeaseLostError, RedleaseError
 
 if TYPE_CHECKING:
     from .client import Client
@@ -23,7 +22,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class ScheduledLock(ScheduledBase):
+class ScheduledLock(ScheduledBase, JobDecorator):
     """The slot of a scheduled job, ShedLock's ``@SchedulerLock``: a job that every instance
     runs at the same times runs on one of them per tick; the others skip it at once, never
     wait.
@@ -119,29 +118,6 @@ class ScheduledLock(ScheduledBase):
         if not entered:
             del self._entered[here]
         return slot.__exit__(exc_type, exc, tb)
-
-    def __call__(self, fn: Callable[P, R]) -> Callable[P, R | None]:
-        """Decorate a job: each call runs it if the slot is free and returns its result,
-        else returns ``None`` at once."""
-        if not callable(fn):
-            raise InvalidArgumentError(f"scheduled_lock decorates a function, got {fn!r}")
-        if inspect.iscoroutinefunction(fn):
-            raise InvalidArgumentError(
-                f"{fn.__qualname__} is a coroutine function: use AsyncClient.scheduled_lock"
-            )
-        token = self._wants_token(fn)
-        job: Callable[..., R] = fn
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> R | None:
-            with self._slot() as run:
-                if not run:
-                    return None
-                if token:
-                    self._give_token(run, kwargs, fn)
-                return job(*args, **kwargs)
-
-        return wrapper
 
     def __repr__(self) -> str:
         return (

@@ -30,7 +30,9 @@ from .._shared.semaphorebase import (
     report_unsettled,
 )
 from .._shared.state import fork_generation
-from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError, RedleaseError
+from .._threads import cancel
+from .._threads.cancel import finish_despite_cancel
+from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from .shared import Held
 
 if TYPE_CHECKING:
@@ -127,7 +129,7 @@ class Semaphore(Held):
         if count == 0:
             return
         op = core.release(self._keys, permits=count, request_id=core.new_request_id())
-        self.client._run(op, self.name)
+        finish_despite_cancel(self.client._run(op, self.name), lambda _free: None)
 
     def drain_permits(self) -> int:
         """Take every permit free now and return how many (Redisson's ``drainPermits``); give
@@ -310,7 +312,10 @@ class LeaseSemaphore:
         # an error leaves the outcome unknown: the permit stays "releasing" (neither renewed
         # nor reported lost) and a retry sends the same request id, which the server recognises
         op = core.lease_release(self._keys, permit, request_id=request_id)
-        code = self.client._run(op, self.name)
+        code = finish_despite_cancel(
+            self.client._run(op, self.name),
+            lambda code: kept.finish(self._keys, permit, code),
+        )
         error = kept.finish(self._keys, permit, code)
         if error is not None:
             raise error
@@ -336,7 +341,10 @@ class LeaseSemaphore:
         kept = keeper(self.client)
         request_ids = kept.begin_releases(permits)
         op = core.lease_release_many(self._keys, permits, request_ids)
-        done = self.client._run(op, self.name)
+        done = finish_despite_cancel(
+            self.client._run(op, self.name),
+            lambda done: kept.finish_many(self._keys, permits, done),
+        )
         error = kept.finish_many(self._keys, permits, done)
         if error is not None:
             raise error
@@ -517,8 +525,8 @@ class PermitKeeper:
                 )
             return
         try:
-            reply = client._call(call, name)
-        except RedleaseError as exc:
+            reply = cancel.bounded(client._call(call, name))
+        except cancel.GAVE_UP as exc:
             log.warning("undo of an abandoned request on %r failed, retrying later: %s", name, exc)
             with self.mutex:
                 self.table.keep_undo(pending)

@@ -7,6 +7,8 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, TypeVar
 
+from .._threads.compat import Closer
+
 H = TypeVar("H", bound="Held")
 C = TypeVar("C", bound="Closing")
 
@@ -37,11 +39,8 @@ class Held:
         self._release_on_exit()
 
 
-class Closing:
+class Closing(Closer):
     """``with client:`` closes the client on the way out."""
-
-    def close(self) -> None:
-        raise NotImplementedError
 
     def __enter__(self: C) -> C:
         return self

@@ -65,11 +65,6 @@ IDLE_CHECK = 0.25
 """Seconds between looks for channels to unsubscribe."""
 
 
-def wait_event(event: threading.Event, timeout: float) -> bool:
-    """Block until ``event`` is set or ``timeout`` passes; whether it was set."""
-    return event.wait(timeout)
-
-
 def wait(waiter: Waiter, timeout: float) -> Handed | bool:
     """Block until ``waiter`` is woken or ``timeout`` passes; consume the wake-up (and the
     hand-over it brought)."""

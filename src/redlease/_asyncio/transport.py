@@ -18,20 +18,18 @@ ever be sent or read out of turn:
   idempotent for a repeated request.
 
 Without the pipeline (the default) an ``AsyncClient`` sends one command per checked-out
-connection, in the caller's task (``send_direct``); a caller cancelled under ``KEEP`` after its
-command went out still reads the reply (``read_late``). The sync ``Client`` sends one command
-per checked-out connection (``_send_packed``).
+connection, in the caller's task (``send_checked_out``, ``send_direct``); a caller cancelled in
+``cancel``'s path 1 after its command went out still reads the reply (``read_late``). The sync
+``Client`` sends one command per checked-out connection too (``_threads/transport.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import sys
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import redis.exceptions
 
@@ -41,10 +39,9 @@ else:  # redis-py's own dependency there
     from async_timeout import timeout as async_timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
 
 from .._redis.errors import HUNG, Hung
+from .._redis.wire import SPARE_CONNECTIONS
 from .._shared.state import fork_generation
-from .cancel import CANCEL_GRACE, cancellable
-
-T = TypeVar("T")
+from .cancel import CANCEL_GRACE, Cancelled, cancellable, keeping
 
 WIDTH = 2
 """Connections a pipeline keeps at most: one is enough to keep a single server busy; a second
@@ -65,32 +62,8 @@ class PipelineClosedError(redis.exceptions.ConnectionError):
     """The pipeline was closed with the call still queued (``AsyncClient.close``)."""
 
 
-KEEP: contextvars.ContextVar[bool] = contextvars.ContextVar("redlease_keep", default=False)
-"""Set (by ``finish_kept``) around a call whose outcome its caller must learn even when
-cancelled: the caller then gets a ``Cancelled`` that carries it (from the pipeline or from a
-direct call, ``send_direct``)."""
-
-
-class Cancelled(asyncio.CancelledError):
-    """The caller of a call made under ``KEEP`` was cancelled: ``packed`` is the command,
-    ``sent`` whether it was written, ``outcome`` its reply or error (a done future) once read,
-    ``None`` if not sent or not answered within ``CANCEL_GRACE``."""
-
-    def __init__(
-        self,
-        cancelled: asyncio.CancelledError,
-        packed: bytes,
-        sent: bool,
-        outcome: asyncio.Future[Any] | None,
-    ) -> None:
-        super().__init__(*cancelled.args)  # the cancellation's message, if any
-        self.packed = packed
-        self.sent = sent
-        self.outcome = outcome
-
-
 _UNSENT = object()
-"""What a cancelled caller under ``KEEP`` learns of a call the writer dropped unsent."""
+"""What a cancelled caller in ``cancel``'s path 1 learns of a call the writer dropped unsent."""
 
 
 class _Link:
@@ -143,7 +116,7 @@ class Pipeline:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._retry: Any = None  # the connections' redis-py ``retry``, once one is open
         self._late: dict[asyncio.Future[Any], asyncio.Future[Any]] = {}
-        """Calls whose caller was cancelled under ``KEEP``: where their reply goes instead."""
+        """Calls whose caller was cancelled in ``cancel``'s path 1: where their reply goes."""
         self.closed = False
 
     async def call(self, packed: bytes) -> Any:
@@ -183,7 +156,7 @@ class Pipeline:
         if loop is not self._loop or self._generation != fork_generation():
             # a forked child (or another event loop) never touches the connections it finds
             self._forget(loop)
-        keep = KEEP.get()
+        keep = keeping()
         try:
             if self._queued >= DEPTH:
                 await self._wait_for_room()
@@ -226,7 +199,7 @@ class Pipeline:
         packed: bytes,
         future: asyncio.Future[Any],
     ) -> Cancelled:
-        """What a caller cancelled under ``KEEP`` raises: a call not yet written is dropped
+        """What a caller cancelled in ``cancel``'s path 1 raises: a call not yet written is dropped
         (the writer skips a cancelled one); else its reply, still read in turn, is awaited
         (bounded) and handed up."""
         if future.done() and not future.cancelled():
@@ -243,7 +216,7 @@ class Pipeline:
     def _hand_late(
         self, future: asyncio.Future[Any], reply: Any, error: BaseException | None
     ) -> None:
-        """Hand the reply (or error) of a cancelled caller's call to it (under ``KEEP``)."""
+        """Hand the reply (or error) of a cancelled caller's call to it (in ``cancel``'s path 1)."""
         late = self._late.pop(future, None)
         if late is None or late.done():
             return
@@ -485,67 +458,73 @@ class Pipeline:
         self._retiring = set()
 
 
-async def finish_kept(
-    send: Callable[[], Awaitable[T]],
-    packed: Callable[[], bytes],
-    then: Callable[[T], Awaitable[Any]],
-) -> T:
-    """``cancel.finish_despite_cancel`` for a call sent on the pipeline or directly
-    (``send_direct``), without a task of its own: ``send()`` runs in the caller's task under
-    ``KEEP``, so a cancelled caller still gets the outcome of its command (``packed()``) and
-    runs ``then`` on the reply (bounded) before the cancellation goes on; when the outcome is
-    unknown (a connection lost, or cancelled between two tries) the call is sent once more for
-    it (every script is idempotent)."""
-    return await run_kept(send, lambda cancelled: _settle(cancelled, send, packed, then))
-
-
-async def run_kept(
-    send: Callable[[], Awaitable[T]],
-    settle: Callable[[asyncio.CancelledError], Awaitable[Any]],
-) -> T:
-    """Await ``send()`` under ``KEEP``; if the caller is cancelled, ``settle`` the cancellation
-    (what it carries: see ``Cancelled``) within ``CANCEL_GRACE``, its errors suppressed, then
-    let the cancellation go on."""
-    keep: contextvars.Token[bool] | None = KEEP.set(True)
+async def send_checked_out(
+    pool: Any, checkout: tuple[str, ...], spare: list[Any], packed: bytes
+) -> Any:
+    """A command packed by redlease, on a connection kept between calls (``spare``, at most
+    ``SPARE_CONNECTIONS``; else one from ``pool``), in the caller's task; a dead connection is
+    retried as redis-py's own commands are (the connection's ``retry``). A caller cancelled in
+    ``cancel``'s path 1 gets a ``Cancelled`` carrying the reply, read late, when the command
+    was written."""
+    keep = keeping()
+    progress = Progress()
     try:
-        return await send()
-    except asyncio.CancelledError as cancelled:
-        assert keep is not None
-        KEEP.reset(keep)
-        keep = None
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(settle(cancelled), CANCEL_GRACE)
-        if isinstance(cancelled, Cancelled):
-            # a plain one: asyncio.timeout() recognises its own by the exact class
-            raise asyncio.CancelledError(*cancelled.args) from None
+        conn = spare.pop()
+    except IndexError:
+        try:
+            conn = await pool.get_connection(*checkout)
+        except asyncio.CancelledError as cancelled:
+            if keep:
+                raise Cancelled(cancelled, packed, False, None) from None
+            raise
+
+    async def send() -> Any:
+        try:
+            return await send_direct(conn, packed, progress)
+        except HUNG as exc:  # a hung server: redis-py's retry would only wait again
+            raise Hung(exc) from exc
+
+    async def failed(_: Exception) -> None:
+        await conn.disconnect()
+
+    try:
+        reply = await conn.retry.call_with_retry(send, failed)
+    except redis.exceptions.ResponseError:
+        spare.append(conn)  # an error reply, read whole: the connection is fine
         raise
-    finally:
-        if keep is not None:
-            KEEP.reset(keep)
+    except BaseException as exc:
+        if keep and isinstance(exc, asyncio.CancelledError):
+            raise await _kept(exc, pool, spare, conn, packed, progress) from None
+        # nothing or half a reply read (or cancelled mid-read): never reuse it as it is
+        await conn.disconnect(nowait=True)
+        await pool.release(conn)
+        if isinstance(exc, Hung):
+            raise exc.error from None
+        raise
+    if len(spare) < SPARE_CONNECTIONS:
+        spare.append(conn)
+    else:
+        await pool.release(conn)
+    return reply
 
 
-async def _settle(
+async def _kept(
     cancelled: asyncio.CancelledError,
-    send: Callable[[], Awaitable[T]],
-    packed: Callable[[], bytes],
-    then: Callable[[T], Awaitable[Any]],
-) -> None:
-    """Run ``then`` on the outcome of a call whose caller was cancelled (see
-    ``finish_kept``)."""
-    if isinstance(cancelled, Cancelled):
-        if not cancelled.sent:
-            return  # never written: nothing to undo
-        if cancelled.packed != packed():
-            return  # another command of the call (SCRIPT LOAD, TYPE): its script did not run
-        outcome = cancelled.outcome
-        if outcome is not None:
-            error = outcome.exception()
-            if error is None:
-                await then(outcome.result())
-                return
-            if isinstance(error, HUNG) or not isinstance(error, redis.exceptions.ConnectionError):
-                return  # refused (nothing ran), or hung: as a call that raised
-    await then(await send())
+    pool: Any,
+    spare: list[Any],
+    conn: Any,
+    packed: bytes,
+    progress: Progress,
+) -> Cancelled:
+    """What a direct call cancelled in path 1 raises: the reply, read late when the caller
+    was cancelled awaiting it; else whether its command may have gone out."""
+    outcome = await read_late(conn) if progress.reading else None
+    if outcome is not None and len(spare) < SPARE_CONNECTIONS:
+        spare.append(conn)  # read in step: as good as any
+    else:
+        await conn.disconnect(nowait=True)
+        await pool.release(conn)
+    return Cancelled(cancelled, packed, progress.written, outcome)
 
 
 class Progress:

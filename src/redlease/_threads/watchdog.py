@@ -20,7 +20,7 @@ from .._shared.state import RenewalJob
 from ..errors import ReplicaError, ServerUnavailableError
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .._sync.client import Client
 
 
 class Watchdog:
@@ -144,7 +144,7 @@ class Watchdog:
         if self._cluster is None:
             timeout = self._client._policy.interval / 4
             try:
-                self._cluster = bounded_cluster(self._client.redis, timeout)
+                self._cluster = _bounded_cluster(self._client.redis, timeout)
             except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
                 raise unavailable(exc, self._client.address, None) from exc
             if self._stop.is_set():  # stopped while it was being built
@@ -152,7 +152,7 @@ class Watchdog:
         return self._cluster
 
 
-def bounded_cluster(
+def _bounded_cluster(
     cluster: redis.cluster.RedisCluster, timeout: float
 ) -> redis.cluster.RedisCluster:
     """A ``RedisCluster`` over ``cluster``'s nodes, with its connection settings (TLS, ACL

@@ -36,10 +36,10 @@ from .._redis.errors import CONNECTION_ERRORS, translate, unavailable
 from .._shared.channels import Waiter
 from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
 from .._shared.state import ThreadOwners
+from .._sync.client import Client
 from ..errors import (
     ClientClosedError,
 )
-from .client import Client
 from .subscriber import Subscriber
 
 IO_TIMEOUT = 5.0

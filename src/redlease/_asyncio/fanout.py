@@ -20,6 +20,7 @@ import redis.exceptions
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
+from .._async.client import AsyncClient
 from .._core import redlock as core
 from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
@@ -33,8 +34,8 @@ from ..errors import (
     ClientClosedError,
 )
 from .cancel import cancellable
-from .client import AsyncClient, LoopBinding
-from .subscriber import Subscriber, wait_event
+from .compat import LoopBinding, wait_event
+from .subscriber import Subscriber
 
 
 def consume(task: asyncio.Future[Any]) -> None:
@@ -395,12 +396,15 @@ class AsyncRedlockDriver(RedlockClientBase):
         for master in self._masters:
             await master.close()
 
-    def _owner(self) -> str:
+    def _check_fork(self) -> None:
         if self._state.check_fork():
             self._watchdog = None
             for master in self._masters:
                 master.client._owner()  # lets each master client notice the fork too
                 master._idle = []  # the parent's sockets are not ours
+
+    def _owner(self) -> str:
+        self._check_fork()
         return self._state.owner(_owners.current(asyncio.current_task()))
 
     async def _run(self, op: core.RedlockOperation[T], name: str | None) -> T:

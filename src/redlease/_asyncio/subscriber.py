@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -58,25 +57,7 @@ from .._shared.channels import (
 from .._shared.log import log
 from ..errors import ClientClosedError
 from .cancel import cancellable
-
-
-async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Whether ``event`` was set within ``timeout`` seconds.
-
-    Not ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that arrives just as
-    the event is set (CPython gh-86296), and a cancelled waiter must stop waiting."""
-    if sys.version_info >= (3, 11):
-        try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-        except TimeoutError:
-            return False
-        return True
-    try:  # pragma: no cover - Python 3.10
-        await asyncio.wait_for(event.wait(), timeout)
-    except asyncio.TimeoutError:
-        return False
-    return True
+from .compat import wait_event
 
 
 async def wait(waiter: Waiter, timeout: float) -> Handed | bool:

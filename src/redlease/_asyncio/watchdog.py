@@ -16,15 +16,15 @@ from .._redis.connections import cluster_node_of, renewal_down
 from .._shared.log import log
 from .._shared.state import RenewalJob
 from ..errors import ReplicaError, ServerUnavailableError
-from .subscriber import wait_event
+from .compat import wait_event
 
 if TYPE_CHECKING:
-    from .client import AsyncClient
+    from .._async.client import AsyncClient
 
 T = TypeVar("T")
 
 
-async def bounded(awaitable: Awaitable[T], seconds: float) -> T:
+async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
     """``await awaitable``, or ``TimeoutError`` after ``seconds``. On Python 3.11+ in the
     calling task (``asyncio.timeout``), not in a task of its own as ``asyncio.wait_for`` runs
     it: on an event loop kept busy by other tasks every hop from one task or callback to the
@@ -96,7 +96,7 @@ class AsyncWatchdog:
                 # the holder record, every half hour while holds are renewed; bounded as a
                 # renewal is, so a hung server delays the next round little
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await bounded(client._write_record(), policy.interval / 4)
+                    await _bounded(client._write_record(), policy.interval / 4)
             # renewals count from when they were sent; the next round is due an interval
             # after this one was due (fixed rate: a steady lateness of a busy loop cancels out)
             next_round = policy.next_round(wake, started, all(done), time.monotonic())
@@ -117,7 +117,7 @@ class AsyncWatchdog:
             )
             try:
                 # a hung server must not hide an expired lease: bound the call
-                reply = await bounded(self._client._call(call, None), bound)
+                reply = await _bounded(self._client._call(call, None), bound)
             except ReplicaError as exc:
                 failed(exc)
                 ok = False

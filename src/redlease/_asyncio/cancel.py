@@ -1,0 +1,266 @@
+"""Finishing despite a cancellation (asyncio): the one mechanism.
+
+A call that changed (or may have changed) server state, such as a grant to give back or a
+release, must finish, and be undone or recorded, before a cancellation of its caller goes on.
+Callers use one family of entry points; how it is done is this module's choice:
+
+* ``finish_call(send, then, packed=...)``: one script call (``send()``) whose outcome a
+  cancelled caller must act on (``then``, e.g. give back a grant);
+* ``finish_run(run, op, then, again=..., pack=...)``: a whole operation (a release), its
+  result recorded by ``then``;
+* ``finish_despite_cancel(awaitable, then)``: any other awaitable (a semaphore's or latch's
+  call, a Redlock fan-out);
+* ``bounded(awaitable)``: a best-effort give-back that a cancellation must not cut short;
+* ``before_sending(awaitable)``: a wait before a command goes out (a call slot, a
+  connection, a script load), so that a cancellation there is known to have sent nothing;
+* ``cancellable(awaitable)``: a redis-py call, so that a cancellation redis-py's
+  ``asyncio.wait_for`` swallowed on Python 3.11 still stops the caller (the reverse guard:
+  not finishing despite a cancellation, but not losing one).
+
+Two paths, one guarantee (``then`` runs on the call's real outcome, within ``CANCEL_GRACE``,
+before the cancellation propagates; the cancellation is never swallowed):
+
+1. **In the caller's task** (``finish_call`` given ``packed``, ``finish_run`` given ``again``
+   and ``pack``: a call packed by redlease, without replication). The call runs under
+   ``_KEEP``; a transport (``transport.send_direct`` on a kept connection, or the pipeline)
+   that sees its caller cancelled raises ``Cancelled``, carrying the command (``packed``),
+   whether it was written and its reply read late (``read_late``) on the same connection.
+   *Invariant relied on*: a command is either not written at all (nothing ran: nothing to
+   undo) or its reply is read in order on that connection, whatever the cancellation; a
+   reply is matched to its command by the exact packed bytes; when the outcome is still
+   unknown (a connection lost, a cancellation between two tries) the call is sent once more,
+   since every script is idempotent for a repeated request (same request ids, wait id).
+   No task per call: the hot path stays one coroutine.
+2. **A shielded task** (everything else: replication's pipeline with ``WAIT``, a cluster,
+   redis-py's own commands). The call runs in a task of its own under ``asyncio.shield``; a
+   cancelled caller waits for that task (at most ``CANCEL_GRACE``) and runs ``then`` on its
+   result. *Invariant relied on*: redis-py's call, once started in its own task, is never
+   cancelled by anyone else, so its result is the server's answer.
+
+``_threads/cancel.py`` is the no-op twin: a thread's call cannot be cancelled midway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import redis.exceptions
+
+from .._core.requests import Call, Operation
+from .._redis.errors import HUNG
+from ..errors import RedleaseError
+
+T = TypeVar("T")
+
+CANCEL_GRACE = 5.0
+"""How long a cancelled call may still take to finish (and be undone) before we give up."""
+
+GAVE_UP: tuple[type[BaseException], ...] = (
+    RedleaseError,
+    asyncio.TimeoutError,
+    asyncio.CancelledError,
+)
+"""How a ``bounded`` give-back may fail: its own error, out of time, or cancelled."""
+
+_KEEP: contextvars.ContextVar[bool] = contextvars.ContextVar("redlease_keep", default=False)
+"""Set (path 1) around a call whose outcome its caller must learn even when cancelled: the
+caller then gets a ``Cancelled`` that carries it (from the pipeline or a direct call)."""
+
+
+class Cancelled(asyncio.CancelledError):
+    """The caller of a call made in path 1 was cancelled: ``packed`` is the command, ``sent``
+    whether it was written, ``outcome`` its reply or error (a done future) once read, ``None``
+    if not sent or not answered within ``CANCEL_GRACE``."""
+
+    def __init__(
+        self,
+        cancelled: asyncio.CancelledError,
+        packed: bytes,
+        sent: bool,
+        outcome: asyncio.Future[Any] | None,
+    ) -> None:
+        super().__init__(*cancelled.args)  # the cancellation's message, if any
+        self.packed = packed
+        self.sent = sent
+        self.outcome = outcome
+
+
+def keeping() -> bool:
+    """Whether the running call is in path 1 (for the transports: then raise ``Cancelled``)."""
+    return _KEEP.get()
+
+
+def unsent(cancelled: asyncio.CancelledError, packed: bytes = b"") -> asyncio.CancelledError:
+    """What a transport raises for a caller cancelled before its command was written: in path
+    1 a ``Cancelled`` saying nothing was sent, else the cancellation itself."""
+    if _KEEP.get():
+        return Cancelled(cancelled, packed, False, None)
+    return cancelled
+
+
+async def before_sending(awaitable: Awaitable[T]) -> T:
+    """``await awaitable`` (a wait before a command is written: a call slot, another call's
+    script load); a cancellation there is known to have sent nothing (``unsent``)."""
+    try:
+        return await awaitable
+    except asyncio.CancelledError as cancelled:
+        raise unsent(cancelled) from None
+
+
+async def bounded(awaitable: Awaitable[T]) -> T:
+    """``await awaitable`` in a task of its own that a cancellation of the caller does not
+    stop, at most ``CANCEL_GRACE`` (``TimeoutError`` after)."""
+    return await asyncio.wait_for(asyncio.shield(awaitable), CANCEL_GRACE)
+
+
+async def cancellable(awaitable: Awaitable[T]) -> T:
+    """Await a call made through redis-py, and raise a cancellation it swallowed.
+
+    On Python 3.11 redis-py writes every command in ``asyncio.wait_for`` (when a
+    ``socket_timeout`` is set), and ``wait_for`` returns the inner result, dropping the
+    caller's cancellation, when the two come in the same turn of the loop (CPython
+    gh-86296, fixed in 3.12). The cancellation is still counted on the task
+    (``Task.cancelling()``): one counted during the call and not taken back raises here, so a
+    cancelled caller stops (inside a task of its own, as ``finish_despite_cancel`` runs a
+    call, the count is that task's, which nobody cancels)."""
+    task = asyncio.current_task()
+    if task is None or sys.version_info < (3, 11):  # pragma: no cover - no task, or 3.10
+        return await awaitable
+    before = task.cancelling()
+    result = await awaitable
+    if task.cancelling() > before:
+        raise asyncio.CancelledError
+    return result
+
+
+async def finish_despite_cancel(awaitable: Awaitable[T], then: Callable[[T], Any]) -> T:
+    """Await ``awaitable`` (path 2); if the caller is cancelled meanwhile, let it finish
+    (bounded), run ``then`` on its result, and re-raise the cancellation."""
+    task = asyncio.ensure_future(awaitable)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            result = await asyncio.wait_for(task, CANCEL_GRACE)
+            outcome = then(result)
+            if asyncio.iscoroutine(outcome):
+                await asyncio.wait_for(outcome, CANCEL_GRACE)
+        raise
+
+
+async def finish_call(
+    send: Callable[[], Awaitable[T]],
+    then: Callable[[T], Awaitable[Any]],
+    *,
+    packed: Callable[[], bytes] | None = None,
+) -> T:
+    """``send()`` one script call; a cancelled caller runs ``then`` on its outcome (bounded)
+    before the cancellation goes on. ``packed``: the command as redlease packs it, when it
+    goes out that way (a direct call or the pipeline, no replication): then path 1 (in the
+    caller's task; an unknown outcome is learnt by sending it once more), else path 2."""
+    if packed is None:
+        return await finish_despite_cancel(send(), then)
+    return await _run_kept(send, lambda cancelled: _settle(cancelled, send, packed, then))
+
+
+async def finish_run(
+    run: Callable[[Operation[T]], Awaitable[T]],
+    op: Operation[T],
+    then: Callable[[T], Any],
+    *,
+    again: Callable[[], Operation[T]] | None = None,
+    pack: Callable[[Call], bytes] | None = None,
+) -> T:
+    """``run(op)``; a cancelled caller runs ``then`` on its result (bounded) before the
+    cancellation goes on. With ``again`` (the operation made anew, same request ids) and
+    ``pack`` (how redlease packs a call; ``None`` when its calls do not go out packed, as
+    with replication): path 1, where the first call's reply, read late, answers ``again()``,
+    and an outcome not known that way is learnt by running ``again()`` (the server
+    recognises a request that already ran); else path 2."""
+    if again is None or pack is None:
+        return await finish_despite_cancel(run(op), then)
+    remade, packs = again, pack
+
+    async def settle(cancelled: asyncio.CancelledError) -> None:
+        result = _answered(remade(), cancelled, packs)
+        if result is None:
+            result = (await run(remade()),)
+        then(result[0])
+
+    return await _run_kept(lambda: run(op), settle)
+
+
+def _answered(
+    op: Operation[T], cancelled: asyncio.CancelledError, pack: Callable[[Call], bytes]
+) -> tuple[T] | None:
+    """The result of ``op`` when its first call's reply, read late, is what ``cancelled``
+    carries and finishes it; else ``None``."""
+    if not isinstance(cancelled, Cancelled):
+        return None
+    outcome = cancelled.outcome
+    if outcome is None or outcome.exception() is not None:
+        return None
+    try:
+        request = op.send(None)
+        if not isinstance(request, Call) or pack(request) != cancelled.packed:
+            return None
+        op.send(outcome.result())
+    except StopIteration as stop:
+        return (stop.value,)
+    finally:
+        op.close()
+    return None  # it has more to send: run anew
+
+
+async def _run_kept(
+    send: Callable[[], Awaitable[T]],
+    settle: Callable[[asyncio.CancelledError], Awaitable[Any]],
+) -> T:
+    """Await ``send()`` under ``_KEEP``; if the caller is cancelled, ``settle`` the
+    cancellation (what it carries: see ``Cancelled``) within ``CANCEL_GRACE``, its errors
+    suppressed, then let the cancellation go on."""
+    keep: contextvars.Token[bool] | None = _KEEP.set(True)
+    try:
+        return await send()
+    except asyncio.CancelledError as cancelled:
+        assert keep is not None
+        _KEEP.reset(keep)
+        keep = None
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await asyncio.wait_for(settle(cancelled), CANCEL_GRACE)
+        if isinstance(cancelled, Cancelled):
+            # a plain one: asyncio.timeout() recognises its own by the exact class
+            raise asyncio.CancelledError(*cancelled.args) from None
+        raise
+    finally:
+        if keep is not None:
+            _KEEP.reset(keep)
+
+
+async def _settle(
+    cancelled: asyncio.CancelledError,
+    send: Callable[[], Awaitable[T]],
+    packed: Callable[[], bytes],
+    then: Callable[[T], Awaitable[Any]],
+) -> None:
+    """Run ``then`` on the outcome of a call whose caller was cancelled (see
+    ``finish_call``)."""
+    if isinstance(cancelled, Cancelled):
+        if not cancelled.sent:
+            return  # never written: nothing to undo
+        if cancelled.packed != packed():
+            return  # another command of the call (SCRIPT LOAD, TYPE): its script did not run
+        outcome = cancelled.outcome
+        if outcome is not None:
+            error = outcome.exception()
+            if error is None:
+                await then(outcome.result())
+                return
+            if isinstance(error, HUNG) or not isinstance(error, redis.exceptions.ConnectionError):
+                return  # refused (nothing ran), or hung: as a call that raised
+    await then(await send())

@@ -1,0 +1,1 @@
+"""The thread engines: what differs by runtime, on threads (twin of ``_asyncio``)."""

@@ -1,0 +1,73 @@
+"""How a thread client's script call reaches the socket: the twin of ``_asyncio/transport.py``.
+
+A command packed by redlease (``_wire.Packer``) is written on a connection the client keeps
+checked out between calls (``send_checked_out``), and its reply read, in the calling thread. A
+thread's call cannot be cancelled midway, so there is nothing to read late. There is no
+pipeline on threads (``Client`` has no ``pipeline`` option): ``Pipeline`` is never made here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.exceptions
+
+from .._redis.errors import HUNG, Hung
+from .._redis.wire import SPARE_CONNECTIONS
+
+
+class PipelineClosedError(redis.exceptions.ConnectionError):
+    """Never raised on threads (no pipeline)."""
+
+
+class Pipeline:
+    """No pipeline on threads: ``Client`` has no ``pipeline`` option, and this is never made
+    (it is here for the generated client, which keeps ``_pipeline`` at ``None``)."""
+
+    closed = True
+
+    def __init__(self, pool: Any, checkout: tuple[str, ...] = (), width: int = 2) -> None:
+        raise NotImplementedError("no pipeline on threads")
+
+    def call(self, packed: bytes) -> Any:
+        raise NotImplementedError("no pipeline on threads")
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def send_checked_out(pool: Any, checkout: tuple[str, ...], spare: list[Any], packed: bytes) -> Any:
+    """A command packed by redlease, on a connection kept between calls (``spare``, at most
+    ``SPARE_CONNECTIONS``; else one from ``pool``); a dead connection is retried as redis-py's
+    own commands are (the connection's ``retry``)."""
+    try:
+        conn = spare.pop()
+    except IndexError:
+        conn = pool.get_connection(*checkout)
+
+    def send() -> Any:
+        try:
+            conn.send_packed_command([packed])
+            return conn.read_response()
+        except HUNG as exc:  # a hung server: redis-py's retry would only wait again
+            raise Hung(exc) from exc
+
+    def failed(_: Exception) -> None:
+        conn.disconnect()
+
+    try:
+        reply = conn.retry.call_with_retry(send, failed)
+    except redis.exceptions.ResponseError:
+        spare.append(conn)  # an error reply, read whole: the connection is fine
+        raise
+    except BaseException as exc:
+        conn.disconnect()  # nothing or half a reply read: never reuse it as it is
+        pool.release(conn)
+        if isinstance(exc, Hung):
+            raise exc.error from None
+        raise
+    if len(spare) < SPARE_CONNECTIONS:
+        spare.append(conn)
+    else:
+        pool.release(conn)
+    return reply
