@@ -1,8 +1,8 @@
-"""The layers stand apart: ``_async/`` and ``_sync/`` never import each other; ``_shared/``
-(what they share) imports neither of them nor a runtime; only ``_redis/`` (the redis-py
-adaptation) and the modules around it that do I/O import redis; every module imports on its
-own in a fresh interpreter, and module-level imports form no cycle. (``_core/``'s purity:
-``test_core_purity.py``.)"""
+"""The layers stand apart: ``_async/`` and ``_sync/`` (and their engines, ``_asyncio/`` and
+``_threads/``) never import each other; ``_shared/`` (what they share) imports neither of them
+nor a runtime; only ``_redis/`` (the redis-py adaptation) and the modules around it that do I/O
+import redis; every module imports on its own in a fresh interpreter, and module-level imports
+form no cycle. (``_core/``'s purity: ``test_core_purity.py``.)"""
 
 from __future__ import annotations
 
@@ -81,10 +81,20 @@ def _runtime_imports(path: Path) -> set[str]:
 
 
 def test_async_and_sync_never_import_each_other() -> None:
-    for side, other in (("_async", "redlease._sync"), ("_sync", "redlease._async")):
-        for path in (PACKAGE / side).rglob("*.py"):
-            crossed = {m for m in _all_imports(path) if m == other or m.startswith(f"{other}.")}
-            assert not crossed, f"{path.relative_to(PACKAGE)} imports {sorted(crossed)}"
+    """Nor do their engines: the asyncio side (``_async/``, ``_asyncio/``) and the thread side
+    (``_sync/``, ``_threads/``) stand apart."""
+    asyncio_side = ("_async", "_asyncio")
+    thread_side = ("_sync", "_threads")
+    for sides, others in ((asyncio_side, thread_side), (thread_side, asyncio_side)):
+        for side in sides:
+            for path in (PACKAGE / side).rglob("*.py"):
+                crossed = {
+                    m
+                    for m in _all_imports(path)
+                    for other in others
+                    if m == f"redlease.{other}" or m.startswith(f"redlease.{other}.")
+                }
+                assert not crossed, f"{path.relative_to(PACKAGE)} imports {sorted(crossed)}"
 
 
 def _top_names(path: Path) -> set[str]:
@@ -117,11 +127,13 @@ def test_shared_imports_no_runtime_and_no_redis() -> None:
 ABOVE = (
     "redlease._async",
     "redlease._sync",
+    "redlease._threads",
     "redlease.cli",
     "redlease.testing",
     "redlease.contrib",
 )
-"""What the middle layers never import when imported: the shells and the modules above them."""
+"""What the middle layers never import when imported: the shells (``redlease._async`` also
+covers ``_asyncio``), their engines and the modules above them."""
 
 
 @pytest.mark.parametrize("layer", ["_shared", "_redis"])
@@ -138,16 +150,17 @@ def test_the_middle_layers_do_not_import_the_shells_at_run_time(layer: str) -> N
 
 REDIS_USERS = (
     "_redis",
-    "_async",
+    "_async",  # and _asyncio/, its engines
     "_sync",
+    "_threads",
     "cli",
     "testing",
     "contrib",
     "demo.py",
 )
-"""The only places that import redis-py: its adaptation, the two shells, and the modules that
-talk to servers themselves (the CLI, the test servers, the demo, Redisson's stand-in, the
-integrations)."""
+"""The only places that import redis-py: its adaptation, the two shells and their engines, and
+the modules that talk to servers themselves (the CLI, the test servers, the demo, Redisson's
+stand-in, the integrations)."""
 
 
 def test_only_the_adaptation_and_the_shells_import_redis() -> None:
