@@ -541,18 +541,20 @@ async def test_lease_semaphore_expired_permit_comes_back(side, server, name):
 
 
 async def test_lease_semaphore_client_renews_and_renew_extends(side, server, name):
-    client = side.client(server.url, watchdog_timeout=0.4)
+    # a lease long enough for a renewal every 0.4 s (each call bounded by that) to land on a
+    # loaded 2-core machine: 0.4 s (a call bounded by 0.13 s) failed there ("renewal timed out")
+    client = side.client(server.url, watchdog_timeout=1.2)
     sem = lease_semaphore(side, client, name)
     assert await side(sem.try_set_permits(2))
-    watched = await side(sem.acquire())  # lease 0.4 s, renewed every 0.13 s
-    explicit = await side(sem.acquire(lease=0.3))
+    watched = await side(sem.acquire())  # lease 1.2 s, renewed every 0.4 s
+    explicit = await side(sem.acquire(lease=1.0))
     await side(sem.renew(explicit, lease=30))
-    deadline = time.monotonic() + 1.3  # more than three watchdog leases
+    deadline = time.monotonic() + 3.8  # more than three watchdog leases
     while time.monotonic() < deadline:
         stats = await side(sem.statistics())
         assert stats.holders == 2, "a renewed permit expired"
         await asyncio.sleep(0.1)
-    assert 0 < stats.ttl <= 0.4
+    assert 0 < stats.ttl <= 1.2
     await side(sem.release(watched))
     await side(sem.release(explicit))
     with pytest.raises(InvalidArgumentError, match="permit_id"):
