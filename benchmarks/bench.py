@@ -27,14 +27,14 @@ contention
     ``time.monotonic_ns()`` (one clock for every process on a Linux machine):
     ``acquired_at`` just after ``acquire()`` returns, ``released_at`` just before ``release()``
     is called, so a recorded interval lies inside the true hold and two that overlap prove a
-    broken exclusion. Hand-off is ``next.acquired_at - prev.released_at`` for consecutive holds
+    broken exclusion. Hand-over is ``next.acquired_at - prev.released_at`` for consecutive holds
     by different processes (a release round trip, the wake-up and the winning acquire).
     ``same %`` is how often the releasing process took the lock straight back (barging);
     ``cmds/CS`` is the server's ``total_commands_processed`` per critical section (Lua-internal
     commands included) over the window only (read by a probe as the window opens and closes:
     no connection handshakes, script loads or last releases), which shows wasted retries and
     wake-ups.
-    Throughput, shares and hand-offs count holds acquired inside the window; waits, lost
+    Throughput, shares and hand-overs count holds acquired inside the window; waits, lost
     updates and overlaps count every hold, including the last one of each process that started
     waiting inside the window and finished just after it.
 scale
@@ -811,7 +811,7 @@ def section_contention(ctx: Context) -> None:
         rows,
     )
     note("fair share is 100/procs %; lost = critical sections - final counter")
-    note("same % = holds taken straight back by the process that released (no hand-off)")
+    note("same % = holds taken straight back by the process that released (no hand-over)")
     note(
         "cmds/CS = commands the server ran per critical section in the window, Lua-internal"
         " included (the GET and SET of the counter are 2 of them)"
@@ -1369,14 +1369,14 @@ def _contention_targets(ctx: Context, target: Callable[..., None]) -> None:
         ours = ctx.contention.get(("redlease", procs))
         theirs = ctx.contention.get(("python-redis-lock", procs))
         target(
-            f"redlease hand-off p50 / python-redis-lock, {procs} procs",
+            f"redlease hand-over p50 / python-redis-lock, {procs} procs",
             ratio(ours.handoff_p50_ms if ours else None, theirs.handoff_p50_ms if theirs else None),
             "<= 1.0",
             lambda v: v <= 1.0,
         )
         fixed = ctx.contention.get(("redlease-lease", procs))
         target(
-            f"redlease lease=30s hand-off p50 / python-redis-lock, {procs} procs",
+            f"redlease lease=30s hand-over p50 / python-redis-lock, {procs} procs",
             ratio(
                 fixed.handoff_p50_ms if fixed else None, theirs.handoff_p50_ms if theirs else None
             ),

@@ -136,13 +136,13 @@ def test_a_dead_waiter_loses_its_place_within_its_waiter_lease(server, name):
             holder.release()  # handed to (or reserved for) the dead waiter: never used
             raw = redis.Redis.from_url(server.url)
             try:
-                # whichever it was, it lasts no longer than the hand-off window (1 s)
+                # whichever it was, it lasts no longer than the hand-over window (1 s)
                 assert 0 < raw.pttl(name) <= 1000
             finally:
                 raw.close()
             with redlease.Client.from_url(server.url) as other:
                 assert other.fair_lock(name).acquire(timeout=60)
-                # no longer than the waiter's place lasts, plus the hand-off window and slack
+                # no longer than the waiter's place lasts, plus the hand-over window and slack
                 assert time.monotonic() - died_at < PLACE_MS / 1000 + 5
         finally:
             if proc.poll() is None:

@@ -120,8 +120,8 @@ async def test_thousands_of_tasks_get_the_lock_in_arrival_order(private_server, 
     got: list[int] = []
     inside = [0]
     overlaps: list[int] = []
-    # (a watchdog lease and a hand-off window far above the run: renewals are scripts too, and
-    # are not counted; a hold handed over starts with the hand-off window, 1 s by default,
+    # (a watchdog lease and a hand-over window far above the run: renewals are scripts too, and
+    # are not counted; a hold handed over starts with the hand-over window, 1 s by default,
     # which a holder starved a third of it on a loaded machine renews)
     async with AsyncClient.from_url(
         private_server.url, watchdog_timeout=3600, handoff_window=3600
@@ -164,7 +164,7 @@ def test_a_thousand_threads_get_the_lock_in_arrival_order(private_server, name):
     errors: list[BaseException] = []
     overlaps: list[int] = []
     inside = [0]
-    # (a watchdog lease and a hand-off window far above the run, as above)
+    # (a watchdog lease and a hand-over window far above the run, as above)
     with Client.from_url(private_server.url, watchdog_timeout=3600, handoff_window=3600) as client:
         lock = client.lock(name)
 

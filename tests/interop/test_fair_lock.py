@@ -297,7 +297,7 @@ async def test_java_and_redlease_waiters_in_one_line_are_served_in_arrival_order
 
 async def test_a_java_waiter_is_not_starved_by_a_busy_redlease_line(side, world, fair_name):
     """Two redlease owners take the lock back to back (each release has the other in line):
-    Java threads that ask meanwhile get their turns, each within a few hand-offs."""
+    Java threads that ask meanwhile get their turns, each within a few hand-overs."""
     cap, deadline = 2_000, time.monotonic() + 60  # bounds, whatever happens
     stop, counts = False, [0, 0]
 

@@ -351,7 +351,7 @@ def release_op(masters=MASTERS3, held_count=1):
     fan = step(op, first=True)
     assert isinstance(fan, Fanout) and fan.calls[0] is not None
     assert fan.calls[0].script is scripts.LOCK_RELEASE
-    # no hand-off reservation; classic pub/sub (independent masters are not a cluster)
+    # no hand-over reservation; classic pub/sub (independent masters are not a cluster)
     assert fan.calls[0].args[:5] == (OWNER, held_count, "req-1", 0, "publish")
     assert header_arity("lock_release", 1) == (len(fan.calls[0].keys), len(fan.calls[0].args))
     return op

@@ -95,7 +95,7 @@ class RedissonFairLayout(Layout):
 
     The line is Redisson's, so a newcomer never passes a waiter (``fair`` is always on), and
     a release never hands the lock over: it wakes the first waiter, which takes the lock with
-    its next try (``handover`` and the hand-off window do not apply). A waiter listens on
+    its next try (``handover`` and the hand-over window do not apply). A waiter listens on
     Redisson's unlock channel (``0`` from a plain ``RLock`` on the same name is a hint too)
     and on its own, where a fair release wakes it."""
 

@@ -140,7 +140,7 @@ def _acquire_call(
 
 def place_lease(lease: float, handover: bool) -> str:
     """How a release hands the lock to a waiter's place in line: "w<ms>", with the releaser's
-    hand-off window as first lease, which the watchdog lengthens to ``lease``, or "<ms>", with
+    hand-over window as first lease, which the watchdog lengthens to ``lease``, or "<ms>", with
     the waiter's own fixed lease."""
     return f"w{to_ms(lease)}" if handover else str(to_ms(lease))
 
@@ -286,7 +286,7 @@ def acquire(
     a release hands the lock to the first waiter and wakes only that one. A ``fair``
     lock also keeps a newcomer from taking a free lock ahead of a live waiter in line.
     With ``handover`` (a lease the watchdog renews) the hand-over's first lease is the
-    releaser's hand-off window; without, the caller's own ``lease``. The wake-up carries the
+    releaser's hand-over window; without, the caller's own ``lease``. The wake-up carries the
     grant and no further request is needed (the lease counts from before our last request,
     which the hand-over followed).
     Success needs lease time left by the local clock, counted from before the request was

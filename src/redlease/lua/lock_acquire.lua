@@ -12,7 +12,7 @@
 -- ARGV[5]  1 for a fair lock: a free lock goes to the first live waiter in line, never to a
 --          newcomer that would pass it (0: a free lock is anyone's)
 -- ARGV[6]  the hand-over lease of the caller's place: "w<ms>" when a release hands it the lock
---          with the releaser's hand-off window as first lease, which its watchdog lengthens
+--          with the releaser's hand-over window as first lease, which its watchdog lengthens
 --          to <ms>, or "<ms>": the lease a release hands it the lock with (its own)
 -- ARGV[7]  wait id: unique per acquire call of the owner (its retries reuse it). A new hold
 --          records it (field "redlease:wait"), so that a waiter giving up gives back only a

@@ -10,7 +10,7 @@
 -- ARGV[2]  hold count the caller believes it has
 -- ARGV[3]  request id (unique per release call, reused by a retry of the same call; at most
 --          33 bytes, no spaces)
--- ARGV[4]  hand-off window in milliseconds (0: no hand-off, Redisson's free-for-all)
+-- ARGV[4]  hand-over window in milliseconds (0: no hand-over, Redisson's free-for-all)
 -- ARGV[5]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
 -- ARGV[6]  prefix of the waiters' own channels (same hash slot as the lock): a waiter's
@@ -36,7 +36,7 @@
 -- for 30 s (RECEIPT_MS). So a retry is recognised for 30 s, or until 16 more final releases
 -- ran, whichever ends first, whatever path the holds in between took; only a hold handed
 -- over that then ends by expiry (its holder died) takes the receipts it carries with it.
--- Hand-off: when a waiter is in line, the freed lock goes to the first one (by arrival), and
+-- Hand-over: when a waiter is in line, the freed lock goes to the first one (by arrival), and
 -- only its client is woken, on its client's own channel (ARGV[6]), so no other process wakes:
 -- it is handed the lock outright: it holds it, with a fresh fencing token (above the counter
 -- and the releaser's token, not below the server clock in microseconds: see lock_acquire.lua)
