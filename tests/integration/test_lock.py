@@ -319,13 +319,14 @@ async def _free(side, lock) -> bool:
 
 
 async def test_watchdog_renews_past_several_leases(side, server, name):
-    client = side.client(server.url, watchdog_timeout=0.6)
+    # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine
+    client = side.client(server.url, watchdog_timeout=1.2)
     lock = client.lock(name)
     assert await side(lock.acquire())
-    # the hold must outlive five leases: time has to pass here
-    await asyncio.sleep(3.0) if side.is_async else time.sleep(3.0)
+    # the hold must outlive three leases: time has to pass here
+    await asyncio.sleep(3.8) if side.is_async else time.sleep(3.8)
     assert await side(lock.owned())
-    assert 0 < await side(lock.ttl()) <= 0.6
+    assert 0 < await side(lock.ttl()) <= 1.2
     await side(lock.release())
     assert not await side(lock.locked())
 
