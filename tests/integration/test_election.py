@@ -266,18 +266,19 @@ async def test_observe_yields_each_change(side, newest, name):
     assert await changes_seen(1, time.monotonic(), 10) is None
     leader = Candidate(side, election)
     assert await leader.leads()
-    assert await changes_seen(2, leader.elected_at, 2.0) == "one"
+    # announced changes: within a few seconds on a loaded machine, far from the 30 s poll
+    assert await changes_seen(2, leader.elected_at, 5.0) == "one"
     left = await leader.resign()
-    assert await changes_seen(3, left, 2.0) is None
+    assert await changes_seen(3, left, 5.0) is None
     second = Candidate(side, side.client(newest.url).election(name, identity="two"))
     assert await second.leads()
-    assert await changes_seen(4, second.elected_at, 2.0) == "two"
+    assert await changes_seen(4, second.elected_at, 5.0) == "two"
     assert [s[0] for s in seen] == [None, "one", None, "two"]
     freed = time.monotonic()
     assert await side(election.lock.force_release())  # nobody announces this one
     await eventually(lambda: len(fast) == 5, timeout=5)
     assert fast[-1][0] is None
-    assert fast[-1][1] - freed < 0.2 + 1.0
+    assert fast[-1][1] - freed < 0.2 + 3  # a 0.2 s poll (room for a loaded machine)
     assert len(seen) == 4  # not announced: the slow observer polls every 30 s
     await second.resign()  # its term was lost: the block ended with LeaseLostError
     assert isinstance(second.error, redlease.LeaseLostError)
@@ -285,13 +286,13 @@ async def test_observe_yields_each_change(side, newest, name):
     stop_fast.set()
     if side.is_async:
         await asyncio.wait_for(fast_runner, 5)
-        assert time.monotonic() - stopped < 0.2 + 1.0
+        assert time.monotonic() - stopped < 0.2 + 3
         runner.cancel()  # its poll is 30 s: cancelling ends it at once
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(runner, 10)  # (a cancellation lost: TimeoutError)
     else:
         await eventually(lambda: not fast_runner.is_alive(), timeout=5)
-        assert time.monotonic() - stopped < 0.2 + 1.0
+        assert time.monotonic() - stopped < 0.2 + 3
         closed = time.monotonic()
         await side(client.close())  # closing the client ends it at once
         await eventually(lambda: not runner.is_alive(), timeout=10)
