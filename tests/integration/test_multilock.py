@@ -14,6 +14,7 @@ from redlease.errors import InvalidArgumentError, LeaseLostError, ServerUnavaila
 from redlease.testing import free_port
 
 from . import redlock_fixtures as fixtures
+from .helpers import eventually
 from .redlock_fixtures import held_on, holders, redlock
 
 redlock_binary, five, three = fixtures.redlock_binary, fixtures.five, fixtures.three
@@ -145,7 +146,9 @@ async def test_cancelled_acquire_leaves_nothing_held(side, three, name):
     assert await blocker.acquire(lease=30)
     lock = multi(side, free, taken)
     task = asyncio.create_task(lock.acquire())
-    await asyncio.sleep(0.3)  # it holds the first member and waits for the second
+    # it holds the first member (waited for: a fixed sleep could cancel it before, under load)
+    await eventually(lambda: held_on(three, f"{name}:a") == [0, 1, 2], timeout=10)
+    await asyncio.sleep(0.2)  # and waits for the second
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
