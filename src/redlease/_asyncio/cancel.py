@@ -11,6 +11,8 @@ Callers use one family of entry points; how it is done is this module's choice:
 * ``finish_despite_cancel(awaitable, then)``: any other awaitable (a semaphore's or latch's
   call, a Redlock fan-out);
 * ``bounded(awaitable)``: a best-effort give-back that a cancellation must not cut short;
+* ``undo_despite_cancel(awaitable)``: the give-back of a caller already cancelled (the Redlock
+  fan-out's take-back, bounded by its own deadline), before its cancellation goes on;
 * ``before_sending(awaitable)``: a wait before a command goes out (a call slot, a
   connection, a script load), so that a cancellation there is known to have sent nothing;
 * ``cancellable(awaitable)``: a redis-py call, so that a cancellation redis-py's
@@ -136,6 +138,15 @@ async def cancellable(awaitable: Awaitable[T]) -> T:
     if task.cancelling() > before:
         raise asyncio.CancelledError
     return result
+
+
+async def undo_despite_cancel(undo: Awaitable[Any]) -> None:
+    """Run ``undo`` (what a caller that was just cancelled gives back) in a task of its own and
+    wait for it; a further cancellation stops the wait, not ``undo`` (bounded by itself), and
+    its errors are suppressed: the caller re-raises its own cancellation next."""
+    task = asyncio.ensure_future(undo)
+    with contextlib.suppress(BaseException):
+        await asyncio.shield(task)
 
 
 async def finish_despite_cancel(awaitable: Awaitable[T], then: Callable[[T], Any]) -> T:

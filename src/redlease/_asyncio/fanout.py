@@ -33,7 +33,7 @@ from .._shared.state import TaskOwners
 from ..errors import (
     ClientClosedError,
 )
-from .cancel import cancellable
+from .cancel import cancellable, undo_despite_cancel
 from .compat import LoopBinding, wait_event
 from .subscriber import Subscriber
 
@@ -451,11 +451,7 @@ class AsyncRedlockDriver(RedlockClientBase):
             await done.run(deadline)
         except asyncio.CancelledError:
             if request.on_cancel is not None:
-                cleanup = asyncio.ensure_future(
-                    self._take_back(done, request, deadline, name, late)
-                )
-                with contextlib.suppress(BaseException):
-                    await asyncio.shield(cleanup)
+                await undo_despite_cancel(self._take_back(done, request, deadline, name, late))
             else:
                 done.finish()
             raise

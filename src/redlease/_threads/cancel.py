@@ -38,6 +38,11 @@ def bounded(awaitable: T) -> T:
     return awaitable
 
 
+def undo_despite_cancel(undo: Any) -> None:
+    """Nothing: a thread's call is not cancelled, so there is nothing to give back for it
+    (named as on asyncio, where the Redlock fan-out calls it)."""
+
+
 def finish_despite_cancel(awaitable: T, then: Callable[[T], Any]) -> T:
     """The call's result (named as on asyncio: there it is awaited; here it ran to its end
     in this thread)."""
