@@ -21,7 +21,9 @@ from .helpers import eventually
 
 async def test_events_tell_acquire_release_failure_and_loss(side, server, name):
     events: list[LockEvent] = []
-    client = side.client(server.url, watchdog_timeout=0.6)
+    # a 3 s watchdog lease: the events are checked one for one, and with 0.6 s a renewal call
+    # slower than its 0.2 s bound on a loaded machine adds a "renewal_failed" among them
+    client = side.client(server.url, watchdog_timeout=3)
     client.add_listener(events.append)
     lock = client.lock(name)
     assert await side(lock.acquire())
