@@ -153,7 +153,9 @@ async def test_retried_release_after_a_lost_reply_is_the_same_release(side, prox
     """``release(permit)`` ran but its replies were lost: the permit is not renewed nor
     reported lost meanwhile, and the retried release succeeds (the server recognises it)."""
     lost: list[Exception] = []
-    client = side.client(proxy.url, watchdog_timeout=0.6)
+    # 1.2 s: the other permit must never be reported lost, and with 0.6 s its renewal calls
+    # were bounded by 0.2 s, tight on a loaded machine
+    client = side.client(proxy.url, watchdog_timeout=1.2)
     sem = client.lease_semaphore(name, on_lease_lost=lost.append)
     assert await side(sem.try_set_permits(2))
     permit = await side(sem.acquire(timeout=1))
