@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from ._shared import fork
+
 __all__ = ["EventKind", "Listener", "LockEvent"]
 
 EventKind = Literal[
@@ -70,11 +72,9 @@ class Listeners:
     """A client's listeners; thread-safe to add to while events are being sent."""
 
     def __init__(self) -> None:
-        from ._shared.state import fork_safe  # (state imports this module)
-
         self._mutex = threading.Lock()
         self._listeners: tuple[Listener, ...] = ()
-        fork_safe(self)
+        fork.in_child(self._fresh_after_fork)
 
     def _fresh_after_fork(self) -> None:
         """In a forked child: a fresh mutex (a parent thread may have held it at the fork)."""

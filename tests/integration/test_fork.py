@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from redlease import AsyncClient, Client
+from redlease import AsyncClient, Client, RedlockClient
 from redlease._sync import semaphore
 
 CHILD_TIMEOUT = 10.0
@@ -155,3 +155,25 @@ def test_fork_while_a_thread_holds_the_listeners_lock(server):
 
         with _held(client._state.listeners._mutex):
             assert _fork(child) == 0
+
+
+def test_fork_while_a_thread_holds_the_redlock_client_locks(server, name):
+    """A Redlock client forked while a parent thread held its mutex and its master's: the
+    child takes a lock under its own id, on connections of its own."""
+    with RedlockClient.from_urls([server.url], master_timeout=0.5) as client:
+        lock = client.lock(name)
+        assert lock.acquire()  # the parent holds it, with idle connections to its master
+        parent_id = client.id
+        master = client._masters[0]
+
+        def child() -> bool:
+            if client.id == parent_id or master._idle:
+                return False  # a new id, none of the parent's sockets
+            other = client.lock(f"{name}:child")
+            got = other.acquire(timeout=2)
+            other.release()
+            return got and not client.lock(name).acquire(blocking=False)
+
+        with _held(client._mutex, master._mutex):
+            assert _fork(child) == 0
+        lock.release()

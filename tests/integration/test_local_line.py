@@ -153,7 +153,7 @@ async def test_thousands_of_tasks_get_the_lock_in_arrival_order(private_server, 
         ran = _scripts_run(private_server.url) - scripts
         assert _at_most_two_scripts_each(ran, TASKS, time.monotonic() - started), ran
         assert _local(client, lock) == 0
-        assert not client._lines._lines  # the line is dropped with its last waiter
+        assert not client._lines.opened()  # the line is dropped with its last waiter
         assert not (await lock.statistics()).locked
     assert probe.stop() <= MAX_CONNECTIONS
 
@@ -326,7 +326,7 @@ async def test_cancelled_waiters_and_heads_leave_nothing_behind(private_server, 
             assert (waiters[1].outcome, waiters[3].outcome) == (True, True), point
             assert order == sorted(order) and {1, 3} <= set(order), (point, order)
             assert _local(client, lock) == 0
-            assert not client._lines._lines
+            assert not client._lines.opened()
             await eventually(
                 lambda: _not_locked(private_server.url, name), timeout=30
             )  # a grant to a cancelled waiter is given back

@@ -114,7 +114,7 @@ async def test_locks_and_app_commands_share_a_small_blocking_pool(
     assert int(await side(app.get(counter))) == WORKERS * ROUNDS  # no lost update
     assert seen_most[0] <= MAX_CONNECTIONS and made(pool) <= MAX_CONNECTIONS
     # between calls redlease keeps at most SPARE_CONNECTIONS of the pool checked out
-    assert len(client._spare) <= min(SPARE_CONNECTIONS, MAX_CONNECTIONS)
+    assert len(client._spare.get()) <= min(SPARE_CONNECTIONS, MAX_CONNECTIONS)
     await side(client.close())
     # the pool is the application's: still open and whole after the client closed
     assert in_use(pool) == 0

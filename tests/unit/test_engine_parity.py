@@ -42,8 +42,8 @@ OWN: dict[tuple[str, str], set[str]] = {
     },
     # asyncio: one bounded call per renewal; threads: its own bounded connections
     ("watchdog", "Watchdog"): {"_renew_on", "_round", "_refresh_record", "_via"},
-    # asyncio: a future per waiter; threads: an event and a fork hook
-    ("line", "Lines"): {"_check_fork", "_fresh_after_fork", "_outcome"},
+    # asyncio: a future per waiter; threads: an event and a fork hook (fork.in_child)
+    ("line", "Lines"): {"_fresh_after_fork", "_outcome"},
     # the fan-out: tasks on asyncio, polled sockets and helper threads on threads
     ("fanout", "Master"): {
         "open",
@@ -74,6 +74,7 @@ OWN: dict[tuple[str, str], set[str]] = {
         "_any_subscriber",
         "_stop_if_closed",
         "_fanout",  # a request on asyncio (tasks), its calls and timeout on threads
+        "_fresh_after_fork",  # threads: a fork hook (fork.in_child)
     },
     # the pipeline is asyncio's (its workings, and the connections tests look at); the
     # thread twin is never made

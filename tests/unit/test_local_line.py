@@ -42,7 +42,7 @@ async def test_tasks_become_head_in_arrival_order() -> None:
         await _settle()
     await asyncio.wait_for(asyncio.gather(*tasks), 10)
     assert heads == [0, 1, 2, 3, 4]
-    assert lines.waiting(KEY) == 0 and not lines._lines  # no line left behind
+    assert lines.waiting(KEY) == 0 and not lines.opened()  # no line left behind
 
 
 async def test_a_timeout_or_a_cancellation_leaves_the_line() -> None:
@@ -72,7 +72,7 @@ async def test_a_timeout_or_a_cancellation_leaves_the_line() -> None:
     assert await asyncio.wait_for(last, 10) is True
     assert heads == [0, 3]
     assert first.done() and cancelled.cancelled()
-    assert not lines._lines
+    assert not lines.opened()
 
 
 async def test_a_head_cancelled_as_its_turn_comes_passes_it_on() -> None:
@@ -93,7 +93,7 @@ async def test_a_head_cancelled_as_its_turn_comes_passes_it_on() -> None:
     tasks[1].cancel()
     await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
     assert heads == [0, 2]
-    assert not lines._lines
+    assert not lines.opened()
 
 
 async def test_close_ends_the_waiters_and_refuses_newcomers() -> None:
@@ -111,7 +111,7 @@ async def test_close_ends_the_waiters_and_refuses_newcomers() -> None:
     assert all(isinstance(t.exception(), ClientClosedError) for t in tasks[1:])
     go.set()
     await asyncio.wait_for(tasks[0], 10)
-    assert not lines._lines
+    assert not lines.opened()
     with pytest.raises(ClientClosedError):
         async with lines.turn(KEY, "name", None):
             pass
@@ -151,7 +151,7 @@ def test_threads_become_head_in_arrival_order_and_a_timeout_leaves() -> None:
     for thread in threads:
         thread.join(10)
     assert heads == [0, 1, 3]
-    assert not lines._lines
+    assert not lines.opened()
 
 
 def test_close_ends_the_waiting_threads() -> None:
@@ -175,4 +175,4 @@ def test_close_ends_the_waiting_threads() -> None:
     go.set()
     for thread in threads:
         thread.join(10)
-    assert not lines._lines
+    assert not lines.opened()

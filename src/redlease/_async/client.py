@@ -42,6 +42,7 @@ from .._redis.errors import (
 from .._redis.servers import CONFIG_PATTERN, Eviction, policy_of
 from .._redis.urls import async_sentinel_master, checked_url, is_sentinel_url
 from .._redis.wire import Packer
+from .._shared import fork
 from .._shared.channels import Waiter
 from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
 from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key
@@ -49,7 +50,7 @@ from .._shared.holders import parse as parse_record
 from .._shared.holders import record as holder_record
 from .._shared.locked import OnBusy, bound
 from .._shared.log import log
-from .._shared.state import HANDOFF_WINDOW, fork_generation
+from .._shared.state import HANDOFF_WINDOW
 from ..errors import (
     ClientClosedError,
     EventLoopError,
@@ -132,12 +133,12 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._closing = compat.Event()
         """Set by ``close()``: ends a back-off pause at once."""
         self._loop = compat.LoopBinding("AsyncClient")  # asyncio: its connections' one loop
-        compat.fork_safe(self)
+        compat.in_child(self._fresh_after_fork)
         # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
         # a cluster (redirections) or a single-connection client goes through redis-py
         self._packer: Packer | None = None
-        self._spare: list[Any] = []
-        self._spare_generation = fork_generation()
+        self._spare: fork.PerProcess[list[Any]] = fork.PerProcess(list)
+        """Idle connections kept for the next call (none of the parent's in a forked child)."""
         self._pipeline: Pipeline | None = None
         if isinstance(redis_client, redis.asyncio.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
@@ -507,7 +508,7 @@ class AsyncClient(ClientBase, AsyncClosing):
 
     def _fresh_after_fork(self) -> None:
         """Fresh locks (a thread of the parent may have held one at the fork), and none of
-        the parent's threads, whose locks could be held too (``compat.fork_safe``: called
+        the parent's threads, whose locks could be held too (``compat.in_child``: called
         in a forked child on threads; an asyncio client notices a fork where it is used)."""
         self._start_mutex = threading.Lock()
         self._ops = compat.Operations()
@@ -599,14 +600,14 @@ class AsyncClient(ClientBase, AsyncClosing):
     async def _drop_idle(self, pool: Any) -> None:
         """Close the idle connections: after one failed, the others most likely died with it
         (a restart, a cut), and the call's second try must not pick another dead one."""
-        if self._spare_generation == fork_generation():
-            while True:
-                try:
-                    conn = self._spare.pop()
-                except IndexError:
-                    break
-                await conn.disconnect()
-                await self.redis.connection_pool.release(conn)
+        spare = self._spare.get()
+        while True:
+            try:
+                conn = spare.pop()
+            except IndexError:
+                break
+            await conn.disconnect()
+            await self.redis.connection_pool.release(conn)
         if pool is not None:  # None for a RedisCluster (a pool per node) and on close
             await pool.disconnect(inuse_connections=False)
 
@@ -677,11 +678,8 @@ class AsyncClient(ClientBase, AsyncClosing):
         (``transport.send_checked_out``)."""
         packer = self._packer
         assert packer is not None  # only called when the hot path is on
-        if self._spare_generation != fork_generation():
-            # a forked child never touches its parent's sockets
-            self._spare = []
-            self._spare_generation = fork_generation()
-        return send_checked_out(self.redis.connection_pool, packer.checkout, self._spare, packed)
+        spare = self._spare.get()  # a forked child never touches its parent's sockets
+        return send_checked_out(self.redis.connection_pool, packer.checkout, spare, packed)
 
     async def _run_kept(
         self,

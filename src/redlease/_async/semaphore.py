@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
@@ -23,6 +22,7 @@ from .._core.semaphore import (
     PermitTable,
     SemaphoreStatistics,
 )
+from .._shared import fork
 from .._shared.log import log
 from .._shared.semaphorebase import (
     report_expired,
@@ -30,7 +30,6 @@ from .._shared.semaphorebase import (
     report_may_stay_taken,
     report_unsettled,
 )
-from .._shared.state import fork_generation
 from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from .shared import AsyncHeld
 
@@ -479,7 +478,6 @@ class AsyncPermitKeeper:
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = weakref.ref(client)
-        self.generation = fork_generation()
         self.mutex = threading.Lock()
         self.table = PermitTable()
 
@@ -611,19 +609,19 @@ _keepers: weakref.WeakKeyDictionary[AsyncClient, AsyncPermitKeeper] = weakref.We
 _keepers_mutex = threading.Lock()
 
 
-def _fresh_keepers_mutex() -> None:
-    """A forked child gets a fresh mutex: a thread of the parent may have held this one."""
-    global _keepers_mutex
+@fork.in_child
+def _fresh_keepers() -> None:
+    """A forked child gets a fresh mutex (a thread of the parent may have held this one) and
+    no keepers: it holds none of the parent's permits."""
+    global _keepers, _keepers_mutex
+    _keepers = weakref.WeakKeyDictionary()
     _keepers_mutex = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_fresh_keepers_mutex)
 
 
 def keeper(client: AsyncClient) -> AsyncPermitKeeper:
     """The client's permit keeper (a new one in a forked child: it holds no permits)."""
     with _keepers_mutex:
         kept = _keepers.get(client)
-        if kept is None or kept.generation != fork_generation():
+        if kept is None:
             kept = _keepers[client] = AsyncPermitKeeper(client)
         return kept

@@ -118,9 +118,10 @@ def call_slots(client: Any) -> asyncio.Semaphore | None:
     return asyncio.Semaphore(_call_slots(client))
 
 
-def fork_safe(obj: Any) -> None:
-    """Nothing on asyncio: a forked child starts no event loop of its parent's, and what it
-    finds is replaced where it is used (``fork_generation``)."""
+def in_child(callback: Callable[[], Any]) -> None:
+    """Nothing on asyncio: a child forked from a coroutine goes on in the same event loop,
+    whose tasks may hold its mutexes and must release the same ones; what a child must not
+    use is a ``fork.PerProcess``, made anew where it is used."""
 
 
 async def ready(cluster: Any) -> None:

@@ -26,6 +26,7 @@ from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
 from .._redis.connections import subscriber_kwargs
 from .._redis.errors import CONNECTION_ERRORS, translate, unavailable
+from .._shared import fork
 from .._shared.channels import Waiter
 from .._shared.log import log
 from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
@@ -77,16 +78,19 @@ class Master:
         kwargs["socket_connect_timeout"] = self._connect_timeout
         kwargs["retry"] = AsyncRetry(NoBackoff(), 0)  # a fan-out never waits on retries
         self._factory: Callable[[], Any] = lambda: pool.connection_class(**kwargs)
-        self._idle: list[Any] = []
+        self._idle: fork.PerProcess[list[Any]] = fork.PerProcess(list)
+        """Idle connections (none of the parent's in a forked child)."""
         self.first_contact = True
         """No connection to this master was ever opened, nor failed to open."""
 
     def take_idle(self) -> Any | None:
-        return self._idle.pop() if self._idle else None
+        idle = self._idle.get()
+        return idle.pop() if idle else None
 
     def give(self, conn: Any) -> None:
-        if len(self._idle) < MAX_IDLE:
-            self._idle.append(conn)
+        idle = self._idle.get()
+        if len(idle) < MAX_IDLE:
+            idle.append(conn)
         else:
             discard(conn)
 
@@ -103,13 +107,17 @@ class Master:
 
     def drop_idle(self) -> None:
         """Drop every idle connection (one was found dead: the others likely are)."""
-        idle, self._idle = self._idle, []
-        for conn in idle:
+        idle = self._idle.get()
+        dropped = idle.copy()
+        idle.clear()
+        for conn in dropped:
             discard(conn)
 
     async def close(self) -> None:
-        idle, self._idle = self._idle, []
-        for conn in idle:
+        idle = self._idle.get()
+        dropped = idle.copy()
+        idle.clear()
+        for conn in dropped:
             with contextlib.suppress(Exception):
                 await conn.disconnect(nowait=True)
         await self.client.close()
@@ -401,7 +409,6 @@ class AsyncRedlockDriver(RedlockClientBase):
             self._watchdog = None
             for master in self._masters:
                 master.client._owner()  # lets each master client notice the fork too
-                master._idle = []  # the parent's sockets are not ours
 
     def _owner(self) -> str:
         self._check_fork()

@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Hashable
 from types import TracebackType
 
+from .._shared import fork
 from .._shared.lines import LineTable
-from .._shared.state import fork_generation
 from ..errors import ClientClosedError
 
 
@@ -42,8 +42,9 @@ class AsyncLines:
     from the client's event loop only; a forked child starts with none."""
 
     def __init__(self) -> None:
-        self._lines: LineTable[_Entry] = LineTable()
-        self._generation = fork_generation()
+        self._lines: fork.PerProcess[LineTable[_Entry]] = fork.PerProcess(LineTable)
+        """The lines (none of the parent's in a forked child: its waiters are not the
+        child's)."""
         self._closed = False
 
     def turn(self, key: Hashable, name: str, timeout: float | None) -> AsyncTurn:
@@ -55,28 +56,25 @@ class AsyncLines:
 
     def waiting(self, key: Hashable) -> int:
         """How many tasks are in line ``key``, its head included."""
-        self._check_fork()
-        return self._lines.waiting(key)
+        return self._lines.get().waiting(key)
+
+    def opened(self) -> int:
+        """How many lines are open (none once every waiter left)."""
+        return len(self._lines.get())
 
     def close(self) -> None:
         """Wake every task waiting in a line with ``ClientClosedError`` (a head's own call
         is stopped by the client); no task joins a line any more."""
         self._closed = True
-        for entry in self._lines.entries():
+        for entry in self._lines.get().entries():
             if entry.future is not None and not entry.future.done():
                 entry.future.set_exception(ClientClosedError())
 
-    def _check_fork(self) -> None:
-        if self._generation != fork_generation():
-            self._lines.clear()  # the parent's waiters are not the child's
-            self._generation = fork_generation()
-
     def _join(self, key: Hashable, name: str) -> _Entry:
-        self._check_fork()
         if self._closed:
             raise ClientClosedError(name=name)
         entry = _Entry()
-        if not self._lines.join(key, entry):
+        if not self._lines.get().join(key, entry):
             entry.future = asyncio.get_running_loop().create_future()
         return entry
 
@@ -86,7 +84,7 @@ class AsyncLines:
         leaves in turn)."""
         if entry.timer is not None:
             entry.timer.cancel()
-        head = self._lines.leave(key, entry)
+        head = self._lines.get().leave(key, entry)
         if head is not None and head.future is not None and not head.future.done():
             head.future.set_result(True)
 

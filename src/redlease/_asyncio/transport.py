@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import sys
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import redis.exceptions
@@ -40,7 +41,7 @@ else:  # redis-py's own dependency there
 
 from .._redis.errors import HUNG, Hung
 from .._redis.wire import SPARE_CONNECTIONS
-from .._shared.state import fork_generation
+from .._shared import fork
 from .cancel import CANCEL_GRACE, Cancelled, cancellable, keeping
 
 WIDTH = 2
@@ -98,6 +99,13 @@ class _Link:
         return len(self.outgoing) + len(self.pending)
 
 
+@dataclass
+class _Home:
+    """Where a pipeline's connections belong: an event loop of one process."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+
+
 class Pipeline:
     """Script calls of one ``AsyncClient`` on at most ``width`` connections of ``pool``,
     written in batches and read in order. Use it from one event loop."""
@@ -112,8 +120,9 @@ class Pipeline:
         self._queued = 0  # calls queued or awaiting their reply
         self._room: deque[asyncio.Future[None]] | None = None  # callers waiting for room
         self._retiring: set[asyncio.Task[None]] = set()
-        self._generation = fork_generation()
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._home: fork.PerProcess[_Home] = fork.PerProcess(_Home)
+        """The event loop the connections belong to, in this process (a forked child's
+        starts with none: the connections it finds are its parent's)."""
         self._retry: Any = None  # the connections' redis-py ``retry``, once one is open
         self._late: dict[asyncio.Future[Any], asyncio.Future[Any]] = {}
         """Calls whose caller was cancelled in ``cancel``'s path 1: where their reply goes."""
@@ -153,7 +162,7 @@ class Pipeline:
 
     async def _call_once(self, packed: bytes) -> Any:
         loop = asyncio.get_running_loop()
-        if loop is not self._loop or self._generation != fork_generation():
+        if loop is not self._home.get().loop:
             # a forked child (or another event loop) never touches the connections it finds
             self._forget(loop)
         keep = keeping()
@@ -436,7 +445,7 @@ class Pipeline:
     async def close(self) -> None:
         """Fail what is still queued, stop the tasks, give every connection back."""
         self.closed = True
-        if self._loop is not asyncio.get_running_loop() or self._generation != fork_generation():
+        if self._home.get().loop is not asyncio.get_running_loop():
             self._forget(None)
             return
         for link in [*self._links, *self._draining]:
@@ -447,8 +456,7 @@ class Pipeline:
     def _forget(self, loop: asyncio.AbstractEventLoop | None) -> None:
         """Drop every connection without touching it: they belong to a parent process, or
         to another event loop (whose tasks would never run on this one)."""
-        self._generation = fork_generation()
-        self._loop = loop
+        self._home.get().loop = loop
         self._links = []
         self._draining = []
         self._late = {}

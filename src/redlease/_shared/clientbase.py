@@ -110,8 +110,8 @@ class ClientBase(StateViews):
 
     @property
     def id(self) -> str:
-        """This client's id: the first half of every owner field it writes."""
-        self._state.check_fork()
+        """This client's id: the first half of every owner field it writes (a new one in a
+        forked child)."""
         return self._state.id
 
     def __repr__(self) -> str:

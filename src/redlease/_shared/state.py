@@ -22,6 +22,7 @@ from .._core.requests import Call, Replication
 from .._core.watchdog import RenewalPolicy
 from ..errors import LeaseLostError, LossCause
 from ..events import Listeners, LockEvent
+from . import fork
 from .channels import Lost
 
 log = logging.getLogger("redlease")
@@ -32,32 +33,12 @@ log = logging.getLogger("redlease")
 # recycled thread ident nor a recycled id(task) can ever make two owners look the same.
 
 _owner_ids = itertools.count(1)
-_fork_generation = 0
 
 
-_fork_safe: weakref.WeakSet[Any] = weakref.WeakSet()
-
-
-def fork_safe(obj: Any) -> None:
-    """Have ``obj._fresh_after_fork()`` run in a forked child before anything else: it
-    gives ``obj`` fresh locks, since a lock that a thread of the parent held at the fork is
-    never released in the child (that thread does not exist there)."""
-    _fork_safe.add(obj)
-
-
-def _after_fork_in_child() -> None:
-    global _fork_generation, _owner_ids
-    _fork_generation += 1
+@fork.in_child
+def _fresh_owner_ids() -> None:
+    global _owner_ids
     _owner_ids = itertools.count(1)
-    for obj in list(_fork_safe):  # never takes a lock the parent may have held
-        obj._fresh_after_fork()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def fork_generation() -> int:
-    return _fork_generation
 
 
 def next_owner_id() -> int:
@@ -68,13 +49,11 @@ _request_ids = itertools.count(1)
 _request_prefix = os.urandom(8).hex()
 
 
+@fork.in_child
 def _fresh_request_ids() -> None:
     global _request_ids, _request_prefix
     _request_ids = itertools.count(1)
     _request_prefix = os.urandom(8).hex()
-
-
-os.register_at_fork(after_in_child=_fresh_request_ids)
 
 
 def next_request_id() -> str:
@@ -92,28 +71,25 @@ class ThreadOwners:
         self._local = threading.local()
 
     def current(self) -> int:
-        gen = fork_generation()
-        if getattr(self._local, "generation", None) != gen:
-            self._local.generation = gen
-            self._local.owner = next_owner_id()
-        owner: int = self._local.owner
-        return owner
+        owner: fork.PerProcess[int] | None = getattr(self._local, "owner", None)
+        if owner is None:
+            owner = self._local.owner = fork.PerProcess(next_owner_id)
+        return owner.get()  # a new one in a forked child
 
 
 class TaskOwners:
     """A fresh owner id for each asyncio task (async side), never reused."""
 
     def __init__(self) -> None:
-        self._ids: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
-        self._generation = fork_generation()
+        self._ids: fork.PerProcess[weakref.WeakKeyDictionary[Any, int]] = fork.PerProcess(
+            weakref.WeakKeyDictionary
+        )
 
     def current(self, task: Any) -> int:
-        if self._generation != fork_generation():
-            self._ids = weakref.WeakKeyDictionary()
-            self._generation = fork_generation()
-        owner = self._ids.get(task)
+        ids = self._ids.get()  # none of the parent's in a forked child
+        owner = ids.get(task)
         if owner is None:
-            owner = self._ids[task] = next_owner_id()
+            owner = ids[task] = next_owner_id()
         return owner
 
 
@@ -155,8 +131,8 @@ class ClientState:
         self.handoff_ms = round(handoff_window * 1000)
         self.replication = replication
         self.mutex = threading.Lock()
-        self._generation = fork_generation()
-        fork_safe(self)
+        self._forked = False  # set in a forked child until check_fork() tells it
+        fork.in_child(self._fresh_after_fork)
         self.id = str(uuid.uuid4())
         self.holds = HoldTable()
         self._lost: dict[tuple[str, str], LeaseLostError] = {}
@@ -178,19 +154,23 @@ class ClientState:
                 self.renewal_sources.append(source)
 
     def _fresh_after_fork(self) -> None:
+        """In a forked child (``fork.in_child``): a fresh mutex (a parent's thread may have
+        held it), a new client id, none of the parent's holds, lost leases or renewals."""
         self.mutex = threading.Lock()
+        self.id = str(uuid.uuid4())
+        self.holds = HoldTable()
+        self._lost = {}
+        self.renewal_sources = []
+        self._forked = True
 
     def check_fork(self) -> bool:
-        """In a forked child: new client id, no holds. Returns True when a fork was seen."""
-        if self._generation == fork_generation():
+        """True once in a forked child, to the first caller: the shell then drops what
+        it kept of the parent's (its watchdog, its subscriber)."""
+        if not self._forked:
             return False
         with self.mutex:
-            self._generation = fork_generation()
-            self.id = str(uuid.uuid4())
-            self.holds = HoldTable()
-            self._lost.clear()
-            self.renewal_sources.clear()
-        return True
+            forked, self._forked = self._forked, False
+        return forked
 
     def owner(self, owner_id: int) -> str:
         return f"{self.id}:{owner_id}"

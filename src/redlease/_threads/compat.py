@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 from typing import Any, ParamSpec, TypeAlias, TypeVar
 
 from .._redis.connections import call_tokens
+from .._shared import fork
 from .._shared.state import ThreadOwners
-from .._shared.state import fork_safe as _fork_safe
 from ..errors import ArgumentTypeError, InvalidArgumentError, RedleaseError
 
 T = TypeVar("T")
@@ -108,9 +108,10 @@ def call_slots(client: Any) -> Slots | None:
     return None if tokens is None else Slots(tokens)
 
 
-def fork_safe(obj: Any) -> None:
-    """Have ``obj._fresh_after_fork()`` run in a forked child (``_owners.fork_safe``)."""
-    _fork_safe(obj)
+def in_child(callback: Callable[[], Any]) -> None:
+    """Have ``callback()`` (a bound method: fresh mutexes, no threads of the parent's) run in
+    a forked child, before anything else (``fork.in_child``)."""
+    fork.in_child(callback)
 
 
 def ready(cluster: Any) -> None:

@@ -33,6 +33,7 @@ from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
 from .._redis.connections import subscriber_kwargs
 from .._redis.errors import CONNECTION_ERRORS, translate, unavailable
+from .._shared import fork
 from .._shared.channels import Waiter
 from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
 from .._shared.state import ThreadOwners
@@ -85,6 +86,7 @@ class Master:
         self._error: BaseException | None = None
         self._reached = False
         self._mutex = threading.Lock()
+        fork.in_child(self.after_fork)
 
     def take_idle(self) -> Any | None:
         with self._mutex:
@@ -152,7 +154,8 @@ class Master:
                 conn.disconnect()
 
     def after_fork(self) -> None:
-        # the parent's sockets are not ours: forget them without touching them
+        """In a forked child (``fork.in_child``): a fresh mutex; the parent's sockets are not
+        ours, forgotten without touching them."""
         self._idle = []
         self._connecting = 0
         self._mutex = threading.Lock()
@@ -429,6 +432,14 @@ class RedlockDriver(RedlockClientBase):
         self._pool: ThreadPoolExecutor | None = None
         self._watchdog: threading.Thread | None = None
         self._stop = threading.Event()
+        fork.in_child(self._fresh_after_fork)
+
+    def _fresh_after_fork(self) -> None:
+        """In a forked child (``fork.in_child``): threads do not survive a fork, and a lock
+        one of the parent's held stays held; the masters forget their own connections."""
+        self._pool = None
+        self._watchdog = None
+        self._mutex = threading.Lock()
 
     def _stop_driver(self) -> None:
         self._stop.set()
@@ -442,15 +453,9 @@ class RedlockDriver(RedlockClientBase):
             self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _check_fork(self) -> None:
-        if self._state.check_fork():
-            # threads do not survive fork; the parent's connections are not ours
-            self._pool = None
-            self._watchdog = None
-            self._mutex = threading.Lock()
-            for master in self._masters:
-                master.after_fork()
-                if master.client._state.check_fork():
-                    master.client._after_fork()
+        # nothing left to do: the child made all anew at the fork (_fresh_after_fork, the
+        # masters' and their clients' own)
+        self._state.check_fork()
 
     def _owner(self) -> str:
         self._check_fork()

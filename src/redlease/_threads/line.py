@@ -14,8 +14,8 @@ import threading
 from collections.abc import Hashable
 from types import TracebackType
 
+from .._shared import fork
 from .._shared.lines import LineTable
-from .._shared.state import fork_safe
 from ..errors import ClientClosedError
 
 
@@ -41,7 +41,7 @@ class Lines:
         self._mutex = threading.Lock()
         self._lines: LineTable[_Entry] = LineTable()
         self._closed = False
-        fork_safe(self)
+        fork.in_child(self._fresh_after_fork)
 
     def _fresh_after_fork(self) -> None:
         """A fresh mutex (a parent's thread may have held it) and no lines: the parent's
@@ -60,6 +60,11 @@ class Lines:
         """How many threads are in line ``key``, its head included."""
         with self._mutex:
             return self._lines.waiting(key)
+
+    def opened(self) -> int:
+        """How many lines are open (none once every waiter left)."""
+        with self._mutex:
+            return len(self._lines)
 
     def close(self) -> None:
         """Wake every thread waiting in a line with ``ClientClosedError`` (a head's own call
