@@ -515,6 +515,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._settling = compat.Mutex()
         self._checking = compat.Mutex()
         self._slots = compat.call_slots(self.redis)
+        self._state.check_fork()  # told at the fork (the state's hook ran first): done here
         self._after_fork()
 
     def _call(
