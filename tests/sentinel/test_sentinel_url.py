@@ -94,16 +94,18 @@ async def test_replica_confirmed_writes_over_a_sentinel_managed_master(side, sen
     """``replicas=1`` on every acquire, renewal and release of a Sentinel-managed master."""
     _, replica, sentinels = sentinel_setup
     name = f"order:sentinel-replicas:{side.kind}"
-    client = side.client(python_url(sentinels), replicas=1, watchdog_timeout=0.9)
+    # a 1.8 s lease (renewed every 0.6 s): with 0.9 s each renewal had 0.3 s (+ its WAIT)
+    # and its fresh TTL a 0.2 s window to be seen, tight on a loaded machine
+    client = side.client(python_url(sentinels), replicas=1, watchdog_timeout=1.8)
     lost: list[Exception] = []
     lock = client.lock(name, on_lease_lost=lost.append)
     assert await side(lock.acquire())  # the watchdog renews it, each renewal with WAIT 1
 
     async def renewed() -> bool:
         pttl = int(replica.command("PTTL", name))
-        return pttl > 700  # renewed on the replica too (a fresh lease is 900 ms)
+        return pttl > 1400  # renewed on the replica too (a fresh lease is 1800 ms)
 
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 5.6
     while time.monotonic() < deadline:  # three leases: it must keep being renewed
         await eventually(renewed, timeout=2)
         await asyncio.sleep(0.3)
