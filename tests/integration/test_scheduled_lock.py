@@ -343,12 +343,15 @@ def test_a_killed_instance_frees_the_slot_within_at_most_for(
 def test_three_instances_run_the_job_once_per_tick(one_server, name):
     """Three processes (two sync, one asyncio) tick the same job at nearly the same times
     (each tick late by a random 0-50 ms); at_least_for keeps a fast run's slot taken past the
-    others' ticks: exactly one run per tick."""
-    ticks, interval, jitter = 6, 0.4, 0.05
+    others' ticks: exactly one run per tick. The margins are for a loaded 2-core machine: the
+    others may try up to at_least_for (0.5 s) after the run, and the run may start up to
+    interval - at_least_for (0.5 s) late, before the next tick finds its slot still taken
+    (with 0.4 s ticks and 0.25 s a run 0.15 s late left tick 1 run by no one)."""
+    ticks, interval, jitter, at_least = 5, 1.0, 0.05, 0.5
     procs = [
         subprocess.Popen(
             [sys.executable, WORKER, "ticks", kind, one_server.url, name]
-            + [str(a) for a in (0.25, 5.0, ticks, interval, jitter)],
+            + [str(a) for a in (at_least, 5.0, ticks, interval, jitter)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
