@@ -324,20 +324,24 @@ def test_a_killed_instance_frees_the_slot_within_at_most_for(
 
             assert job() is None  # taken while the instance lives
             os.kill(proc.pid, signal.SIGKILL)
+            killed_at = time.monotonic()
             proc.wait(10)
-            deadline = running_at + bound + 2.0
+            # at_most_for counts from the take (before running_at); a kept-alive slot's lease
+            # from its last renewal, which may come up to the kill
+            since = killed_at if keep_alive else running_at
+            deadline = since + bound + 2.0
             result = None
             while result is None and time.monotonic() < deadline:
                 result = job()
                 if result is None:
                     time.sleep(0.02)
-            freed_after = time.monotonic() - running_at
+            freed_after = time.monotonic() - since
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
     assert result == "ran", f"the slot was not freed within {bound + 2} s"
-    assert freed_after <= bound + 0.5, freed_after
+    assert freed_after <= bound + 1.0, freed_after  # (room for a loaded machine's poll)
 
 
 def test_three_instances_run_the_job_once_per_tick(one_server, name):
