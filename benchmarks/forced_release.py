@@ -97,6 +97,30 @@ def _cli(url: str, *args: str) -> tuple[float, float]:
     return started, time.monotonic()
 
 
+def _force(
+    url: str,
+    r: redis.Redis,
+    operator: redlease.Client,
+    name: str,
+    watchdog: float,
+    old: bool,
+    in_process: bool,
+) -> tuple[float, float]:
+    """Take the lock away from its holder; (when that started, when it returned). ``old``: a
+    plain DEL at a random point of the watchdog's round (it tells nobody); ``in_process``:
+    another client's ``force_release()``; else a ``redlease release --force`` process."""
+    if old:
+        time.sleep(random.uniform(0, watchdog / 3))
+        started = time.monotonic()
+        r.delete(name)
+        return started, time.monotonic()
+    if in_process:
+        started = time.monotonic()
+        assert operator.lock(name).force_release()
+        return started, time.monotonic()
+    return _cli(url, "release", "--force", "--yes", name)
+
+
 def library(
     url: str, watchdog: float, runs: int, *, old: bool, in_process: bool = False
 ) -> dict[str, list[float]]:
@@ -125,17 +149,7 @@ def library(
             assert lock.acquire()
             channel = LockKeys.for_name(name).holder(f"{client.id}:1")
             _wait(lambda channel=channel: _listening(r, channel), "the holder listening")
-            if old:
-                time.sleep(random.uniform(0, watchdog / 3))  # a random point of the round
-                started = time.monotonic()
-                r.delete(name)
-                returned = time.monotonic()
-            elif in_process:
-                started = time.monotonic()
-                assert operator.lock(name).force_release()
-                returned = time.monotonic()
-            else:
-                started, returned = _cli(url, "release", "--force", "--yes", name)
+            started, returned = _force(url, r, operator, name, watchdog, old, in_process)
             if not seen.wait(BOUND):
                 raise SystemExit("forced_release.py: the holder was never told")
             out["from start"].append(told[0] - started)
@@ -184,17 +198,7 @@ def run_command(
                     target=lambda p=proc, e=ended: (p.wait(BOUND), e.append(time.monotonic()))
                 )
                 waiter.start()
-                if old:
-                    time.sleep(random.uniform(0, watchdog / 3))
-                    started = time.monotonic()
-                    r.delete(name)
-                    returned = time.monotonic()
-                elif in_process:
-                    started = time.monotonic()
-                    assert operator.lock(name).force_release()
-                    returned = time.monotonic()
-                else:
-                    started, returned = _cli(url, "release", "--force", "--yes", name)
+                started, returned = _force(url, r, operator, name, watchdog, old, in_process)
                 waiter.join(BOUND)
                 exited = ended[0]
                 term = float(mark.read_text())

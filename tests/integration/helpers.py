@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
+import signal
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -21,3 +24,27 @@ async def eventually(condition: Callable[[], Any], timeout: float = 10.0) -> Non
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout} s")
         await asyncio.sleep(0.01)
+
+
+def run_forked(child: Callable[[], bool], timeout: float = 20.0) -> int:
+    """Run ``child()`` in a forked child; its exit code (0: it returned True, 2: False, 1: it
+    raised), or -1 when it had not finished within ``timeout`` seconds (it is then killed, by
+    its PID)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # forking a threaded process
+        pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 1
+        try:
+            code = 0 if child() else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        time.sleep(0.02)
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    return -1

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import threading
 import time
-import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from redlease import AsyncClient, Client, RedlockClient
 from redlease._sync import semaphore
 
-CHILD_TIMEOUT = 10.0
+from .helpers import run_forked
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -46,29 +44,6 @@ def _held(*locks: Any) -> Iterator[None]:
         thread.join(10)
 
 
-def _fork(child: Callable[[], bool]) -> int:
-    """Run ``child()`` in a forked child; its exit code (0: it returned True), or -1 when it
-    had not finished within ``CHILD_TIMEOUT`` (it is then killed by its PID)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # forking a threaded process
-        pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
-        code = 1
-        try:
-            code = 0 if child() else 2
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + CHILD_TIMEOUT
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.02)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return -1
-
-
 def test_fork_while_a_thread_holds_the_client_locks(server, name):
     with Client.from_url(server.url) as client:
         lock = client.lock(name)
@@ -88,7 +63,7 @@ def test_fork_while_a_thread_holds_the_client_locks(server, name):
             return got and not waiter.locked() and client._subscriber is not parent_subscriber
 
         with _held(client._state.mutex, client._start_mutex, client._ops.mutex):
-            assert _fork(child) == 0
+            assert run_forked(child) == 0
         lock.release()
 
 
@@ -114,7 +89,7 @@ def test_fork_while_a_thread_holds_the_subscriber_lock(server, name):
             return got and stats.local_waiters == 0
 
         with _held(subscriber._mutex):
-            assert _fork(child) == 0
+            assert run_forked(child) == 0
         holder.lock(name).release()
         waiting.join(10)
         holder.close()
@@ -124,7 +99,7 @@ def test_fork_while_a_thread_holds_the_async_client_state(server):
     client = AsyncClient.from_url(server.url)
     parent_id = client.id
     with _held(client._state.mutex):
-        assert _fork(lambda: client.id != parent_id) == 0
+        assert run_forked(lambda: client.id != parent_id) == 0
 
 
 def test_fork_while_a_thread_holds_the_permit_keepers_lock(server, name):
@@ -141,7 +116,7 @@ def test_fork_while_a_thread_holds_the_permit_keepers_lock(server, name):
             return mine is not None and mine != permit
 
         with _held(semaphore._keepers_mutex):
-            assert _fork(child) == 0
+            assert run_forked(child) == 0
         sem.release(permit)
 
 
@@ -154,7 +129,7 @@ def test_fork_while_a_thread_holds_the_listeners_lock(server):
             return True
 
         with _held(client._state.listeners._mutex):
-            assert _fork(child) == 0
+            assert run_forked(child) == 0
 
 
 def test_fork_while_a_thread_holds_the_redlock_client_locks(server, name):
@@ -175,5 +150,5 @@ def test_fork_while_a_thread_holds_the_redlock_client_locks(server, name):
             return got and not client.lock(name).acquire(blocking=False)
 
         with _held(client._mutex, master._mutex):
-            assert _fork(child) == 0
+            assert run_forked(child) == 0
         lock.release()

@@ -7,10 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
-import time
-import warnings
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,6 +19,8 @@ from redlease import AsyncClient, Client
 from redlease.contrib.django import async_lock, get_async_client, get_client, lock
 from redlease.contrib.django.apps import check_settings
 from redlease.testing import RedisServer
+
+from ..helpers import run_forked
 
 BACKENDS = {
     "django-redis": "django_redis.cache.RedisCache",
@@ -118,32 +116,6 @@ def test_mistakes_are_improperly_configured(server: RedisServer) -> None:
         get_client()
 
 
-CHILD_TIMEOUT = 20.0
-
-
-def _fork(child: Callable[[], bool]) -> int:
-    """``child()`` in a forked child; its exit code (0: it returned True; -1: killed after
-    ``CHILD_TIMEOUT``, by its PID)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # forking a threaded process
-        pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            code = 0 if child() else 2
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + CHILD_TIMEOUT
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.02)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    return -1
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("backend", [None, *BACKENDS])
 def test_a_forked_worker_makes_its_own_client(
@@ -172,7 +144,7 @@ def test_a_forked_worker_makes_its_own_client(
                 other.release()
                 return not busy and os.getpid() != parent_pid
 
-            assert _fork(child) == 0
+            assert run_forked(child) == 0
             assert raw.exists(name)
         assert not raw.exists(name)
         assert get_client() is parent
