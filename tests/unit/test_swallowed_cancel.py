@@ -94,3 +94,21 @@ async def test_a_timeout_around_the_call_still_times_out():
     loop.call_later(0.01, lambda: written.done() or written.set_result("OK"))
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(task, 5)
+
+
+async def test_a_call_that_fails_after_a_swallowed_cancellation_raises_the_cancellation():
+    """The caller was cancelled: that comes before the call's own error (a connection error
+    raised after ``wait_for`` dropped the cancellation)."""
+    written: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def write_then_fail() -> str:
+        await asyncio.wait_for(written, 10)
+        raise ConnectionError("the reply never came")
+
+    task = asyncio.ensure_future(cancellable(write_then_fail()))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    written.set_result("OK")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task

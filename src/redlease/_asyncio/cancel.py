@@ -129,12 +129,22 @@ async def cancellable(awaitable: Awaitable[T]) -> T:
     gh-86296, fixed in 3.12). The cancellation is still counted on the task
     (``Task.cancelling()``): one counted during the call and not taken back raises here, so a
     cancelled caller stops (inside a task of its own, as ``finish_despite_cancel`` runs a
-    call, the count is that task's, which nobody cancels)."""
+    call, the count is that task's, which nobody cancels). A call that fails after such a
+    cancellation raises the cancellation too: the caller was cancelled, that comes first.
+    Inside ``asyncio.timeout`` an expiry is such a cancellation: the timeout then raises
+    ``TimeoutError`` as it would have."""
     task = asyncio.current_task()
     if task is None or sys.version_info < (3, 11):  # pragma: no cover - no task, or 3.10
         return await awaitable
     before = task.cancelling()
-    result = await awaitable
+    try:
+        result = await awaitable
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        if task.cancelling() > before:
+            raise asyncio.CancelledError from None
+        raise
     if task.cancelling() > before:
         raise asyncio.CancelledError
     return result

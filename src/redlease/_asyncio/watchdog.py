@@ -16,6 +16,7 @@ from .._redis.connections import cluster_node_of, renewal_down
 from .._shared.log import log
 from .._shared.state import RenewalJob
 from ..errors import ReplicaError, ServerUnavailableError
+from .cancel import cancellable
 from .compat import wait_event
 
 if TYPE_CHECKING:
@@ -29,18 +30,13 @@ async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
     calling task (``asyncio.timeout``), not in a task of its own as ``asyncio.wait_for`` runs
     it: on an event loop kept busy by other tasks every hop from one task or callback to the
     next waits a whole pass of the loop's ready queue, and ``wait_for`` adds three (the task,
-    its done-callback, the waiter), which made a renewal land seconds later under load."""
+    its done-callback, the waiter), which made a renewal land seconds later under load. A
+    call that finishes despite a cancellation (it reads the reply of a command already sent)
+    still raises it (``cancel.cancellable``): the watchdog is being stopped all the same, or,
+    when the timeout expired, ``TimeoutError``."""
     if sys.version_info >= (3, 11):
-        task = asyncio.current_task()
-        before = task.cancelling() if task is not None else 0
-        try:
-            async with asyncio.timeout(seconds):
-                return await awaitable
-        finally:
-            # a call may finish despite a cancellation (it reads the reply of a command
-            # already sent); the watchdog is being stopped all the same (as wait_for would)
-            if task is not None and task.cancelling() > before:
-                raise asyncio.CancelledError
+        async with asyncio.timeout(seconds):
+            return await cancellable(awaitable)
     return await asyncio.wait_for(awaitable, seconds)  # pragma: no cover - Python 3.10
 
 
