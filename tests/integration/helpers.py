@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import signal
+import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -48,3 +50,26 @@ def run_forked(child: Callable[[], bool], timeout: float = 20.0) -> int:
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     return -1
+
+
+@contextlib.contextmanager
+def held_by_another_thread(*locks: Any) -> Iterator[None]:
+    """Another thread holds ``locks`` until the block ends (as the watchdog or an acquiring
+    thread does for a moment, at the worst time for a fork)."""
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with contextlib.ExitStack() as stack:
+            for lock in locks:
+                stack.enter_context(lock)
+            taken.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert taken.wait(10)
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(10)

@@ -4,44 +4,18 @@ parent's thread, which does not exist in the child, would have released. On a re
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from redlease import AsyncClient, Client, RedlockClient
 from redlease._sync import semaphore
 
-from .helpers import run_forked
+from .helpers import held_by_another_thread, run_forked
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-
-
-@contextlib.contextmanager
-def _held(*locks: Any) -> Iterator[None]:
-    """Another thread holds ``locks`` until the block ends (as the watchdog or an acquiring
-    thread does for a moment, at the worst time for a fork)."""
-    taken, done = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with contextlib.ExitStack() as stack:
-            for lock in locks:
-                stack.enter_context(lock)
-            taken.set()
-            done.wait(30)
-
-    thread = threading.Thread(target=hold, daemon=True)
-    thread.start()
-    assert taken.wait(10)
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join(10)
 
 
 def test_fork_while_a_thread_holds_the_client_locks(server, name):
@@ -62,7 +36,7 @@ def test_fork_while_a_thread_holds_the_client_locks(server, name):
             fresh.release()
             return got and not waiter.locked() and client._subscriber is not parent_subscriber
 
-        with _held(client._state.mutex, client._start_mutex, client._ops.mutex):
+        with held_by_another_thread(client._state.mutex, client._start_mutex, client._ops.mutex):
             assert run_forked(child) == 0
         lock.release()
 
@@ -88,7 +62,7 @@ def test_fork_while_a_thread_holds_the_subscriber_lock(server, name):
             other.release()
             return got and stats.local_waiters == 0
 
-        with _held(subscriber._mutex):
+        with held_by_another_thread(subscriber._mutex):
             assert run_forked(child) == 0
         holder.lock(name).release()
         waiting.join(10)
@@ -98,7 +72,7 @@ def test_fork_while_a_thread_holds_the_subscriber_lock(server, name):
 def test_fork_while_a_thread_holds_the_async_client_state(server):
     client = AsyncClient.from_url(server.url)
     parent_id = client.id
-    with _held(client._state.mutex):
+    with held_by_another_thread(client._state.mutex):
         assert run_forked(lambda: client.id != parent_id) == 0
 
 
@@ -115,7 +89,7 @@ def test_fork_while_a_thread_holds_the_permit_keepers_lock(server, name):
             sem.release(mine)
             return mine is not None and mine != permit
 
-        with _held(semaphore._keepers_mutex):
+        with held_by_another_thread(semaphore._keepers_mutex):
             assert run_forked(child) == 0
         sem.release(permit)
 
@@ -128,7 +102,7 @@ def test_fork_while_a_thread_holds_the_listeners_lock(server):
             client.add_listener(lambda event: None)
             return True
 
-        with _held(client._state.listeners._mutex):
+        with held_by_another_thread(client._state.listeners._mutex):
             assert run_forked(child) == 0
 
 
@@ -149,6 +123,6 @@ def test_fork_while_a_thread_holds_the_redlock_client_locks(server, name):
             other.release()
             return got and not client.lock(name).acquire(blocking=False)
 
-        with _held(client._mutex, master._mutex):
+        with held_by_another_thread(client._mutex, master._mutex):
             assert run_forked(child) == 0
         lock.release()

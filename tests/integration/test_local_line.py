@@ -18,8 +18,7 @@ import redis
 from redlease import AsyncClient, Client, ClientClosedError
 from redlease._core.lock import RECHECK
 
-from .helpers import eventually
-from .test_fork import _fork, _held
+from .helpers import eventually, held_by_another_thread, run_forked
 
 MAX_CONNECTIONS = 8  # the bound for one client, pub/sub included
 
@@ -430,8 +429,8 @@ def test_a_forked_child_starts_with_empty_lines(private_server, name):
             other.release()
             return got and _local(client, other) == 0
 
-        with _held(client._lines._mutex):
-            assert _fork(child) == 0
+        with held_by_another_thread(client._lines._mutex):
+            assert run_forked(child) == 0
         lock.release()
         deadline = time.monotonic() + 30
         while not all(w.done() for w in waiters):
