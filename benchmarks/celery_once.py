@@ -17,11 +17,18 @@ duplicates
 takeover
     A run's worker process killed with SIGKILL mid-task: seconds until its key can be taken
     (goal: within the 2 s lease).
+redelivery
+    The at-least-once recipe (``acks_late=True, reject_on_worker_lost=True``): ``--tasks``
+    tasks of keys of their own, the pool process running each of the first ``--kills`` killed
+    with SIGKILL mid-task (by its PID). Work lost: tasks whose work was never done (goal 0);
+    done twice, runs beside another (goal 0); and the seconds from each kill to the start of
+    its redelivered run (it waits for the dead run's hold to run out: at most one lease).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -41,6 +48,7 @@ from integration import celery_app
 from integration.test_celery import Worker, delay_at_once
 
 import redlease
+from redlease.contrib.celery import TaskSkippedError
 from redlease.testing import RedisServer, find_server
 
 PREFIX = "redlease:celery:"
@@ -70,7 +78,8 @@ def one_round(raw: redis.Redis, stage: str, held: bool) -> tuple[int, int]:
             wait(lambda: sum(r.ready() for r in results) >= 7)
         raw.rpush(f"{name}:go", *([1] * len(distinct)))  # one for each task sent
     for result in results:
-        result.get(timeout=30)
+        with contextlib.suppress(TaskSkippedError):  # a duplicate, skipped
+            result.get(timeout=30)
     recorded = runs(raw, name)
     return len(recorded) - 1, sum(run["overlap"] for run in recorded)
 
@@ -91,10 +100,51 @@ def takeover(raw: redis.Redis, url: str) -> float:
     return freed
 
 
+def redelivery(raw: redis.Redis, tasks: int, kills: int) -> tuple[int, int, int, list[float]]:
+    """(work lost, done twice, runs beside another, seconds from each kill to its redelivered
+    run's start) for ``tasks`` acks_late tasks of which ``kills`` are killed mid-task."""
+    base = uuid.uuid4().hex[:12]
+    names = [f"{base}-{i}" for i in range(tasks)]
+    results = [celery_app.acks_late.delay(n, 60) for n in names]
+    killed_at: dict[int, float] = {}
+    rerun_at: dict[int, float] = {}
+    let_go: set[int] = set()
+
+    def step() -> bool:
+        for i, key in enumerate(names):
+            recorded = runs(raw, key)
+            if not recorded or i in let_go:
+                continue
+            if i < kills and i not in killed_at:
+                raw.decr(f"{key}:active")  # (the killed run never counts itself out)
+                os.kill(recorded[0]["pid"], signal.SIGKILL)
+                killed_at[i] = time.monotonic()
+            elif i not in killed_at or len(recorded) > 1 or results[i].ready():
+                if i in killed_at and len(recorded) > 1:
+                    rerun_at[i] = time.monotonic()
+                raw.rpush(f"{key}:go", 1)
+                let_go.add(i)
+        return len(let_go) == tasks
+
+    wait(step, timeout=60 + 10 * tasks)
+    for result in results:
+        try:
+            result.get(timeout=60)
+        except Exception as exc:
+            print(f"  task {result.id}: {exc!r}")
+    done = [raw.llen(f"{n}:done") for n in names]
+    overlaps = sum(run["overlap"] for n in names for run in runs(raw, n))
+    delays = [rerun_at[i] - killed_at[i] for i in sorted(rerun_at)]
+    return sum(d == 0 for d in done), sum(d > 1 for d in done), overlaps, delays
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--tasks", type=int, default=12, help="acks_late tasks (redelivery)")
+    parser.add_argument("--redelivery-kills", type=int, default=6)
+    parser.add_argument("--only-redelivery", action="store_true")
     args = parser.parse_args()
     with RedisServer(find_server()) as server, tempfile.TemporaryDirectory() as tmp:
         celery_app.configure(server.url)
@@ -103,6 +153,19 @@ def main() -> None:
             worker.start()
             raw = redis.Redis.from_url(server.url)
             print(f"server {server.binary.label}; worker: prefork, 4 processes; lease 2 s")
+            lost, twice, overlaps, delays = redelivery(raw, args.tasks, args.redelivery_kills)
+            print(
+                f"acks_late, {args.tasks} tasks, {args.redelivery_kills} SIGKILLs mid-task: "
+                f"work lost {lost}, done twice {twice}, runs beside another {overlaps}; "
+                + (
+                    f"kill to redelivered run: median {statistics.median(delays):.2f} s, "
+                    f"max {max(delays):.2f} s"
+                    if delays
+                    else "no redelivered run"
+                )
+            )
+            if args.only_redelivery:
+                return
             print("8 simultaneous delay() of one key, per round: duplicates run (overlapping)")
             for held in (True, False):
                 for stage in ("run", "enqueue"):

@@ -52,7 +52,8 @@ def raw() -> redis.Redis:
     """A plain connection of this process (made after the fork)."""
     global _raw
     if _raw is None or _raw[0] != os.getpid():
-        _raw = (os.getpid(), redis.Redis.from_url(app.conf.broker_url))
+        # a read may wait for a BLPOP of up to a minute (redis-py's default: 5 s)
+        _raw = (os.getpid(), redis.Redis.from_url(app.conf.broker_url, socket_timeout=120))
     return _raw[1]
 
 
@@ -166,3 +167,61 @@ def fails(kind: str) -> None:
         outcomes={"a:1": "granted", "b:2": "unavailable"},
         errors={"b:2": ServerUnavailableError("timed out", address="b:2")},
     )
+
+
+def work(task: Any, name: str, seconds: float) -> str:
+    """A run of a unit of work: counted in as it starts (``<name>:runs``, as ``record_run``),
+    done once the test pushes to ``<name>:go``: then recorded in ``<name>:done``. A run killed
+    mid-task is in ``runs`` but never in ``done``."""
+    record_run(task, name, seconds)
+    raw().rpush(f"{name}:done", json.dumps({"task": task.request.id, "pid": os.getpid()}))
+    return "ran"
+
+
+@app.task(
+    name="t.acks_late",
+    bind=True,
+    base=ExclusiveTask,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    exclusive={"key": "late:{name}"},
+)
+def acks_late(self: Any, name: str, seconds: float = 30) -> str:
+    """The at-least-once recipe: a run killed mid-task is redelivered (same task id)."""
+    return work(self, name, seconds)
+
+
+_listening: set[int] = set()
+
+
+def lost_events(task: Any) -> None:
+    """This process's redlease client tells ``<lock name>:events`` of each lost lease (kind
+    and cause), as a user's listener (or ``redlease.metrics``) would count them."""
+    from redlease.contrib.celery import client_for
+
+    if os.getpid() in _listening:
+        return
+    _listening.add(os.getpid())
+
+    def heard(event: Any) -> None:
+        if event.kind == "lease_lost":
+            raw().rpush(f"{event.name}:events", f"{event.kind} {event.cause}")
+
+    client_for(task.app).add_listener(heard)
+
+
+@app.task(name="t.lost_log", bind=True, base=ExclusiveTask, exclusive={"key": "lost:{name}"})
+def lost_log(self: Any, name: str, seconds: float = 30) -> str:
+    lost_events(self)
+    return record_run(self, name, seconds)
+
+
+@app.task(
+    name="t.lost_raise",
+    bind=True,
+    base=ExclusiveTask,
+    exclusive={"key": "lost:{name}", "on_lost": "raise"},
+)
+def lost_raise(self: Any, name: str, seconds: float = 30) -> str:
+    lost_events(self)
+    return record_run(self, name, seconds)

@@ -10,6 +10,12 @@ What each test proves:
 - Celery's retries keep the key from one try to the next (``retries="keep"``), or leave it
   free meanwhile (``"retake"``);
 - a worker process killed with SIGKILL mid-task frees the key within one lease (2 s here);
+- with ``acks_late``, a run killed mid-task is redelivered and its redelivery does the work
+  (never lost, never twice, never beside another run); a second delivery of a task that
+  still runs neither runs nor stores a result; a skipped run fails with
+  ``TaskSkippedError`` (never a success returning ``None``);
+- a forced release of a run's hold: its result is kept and the loss logged (``on_lost="log"``,
+  the default), or it fails with ``LeaseLostError`` (``on_lost="raise"``);
 - redlease's errors raised in a task reach the caller whole (pickled results), and with the
   JSON result backend keep their type and message;
 - options are checked when the task is made; direct calls are excluded too; ``import
@@ -38,7 +44,7 @@ from celery import Celery
 
 import redlease
 from redlease import InvalidArgumentError, LockTimeoutError, QuorumError, StaleTokenError
-from redlease.contrib.celery import ExclusiveTask, client_for, redlease_url
+from redlease.contrib.celery import ExclusiveTask, TaskSkippedError, client_for, redlease_url
 from redlease.testing import RedisServer, find_server
 
 from . import celery_app
@@ -149,6 +155,14 @@ def wait_for(condition: Callable[[], Any], worker: Worker, timeout: float = 20.0
         time.sleep(0.02)
 
 
+def outcome(result: Any) -> Any:
+    """A task's result, or the type of the error it ended with."""
+    try:
+        return result.get(timeout=20)
+    except Exception as exc:
+        return type(exc)
+
+
 def delay_at_once(task: Any, count: int, *args: Any) -> list[Any]:
     """``count`` threads call ``task.delay(*args)`` at the same moment."""
     barrier = threading.Barrier(count)
@@ -180,13 +194,19 @@ def test_eight_simultaneous_delays_of_one_key_run_once(worker, raw, name, stage)
     else:  # one task was sent; the 7 others are its AsyncResult
         assert len({r.id for r in results}) == 1
     raw.rpush(f"{name}:go", 1)
-    outcomes = [r.get(timeout=20) for r in results]
+    outcomes = [outcome(r) for r in results]
     recorded = runs(raw, name)
     duplicates = len(recorded) - 1
     print(f"stage {stage}: 8 simultaneous delay() of one key, duplicates run: {duplicates}")
     assert duplicates == 0 and not recorded[0]["overlap"]
-    skipped = 7 if stage == "run" else 0
-    assert (outcomes.count("ran"), outcomes.count(None)) == (8 - skipped, skipped)
+    skipped = 7 if stage == "run" else 0  # a skipped run is an error of its own, not None
+    assert (outcomes.count("ran"), outcomes.count(TaskSkippedError)) == (8 - skipped, skipped)
+    if stage == "run":
+        with pytest.raises(TaskSkippedError) as raised:
+            next(r for r in results if r.state == "FAILURE").get(timeout=20)
+        assert raised.value.name == f"{PREFIX}skip:{name}"
+        assert isinstance(raised.value, LockTimeoutError)  # what on_busy="raise" raises too
+        assert "raised expected: TaskSkippedError" in worker.log_tail(400)  # INFO, no trace
     assert isinstance(recorded[0]["token"], int) and recorded[0]["token"] > 0
 
     # the key is free again: the next delay() is a task of its own, and runs
@@ -242,7 +262,8 @@ def test_celery_retries_keep_the_key(worker, raw, name):
     first = celery_app.retries_keep.delay(name, 2.5)
     wait_for(lambda: first.state == "RETRY", worker)  # its first try has ended
     duplicate = celery_app.retries_keep.delay(name, 2.5)
-    assert duplicate.get(timeout=20) is None  # skipped: the key is kept for the retry
+    with pytest.raises(TaskSkippedError):  # skipped: the key is kept for the retry
+        duplicate.get(timeout=20)
     assert first.get(timeout=20) == "ran"
     assert [t.decode() for t in raw.lrange(f"{name}:tries", 0, -1)] == [first.id]
     (retried,) = runs(raw, name)
@@ -257,8 +278,9 @@ def test_celery_retries_retake_the_key(worker, raw, name):
     duplicate = celery_app.retries_retake.delay(name, 2.5)
     wait_for(lambda: raw.llen(f"{name}:tries") == 2, worker)
     assert [t.decode() for t in raw.lrange(f"{name}:tries", 0, -1)] == [first.id, duplicate.id]
-    outcomes = {first.get(timeout=20), duplicate.get(timeout=20)}
+    outcomes = {outcome(first), outcome(duplicate)}
     assert "ran" in outcomes  # (the later retry may find the earlier running: skipped)
+    assert outcomes <= {"ran", TaskSkippedError}
     assert not any(run["overlap"] for run in runs(raw, name))
 
 
@@ -288,6 +310,115 @@ def test_sigkill_mid_task_frees_the_key_within_one_lease(worker, raw, server, na
     print(f"stage {stage}: key free {freed:.2f} s after SIGKILL (lease {LEASE} s)")
     assert freed <= LEASE + 1.5, freed
     assert successor.get(timeout=20) == "ran"
+
+
+TASKS = 6
+KILLS = 3
+
+
+def test_acks_late_redelivery_after_sigkill_does_the_work_exactly_once(worker, raw, name):
+    """The at-least-once recipe (``acks_late``, ``reject_on_worker_lost``): ``TASKS`` tasks of
+    keys of their own; the pool process running each of the first ``KILLS`` is SIGKILLed
+    mid-task (by its PID), and Celery redelivers its message at once, while the dead run's
+    hold is still on the server. The redelivery (same task id) waits for that hold to run
+    out and does the work: every task's work is done exactly once, never two runs of a key
+    at once, and each task's result is its own."""
+    names = [f"{name}-{i}" for i in range(TASKS)]
+    results = [celery_app.acks_late.delay(n, 60) for n in names]
+    killed: set[int] = set()
+    let_go: set[int] = set()
+
+    def step() -> bool:
+        """Kill the first run of each of the first KILLS tasks; let every other run end."""
+        for i, key in enumerate(names):
+            recorded = runs(raw, key)
+            if not recorded or i in let_go:
+                continue
+            if i < KILLS and i not in killed:
+                raw.decr(f"{key}:active")  # it never counts itself out (decremented before
+                os.kill(recorded[0]["pid"], signal.SIGKILL)  # the kill: no redelivery can
+                killed.add(i)  # start before it)
+            elif i not in killed or len(recorded) > 1 or results[i].ready():
+                raw.rpush(f"{key}:go", 1)
+                let_go.add(i)
+        return len(let_go) == TASKS
+
+    wait_for(step, worker, timeout=120)
+    outcomes = []
+    for result in results:
+        try:
+            outcomes.append(result.get(timeout=60))
+        except Exception as exc:  # (reported below, with the counts)
+            outcomes.append(repr(exc))
+    done = [[json.loads(d)["task"] for d in raw.lrange(f"{n}:done", 0, -1)] for n in names]
+    lost = sum(not d for d in done)
+    twice = sum(len(d) > 1 for d in done)
+    overlaps = sum(run["overlap"] for n in names for run in runs(raw, n))
+    print(
+        f"acks_late, {TASKS} tasks, {KILLS} SIGKILLs mid-task: work lost {lost}, "
+        f"done twice {twice}, runs beside another {overlaps}; results {outcomes}"
+    )
+    assert (lost, twice, overlaps) == (0, 0, 0)
+    assert outcomes == ["ran"] * TASKS
+    for i, (key, result) in enumerate(zip(names, results, strict=True)):
+        assert done[i] == [result.id]
+        recorded = runs(raw, key)
+        assert [r["task"] for r in recorded] == [result.id] * (2 if i < KILLS else 1)
+        if i < KILLS:  # the redelivery held the key after the dead run's hold
+            assert recorded[1]["token"] > recorded[0]["token"]
+            assert recorded[1]["pid"] != recorded[0]["pid"]
+
+
+def test_a_second_delivery_of_a_running_task_neither_runs_nor_reports(worker, raw, name):
+    """A message delivered again while its first delivery still runs (the broker's
+    visibility timeout ran out on a long task): the second delivery waits one lease, finds
+    the key still held by the first (alive, renewing it), and ends without running and
+    without storing a result, which stays the running one's."""
+    first = celery_app.acks_late.apply_async((name, 60))
+    wait_for(lambda: runs(raw, name), worker)
+    celery_app.acks_late.apply_async((name, 60), task_id=first.id)
+
+    def ignored() -> bool:
+        return first.ready() or f"[{first.id}]: a delivery of it already" in worker.log_tail(400)
+
+    wait_for(ignored, worker, timeout=60)
+    assert not first.ready()  # no result stored by the second delivery
+    raw.rpush(f"{name}:go", 1)
+    assert first.get(timeout=20) == "ran"
+    (run,) = runs(raw, name)
+    assert run["task"] == first.id and not run["overlap"]
+    assert [json.loads(d)["task"] for d in raw.lrange(f"{name}:done", 0, -1)] == [first.id]
+
+
+@pytest.mark.parametrize("on_lost", ["log", "raise"])
+def test_a_forced_release_while_a_task_runs(worker, raw, server, name, on_lost):
+    """An operator force-releases the hold of a running task, which then finishes its work:
+    with ``on_lost="log"`` (the default) its result stands and the loss is logged; with
+    ``"raise"`` it fails with ``LeaseLostError`` (cause ``forced``). Either way the worker's
+    client tells its listeners (``lease_lost``, what ``redlease.metrics`` counts)."""
+    task = celery_app.lost_log if on_lost == "log" else celery_app.lost_raise
+    lock_name = f"{PREFIX}lost:{name}"
+    result = task.delay(name, 30)
+    wait_for(lambda: runs(raw, name), worker)
+    with redlease.Client.from_url(server.url) as admin:
+        assert admin.lock(lock_name).force_release()
+    wait_for(lambda: raw.lrange(f"{lock_name}:events", 0, -1), worker)  # heard
+    (event,) = raw.lrange(f"{lock_name}:events", 0, -1)
+    # forced, or unknown when the force came before the holder listened for it (its first
+    # quarter second): then its watchdog found the hold gone
+    kind, cause = event.decode().split()
+    assert kind == "lease_lost" and cause in ("forced", "unknown")
+    raw.rpush(f"{name}:go", 1)  # the task ends its work now
+    if on_lost == "log":
+        assert result.get(timeout=20) == "ran"
+        wait_for(lambda: f"[{result.id}]: its hold of" in worker.log_tail(400), worker)
+        line = next(x for x in worker.log_tail(400).splitlines() if f"[{result.id}]: its" in x)
+        assert "WARNING" in line and f"cause {cause}" in line and "result is kept" in line
+    else:
+        with pytest.raises(redlease.LeaseLostError) as raised:
+            result.get(timeout=20)
+        assert raised.value.cause == cause and raised.value.name == lock_name
+    assert len(raw.lrange(f"{lock_name}:events", 0, -1)) == 1  # told once
 
 
 @pytest.mark.parametrize("kind", ["stale", "quorum"])
@@ -339,6 +470,7 @@ def test_options_are_checked_when_the_task_is_made():
         ({"timeout": -1}, "too small"),
         ({"queued_for": 0}, "too small"),
         ({"tiemout": 5}, "unknown exclusive option(s) tiemout"),
+        ({"on_lost": "ignore"}, "on_lost='ignore'; one of log, raise"),
     ]:
 
         @app.task(base=ExclusiveTask, exclusive=exclusive, name=f"check.{len(message)}")
@@ -388,7 +520,8 @@ def test_direct_calls_are_excluded_too(server, name):
         lock = other.lock(f"{PREFIX}d:{name}")
         assert lock.acquire(timeout=5)
         try:
-            assert skip(name) is None  # busy: skipped
+            with pytest.raises(TaskSkippedError):  # busy: skipped
+                skip(name)
             with pytest.raises(LockTimeoutError):
                 fail(name)
         finally:

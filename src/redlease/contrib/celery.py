@@ -46,7 +46,7 @@ from . import _missing_extra
 
 try:
     from celery import Task, signals
-    from celery.exceptions import Retry
+    from celery.exceptions import Ignore, Retry
     from celery.utils import uuid
     from kombu.utils.json import dumps as kombu_dumps
 except ModuleNotFoundError as exc:  # the framework is an extra
@@ -62,7 +62,7 @@ from .. import (
     RedleaseError,
 )
 
-__all__ = ["ExclusiveTask", "client_for"]
+__all__ = ["ExclusiveTask", "TaskSkippedError", "client_for"]
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ is the producer's, so that the worker names the same holds whatever the serializ
 arguments); ``None`` in a retry that carries none."""
 
 ON_BUSY = ("skip", "raise", "retry", "wait")
+ON_LOST = ("log", "raise")
 STAGES = ("run", "enqueue")
 RETRIES = ("keep", "retake")
 DEFAULT_PREFIX = "redlease:celery:"
@@ -88,6 +89,23 @@ MAX_ROUNDS = 1000
 """Bound on the rounds of every loop here (each also bounded in time)."""
 DEFAULT_KEY_LENGTH = 200
 """A default key (the task name and its arguments) longer than this is hashed."""
+DELIVERY_TTL = 7 * 24 * 3600.0
+"""How long the record of a delivery of an ``acks_late`` task lives at most (it is deleted
+when the delivery ends; this only bounds what a delivery killed and never redelivered
+leaves)."""
+REDELIVERY_MARGIN = 5.0
+"""Beyond one lease (``watchdog_timeout``), how long a redelivered run waits for the hold of
+its dead delivery: the time a waiter takes to notice a hold that ran out (at most
+``RECHECK``, 5 s)."""
+
+
+class TaskSkippedError(LockTimeoutError):
+    """A run of an ``ExclusiveTask`` that did not run its body because its key was busy
+    (``on_busy="skip"``). It is one of the task's expected errors (Celery's ``throws``): the
+    task's state is ``FAILURE``, the worker logs it at INFO without a traceback (and error
+    trackers that honour ``throws`` leave it out), and ``result.get()`` raises it: a skipped
+    run is never a success that returned ``None``. ``except LockTimeoutError`` catches it
+    too."""
 
 
 # --- options ------------------------------------------------------------------------------
@@ -115,6 +133,10 @@ class Options:
     queued_for: float = 3600.0
     """The longest a reserved task may wait in the queue (beyond its countdown or ETA) before
     its reservation ends by itself."""
+    on_lost: str = "log"
+    """What a run whose hold was lost before it ended (force-released, expired) does at its
+    end: ``log``: its outcome (result or error) stands, the loss is logged (WARNING);
+    ``raise``: a run that returned fails with ``LeaseLostError`` instead."""
 
     @property
     def reserves(self) -> bool:
@@ -125,7 +147,7 @@ class Options:
 def _options(task_name: str, exclusive: Mapping[str, Any], run: Callable[..., Any]) -> Options:
     if not isinstance(exclusive, Mapping):
         raise InvalidArgumentError(f"task {task_name}: exclusive must be a dict of options")
-    known = {"key", "on_busy", "stage", "timeout", "countdown", "retries", "queued_for"}
+    known = {"key", "on_busy", "stage", "timeout", "countdown", "retries", "queued_for", "on_lost"}
     unknown = sorted(set(exclusive) - known)
     if unknown:
         raise InvalidArgumentError(
@@ -136,6 +158,7 @@ def _options(task_name: str, exclusive: Mapping[str, Any], run: Callable[..., An
         "on_busy": (exclusive.get("on_busy", "skip"), ON_BUSY),
         "stage": (exclusive.get("stage", "run"), STAGES),
         "retries": (exclusive.get("retries", "keep"), RETRIES),
+        "on_lost": (exclusive.get("on_lost", "log"), ON_LOST),
     }
     for option, (value, allowed) in chosen.items():
         if value not in allowed:
@@ -152,6 +175,7 @@ def _options(task_name: str, exclusive: Mapping[str, Any], run: Callable[..., An
         on_busy=chosen["on_busy"][0],
         stage=chosen["stage"][0],
         retries=chosen["retries"][0],
+        on_lost=chosen["on_lost"][0],
         **seconds,
     )
 
@@ -371,6 +395,17 @@ class Holds:
         except (LeaseLostError, InvalidArgumentError) as exc:
             log.warning("reservation of %r had ended before %s: %s", self.key, why, exc)
 
+    def delivery_record(self, task_id: str, retries: int) -> str:
+        """The record of the deliveries of one message (a task id and its Celery retry)."""
+        return f"{self.lock_name}:delivery:{task_id}:{retries}"
+
+    def start_delivery(self, record: str) -> bool:
+        """Write the record of a delivery starting; ``False`` when it was there already: an
+        earlier delivery of the same message started and did not end (its worker process
+        died, or it still runs)."""
+        ttl = int(DELIVERY_TTL * 1000)
+        return bool(self.client.redis.set(record, "", nx=True, px=ttl))
+
     def write(self, record: str, task_id: str, lease: float | None = None) -> None:
         px = None if lease is None else max(1, int(lease * 1000))
         self.client.redis.set(record, task_id, px=px)
@@ -412,6 +447,11 @@ class Run:
     """The run hold, while held."""
     handed_over: bool = False
     """The reservation (or the run's place) went to a retry of the task."""
+    delivery: str | None = None
+    """The record of this delivery (``acks_late`` tasks run by a worker): the fencing token
+    of its hold once taken, so that a redelivery of the message knows the hold as its own."""
+    redelivered: bool = False
+    """An earlier delivery of this message had started and not ended when this one began."""
 
 
 def _delay(options: Mapping[str, Any], default: float = 0.0) -> float:
@@ -433,9 +473,9 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
 
     ``@app.task(base=ExclusiveTask, exclusive={"key": "sync:{user_id}"})``; the options are
     ``Options``' fields: ``key``, ``on_busy``, ``stage``, ``timeout``, ``countdown``,
-    ``retries``, ``queued_for``. While it runs, ``self.request.redlease_token`` is the fencing
-    token of its hold and ``self.request.redlease_lock`` the ``Lock`` (``lease_lost`` tells
-    whether the hold was lost meanwhile).
+    ``retries``, ``queued_for``, ``on_lost``. While it runs, ``self.request.redlease_token``
+    is the fencing token of its hold and ``self.request.redlease_lock`` the ``Lock``
+    (``lease_lost`` tells whether the hold was lost meanwhile).
     """
 
     exclusive: Mapping[str, Any] = {}
@@ -445,6 +485,8 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
         super().__init_subclass__(**kwargs)
         name = cls.__dict__.get("name") or f"{cls.__module__}.{cls.__qualname__}"
         cls._exclusive = _options(str(name), cls.exclusive, _run_function(cls))
+        if not issubclass(TaskSkippedError, tuple(cls.throws)):  # an expected error
+            cls.throws = (*cls.throws, TaskSkippedError)
 
     @property
     def exclusive_options(self) -> Options:
@@ -532,19 +574,37 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
             task_id=None if request.called_directly else request.id,
             permit=str(carried["permit"]) if carried else None,
         )
-        if not self._take(run):
-            return self._busy(run)
-        token = run.lock.fencing_token if run.lock is not None else None
-        self.push_request(redlease_token=token, redlease_lock=run.lock, redlease_run=run)
-        outcome: BaseException | None = None
+        if self.acks_late and run.task_id is not None and not request.is_eager:
+            # a message that may be delivered again: its record tells a redelivery that an
+            # earlier delivery of it may hold the key
+            run.delivery = run.holds.delivery_record(run.task_id, int(request.retries or 0))
+            run.redelivered = not run.holds.start_delivery(run.delivery)
         try:
-            return super().__call__(*args, **kwargs)
-        except BaseException as exc:
-            outcome = exc
-            raise
+            if not self._take(run):
+                if self._runs_elsewhere(run):
+                    log.warning(
+                        "task %s[%s]: a delivery of it already runs, holding %r: this one "
+                        "ends without running (the running one reports the result)",
+                        self.name,
+                        run.task_id,
+                        run.holds.key,
+                    )
+                    run.delivery = None  # the record is the running delivery's
+                    raise Ignore()
+                return self._busy(run)
+            token = run.lock.fencing_token if run.lock is not None else None
+            self.push_request(redlease_token=token, redlease_lock=run.lock, redlease_run=run)
+            outcome: BaseException | None = None
+            try:
+                return super().__call__(*args, **kwargs)
+            except BaseException as exc:
+                outcome = exc
+                raise
+            finally:
+                self.pop_request()
+                self._finish(run, outcome)
         finally:
-            self.pop_request()
-            self._finish(run, outcome)
+            self._end_delivery(run)
 
     def _take(self, run: Run) -> bool:
         """Take the run hold (and consume the task's reservation); ``False`` when busy."""
@@ -555,6 +615,10 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
             wait = max(holds.client.watchdog_timeout, opts.timeout if opts.on_busy == "wait" else 0)
         else:
             wait = opts.timeout if opts.on_busy == "wait" else 0.0
+        if run.redelivered:
+            # an earlier delivery of this message may hold the key: its worker process died
+            # (its hold runs out within one lease), or it still runs (it renews it)
+            wait = max(wait, holds.client.watchdog_timeout + REDELIVERY_MARGIN)
         deadline = time.monotonic() + wait
         lock = holds.lock(self.name)
         for _ in range(MAX_ROUNDS):
@@ -578,6 +642,10 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
 
     def _started(self, run: Run) -> None:
         holds = run.holds
+        if run.delivery is not None and run.lock is not None:
+            token = run.lock.fencing_token
+            ttl = int(DELIVERY_TTL * 1000)
+            holds.client.redis.set(run.delivery, str(token), px=ttl)
         if run.options.stage == "enqueue":
             if run.task_id is None:
                 holds.clear(holds.running_record, None)  # (no id to tell a duplicate)
@@ -587,6 +655,29 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
             holds.clear(holds.queued_record, run.task_id)
             holds.give_back(run.permit, f"its task {run.task_id} started")
             run.permit = None
+
+    def _runs_elsewhere(self, run: Run) -> bool:
+        """Whether the key is held by an earlier delivery of this very message, alive (a
+        redelivery waited one lease for it: it was renewed): its record names the current
+        hold's fencing token."""
+        if not run.redelivered or run.delivery is None:
+            return False
+        holds = run.holds
+        recorded = holds.read(run.delivery)
+        if not recorded:
+            return False
+        token = holds.client.lock(holds.lock_name).statistics().fencing_token
+        return token is not None and recorded == str(token)
+
+    def _end_delivery(self, run: Run) -> None:
+        """This delivery ended (ran, skipped, failed): its record goes."""
+        record, run.delivery = run.delivery, None
+        if record is None:
+            return
+        try:
+            run.holds.client.redis.delete(record)
+        except (RedleaseError, redis.RedisError) as exc:
+            log.warning("task %s: could not delete the record of its delivery: %s", self.name, exc)
 
     def _busy(self, run: Run) -> Any:
         opts, holds = run.options, run.holds
@@ -605,7 +696,12 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
         self._drop_reservation(run)
         if opts.on_busy == "skip":
             log.info("task %s[%s]: %r is busy: skipped", self.name, run.task_id, holds.key)
-            return None
+            which = self.name if run.task_id is None else f"{self.name}[{run.task_id}]"
+            raise TaskSkippedError(
+                f"task {which} skipped: {holds.key!r} is busy (another run holds it, or a "
+                f"queued or retrying run reserved it)",
+                name=holds.lock_name,
+            )
         raise error
 
     def _drop_reservation(self, run: Run) -> None:
@@ -626,10 +722,18 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
             log.warning("task %s: could not clear the record of %r: %s", self.name, holds.key, exc)
         try:
             lock.release()
-        except LeaseLostError:
-            if outcome is None:
+        except LeaseLostError as exc:
+            if outcome is None and run.options.on_lost == "raise":
                 raise  # it ran, but not alone to its end: say so
-            log.warning("task %s: its hold of %r was lost while it ran", self.name, holds.key)
+            kept = "its result is kept" if outcome is None else "its error stands"
+            log.warning(
+                "task %s[%s]: its hold of %r was lost before it ended (cause %s): %s",
+                self.name,
+                run.task_id,
+                holds.key,
+                exc.cause,
+                kept,
+            )
 
     # --- Celery's retries ------------------------------------------------------------------
 
