@@ -580,7 +580,12 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
             run.delivery = run.holds.delivery_record(run.task_id, int(request.retries or 0))
             run.redelivered = not run.holds.start_delivery(run.delivery)
         try:
-            if not self._take(run):
+            try:
+                taken = self._take(run)
+            except BaseException as exc:
+                self._finish(run, exc)  # a hold taken before the failure is given back
+                raise
+            if not taken:
                 if self._runs_elsewhere(run):
                     log.warning(
                         "task %s[%s]: a delivery of it already runs, holding %r: this one "
