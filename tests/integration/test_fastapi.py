@@ -20,6 +20,7 @@ What each test proves:
 
 import asyncio
 import contextlib
+import logging
 import socket
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
 import httpx
@@ -439,6 +441,61 @@ def test_release_after_the_response_or_when_the_endpoint_returns(server: Any) ->
             assert not other.lock(f"s:{name}").locked()
         for _ in range(20):
             assert http.post(f"/chained/{name}").status_code == 200
+
+
+@pytest.mark.parametrize("on_lost", ["log", "raise"])
+def test_a_forced_release_before_the_request_ends(
+    server: Any, on_lost: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator force-releases a request's lock while its endpoint runs; the endpoint then
+    finishes its work. ``on_lost="log"`` (the default): the response is the endpoint's, the
+    loss logged at WARNING; ``"raise"``: ``LeaseLostError`` from the dependency's exit, before
+    the response (``scope="function"``): a 500. The app's client hears the loss once."""
+    app = FastAPI(lifespan=lifespan(server.url))
+    entered, gate = threading.Event(), threading.Event()
+    order = uuid.uuid4().hex
+    done: list[str] = []
+
+    @app.post("/orders/{order}/pay")
+    async def pay(
+        order: str,
+        lease: Annotated[Lease, Depends(lock("pay:{order}", on_lost=on_lost), scope="function")],
+    ) -> Any:
+        entered.set()
+        await asyncio.to_thread(gate.wait, 30)
+        done.append(order)  # the work, done
+        return {"paid": order}
+
+    heard: list[redlease.LockEvent] = []
+    with (
+        caplog.at_level(logging.WARNING, logger="redlease.contrib.fastapi"),
+        TestClient(app, raise_server_exceptions=False) as http,
+        redlease.Client.from_url(server.url) as admin,
+        ThreadPoolExecutor(1) as pool,
+    ):
+        app.state.redlease.add_listener(
+            lambda event: heard.append(event) if event.kind == "lease_lost" else None
+        )
+        answer = pool.submit(http.post, f"/orders/{order}/pay")
+        assert entered.wait(10)
+        assert admin.lock(f"pay:{order}").force_release()
+        gate.set()
+        response = answer.result(30)
+    assert done == [order]
+    if on_lost == "log":
+        assert (response.status_code, response.json()) == (200, {"paid": order})
+        (record,) = [
+            r
+            for r in caplog.records
+            if r.name == "redlease.contrib.fastapi" and f"'pay:{order}'" in r.getMessage()
+        ]
+        assert record.levelno == logging.WARNING and "response is kept" in record.getMessage()
+    else:
+        assert response.status_code == 500
+    assert len(heard) == 1 and heard[0].name == f"pay:{order}"
+    assert heard[0].cause in ("forced", "unknown")
+    with pytest.raises(InvalidArgumentError, match="on_lost='ignore'; give 'log' or 'raise'"):
+        lock("x", on_lost="ignore")
 
 
 async def test_a_missing_field_fails_at_the_first_call_without_the_lifespan(

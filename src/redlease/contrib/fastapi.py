@@ -147,6 +147,7 @@ class _LockSpec:
         retry_after: int | None,
         lease: float | None,
         fair: bool,
+        on_lost: str = "log",
     ) -> None:
         self.template = name if isinstance(name, str) else None
         self.fields = _fields(name) if isinstance(name, str) else ()
@@ -155,7 +156,8 @@ class _LockSpec:
         self.retry_after = retry_after
         self.lease = lease
         self.fair = fair
-        self._holders: set[asyncio.Task[None]] = set()
+        self.on_lost = on_lost
+        self._holders: set[asyncio.Task[LeaseLostError | None]] = set()
 
     def name_for(self, request: Request) -> str:
         """The lock name: the template formatted with the request's path parameters, else its
@@ -209,22 +211,38 @@ class _LockSpec:
             raise
         except LockTimeoutError:
             raise self._busy(name) from None
+        failed = True
         try:
             yield lease
+            failed = False
         finally:
             leave.set()
+            lost = None
             try:  # the release, whatever ends the request (it goes on if this wait is cut)
-                await asyncio.wait_for(asyncio.shield(holder), RELEASE_WAIT)
+                lost = await asyncio.wait_for(asyncio.shield(holder), RELEASE_WAIT)
             except asyncio.TimeoutError:
                 log.warning("lock %r: the release is taking more than %s s", name, RELEASE_WAIT)
+            if lost is not None:
+                if self.on_lost == "raise" and not failed:
+                    raise lost
+                log.warning(
+                    "lock %r was lost before the request ended (cause %s): %s",
+                    name,
+                    lost.cause,
+                    "its error stands" if failed else "its response is kept",
+                )
 
-    async def _hold(self, lock: Any, granted: asyncio.Future[Lease], leave: asyncio.Event) -> None:
+    async def _hold(
+        self, lock: Any, granted: asyncio.Future[Lease], leave: asyncio.Event
+    ) -> LeaseLostError | None:
+        """Take the hold, hand its ``Lease`` to the request, release it when told; the
+        ``LeaseLostError`` of a hold found lost at its release."""
         got = False
         try:
             async with lock.hold(timeout=self.wait) as lease:  # 0: one try
                 got = True
                 if granted.done():  # the request was cancelled meanwhile
-                    return
+                    return None
                 granted.set_result(lease)
                 await leave.wait()
         except asyncio.CancelledError:
@@ -235,9 +253,10 @@ class _LockSpec:
             if not granted.done():
                 granted.set_exception(exc)
             elif isinstance(exc, LeaseLostError):
-                log.warning("lock %r was lost while the request held it: %s", lock.name, exc)
+                return exc
             elif got:
                 log.error("lock %r: the release failed: %s", lock.name, exc)
+        return None
 
     def _busy(self, name: str) -> HTTPException:
         waited = f"; waited {self.wait:g} s" if self.wait else ""
@@ -260,6 +279,7 @@ def lock(
     retry_after: int | None = None,
     lease: float | timedelta | None = None,
     fair: bool = False,
+    on_lost: str = "log",
 ) -> Callable[..., AsyncIterator[Lease]]:
     """A FastAPI dependency that holds a lock while the request is handled:
     ``lease = Depends(lock("order:{order_id}", wait=2, on_busy=409))``.
@@ -272,6 +292,12 @@ def lock(
     default) with a detail naming the lock, and a ``Retry-After: retry_after`` header
     (default: 1 s for 429 and 503, none otherwise). ``lease`` is an explicit lease (default:
     the watchdog renews the hold as long as the request runs); ``fair=True`` takes a fair lock.
+    ``on_lost`` is what a request whose hold was lost before its release (force-released,
+    expired) does: ``"log"`` (the default: its response is kept, the loss logged at WARNING)
+    or ``"raise"`` (``LeaseLostError`` from the dependency's exit, where the request did not
+    fail already: a 500 with ``scope="function"``; after the response with the default scope,
+    where it reaches the server's error log only). Either way the client's listeners are told
+    (``lease_lost``, counted by ``redlease.metrics``).
 
     The dependency yields the ``Lease`` (``lease.fencing_token``). The hold is released at the
     dependency's exit, whatever ends the request (a response, an error, a cancellation, the
@@ -290,6 +316,7 @@ def lock(
         _retry_after(retry_after),
         _lease(lease),
         _flag(fair, "fair"),
+        _on_lost(on_lost),
     )
     if isinstance(name, str):
 
@@ -374,6 +401,12 @@ def _retry_after(value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidArgumentError(f"lock: retry_after must be whole seconds >= 0, got {value!r}")
     return value
+
+
+def _on_lost(value: Any) -> str:
+    if value not in ("log", "raise"):
+        raise InvalidArgumentError(f"lock: on_lost={value!r}; give 'log' or 'raise'")
+    return str(value)
 
 
 def _flag(value: Any, what: str) -> bool:

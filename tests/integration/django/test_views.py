@@ -5,6 +5,7 @@ one row (no update lost), async views (the event loop's AsyncClient), class-base
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import threading
 from collections.abc import Iterator
@@ -18,7 +19,8 @@ from django.test import Client as DjangoClient
 from redlease_shop.models import Counter
 from redlease_site import views
 
-from redlease import InvalidArgumentError, LockTimeoutError
+import redlease
+from redlease import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from redlease.contrib.django import get_client, lock, locked
 
 WAIT = 30.0
@@ -62,6 +64,49 @@ def test_a_second_request_gets_the_busy_status(configured: str, pk: int) -> None
             busy.result(WAIT)
     assert raised.value.name == f"hold:{pk}"
     assert DjangoClient().get(f"/raise/{pk}").status_code == 200  # free again
+
+
+@pytest.mark.parametrize("on_lost", ["log", "raise"])
+def test_a_forced_release_before_the_view_ends(
+    configured: str, tables: None, pk: int, on_lost: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator force-releases a view's lock while it runs; the view then does its work (a
+    row committed) and returns. ``on_lost="log"`` (the default): the response is the view's,
+    the loss logged at WARNING; ``"raise"``: ``LeaseLostError`` reaches Django (a 500, or a
+    middleware). Either way the client's listeners hear it once (what metrics count)."""
+    heard: list[redlease.LockEvent] = []
+
+    def listener(event: redlease.LockEvent) -> None:
+        if event.kind == "lease_lost" and event.name == f"lost:{pk}":
+            heard.append(event)
+
+    get_client().add_listener(listener)
+    try:
+        with caplog.at_level(logging.WARNING, logger="redlease.contrib.django"):
+            answer = ThreadPoolExecutor(1).submit(DjangoClient().get, f"/lost/{on_lost}/{pk}")
+            assert views.ENTERED[pk].wait(WAIT)
+            with redlease.Client.from_url(configured) as admin:
+                assert admin.lock(f"lost:{pk}").force_release()
+            views.LEAVE[pk].set()
+            if on_lost == "log":
+                response = answer.result(WAIT)
+                assert response.status_code == 200
+                assert Counter.objects.filter(pk=response.json()["row"], value=pk).exists()
+                (record,) = [
+                    r
+                    for r in caplog.records
+                    if r.name == "redlease.contrib.django" and f"'lost:{pk}'" in r.getMessage()
+                ]
+                assert record.levelno == logging.WARNING
+                assert "response is kept" in record.getMessage()
+            else:
+                with pytest.raises(LeaseLostError) as raised:
+                    answer.result(WAIT)
+                assert raised.value.name == f"lost:{pk}"
+                assert Counter.objects.filter(value=pk).count() == 1  # the work was done
+    finally:
+        get_client().remove_listener(listener)
+    assert len(heard) == 1 and heard[0].cause in ("forced", "unknown")
 
 
 def test_no_update_lost_under_concurrent_requests(configured: str, tables: None) -> None:
@@ -161,6 +206,8 @@ def test_locked_on_functions_and_checks(configured: str, pk: int) -> None:
         locked("x", on_busy=200.5)
     with pytest.raises(InvalidArgumentError, match="wait"):
         locked("x", wait=-1)
+    with pytest.raises(InvalidArgumentError, match="on_lost='ignore'; give 'log' or 'raise'"):
+        locked("x", on_lost="ignore")
     assert get_client() is get_client()  # one client per process
 
 

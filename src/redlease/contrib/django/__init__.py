@@ -8,8 +8,9 @@ Install with ``pip install 'redlease[django]'``, add ``"redlease.contrib.django"
 
 - ``lock(name, **options)``: a ``redlease.Lock`` of this process's client;
   ``async_lock(...)`` an ``AsyncLock`` of the running event loop's client.
-- ``locked(name, wait=0, lease=None, on_busy=409)``: a view (sync or async), a command's
-  ``handle`` or a function run holding the lock, its name formatted from the call's arguments.
+- ``locked(name, wait=0, lease=None, on_busy=409, on_lost="log")``: a view (sync or async), a
+  command's ``handle`` or a function run holding the lock, its name formatted from the call's
+  arguments.
 - ``model_lock(instance)``: the lock of one saved row, named ``<app_label>.<model_name>:<pk>``.
 - ``get_client()`` / ``get_async_client()``: the clients themselves. One ``Client`` per
   process, made on first use (a gunicorn or uwsgi worker makes its own after the fork); one

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import string
 from collections.abc import Callable
 from typing import Any
@@ -11,11 +12,14 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.http import HttpRequest, HttpResponse
 
-from ... import InvalidArgumentError, LockTimeoutError
+from ... import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from ..._core.arguments import Seconds
 from . import _clients
 
+log = logging.getLogger("redlease.contrib.django")
+
 ON_BUSY_WORDS = ("raise", "skip")
+ON_LOST = ("log", "raise")
 BUSY_TEXT = "This resource is busy; try again later.\n"
 
 
@@ -113,6 +117,37 @@ def _check_on_busy(on_busy: Any) -> None:
     )
 
 
+def _check_on_lost(on_lost: Any) -> None:
+    if on_lost not in ON_LOST:
+        raise InvalidArgumentError(f"locked(): on_lost={on_lost!r}; give 'log' or 'raise'")
+
+
+def _lost(
+    error: LeaseLostError,
+    on_lost: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    failed: bool,
+) -> None:
+    """The call's hold was found lost at its release (force-released, expired): raise
+    (``on_lost="raise"``, a call that returned) or log, keeping the call's outcome."""
+    if on_lost == "raise" and not failed:
+        if _command_of(args) is not None:
+            raise CommandError(str(error)) from error
+        raise error
+    if failed:
+        kept = "its error stands"
+    else:
+        kept = "its response is kept" if _request_of(args) is not None else "its result is kept"
+    log.warning(
+        "%s: lock %r was lost before the call ended (cause %s): %s",
+        getattr(fn, "__qualname__", fn),
+        error.name,
+        error.cause,
+        kept,
+    )
+
+
 def _check_wait(wait: Any) -> float | None:
     if wait is None:
         return None
@@ -158,6 +193,7 @@ def locked(
     wait: Seconds | None = 0,
     lease: Seconds | None = None,
     on_busy: int | str | Callable[..., Any] | None = None,
+    on_lost: str = "log",
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Run each call of the decorated view, management command ``handle`` or function holding
     the lock ``name``, formatted with the call's arguments by name: a view's URL keyword
@@ -170,6 +206,11 @@ def locked(
     (``LockTimeoutError``; ``CommandError`` in a command), ``"skip"`` (not a view: return
     ``None``), or a callable called with the call's arguments, whose result is returned.
     A status given to a function that is not a view raises as ``"raise"`` does.
+    ``on_lost``: what a call whose hold was lost before it ended (force-released, expired)
+    does at its release: ``"log"`` (the default: its response or result is kept, the loss
+    logged at WARNING) or ``"raise"`` (``LeaseLostError``; ``CommandError`` in a command)
+    instead of the result of a call that returned. Either way the client's listeners are
+    told (``lease_lost``, counted by ``redlease.metrics``).
 
     Coroutine functions (async views) hold an ``AsyncLock`` of the event loop's
     ``AsyncClient``; others a ``Lock`` of the process's ``Client``.
@@ -177,6 +218,7 @@ def locked(
     _fields(name)
     seconds = _check_wait(wait)
     _check_on_busy(on_busy)
+    _check_on_lost(on_lost)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         make_name = _name_maker(fn, name)
@@ -194,10 +236,16 @@ def locked(
                 if not got:
                     busy = _busy(on_busy, full, seconds, fn, args, kwargs)
                     return await busy if inspect.isawaitable(busy) else busy
+                failed = True
                 try:
-                    return await fn(*args, **kwargs)
+                    result = await fn(*args, **kwargs)
+                    failed = False
+                    return result
                 finally:
-                    await lock.release()
+                    try:
+                        await lock.release()
+                    except LeaseLostError as exc:
+                        _lost(exc, on_lost, fn, args, failed)
 
             return async_wrapper
 
@@ -208,6 +256,7 @@ def locked(
             got = lock.acquire(blocking=False) if seconds == 0 else lock.acquire(timeout=seconds)
             if not got:
                 return _busy(on_busy, full, seconds, fn, args, kwargs)
+            failed = True
             try:
                 result = fn(*args, **kwargs)
                 if inspect.iscoroutine(result):  # an async handler behind a sync wrapper
@@ -217,9 +266,13 @@ def locked(
                         " which would run after the lock is released: decorate the async"
                         " function itself (method_decorator(locked(...), name='get'))"
                     )
+                failed = False
                 return result
             finally:
-                lock.release()
+                try:
+                    lock.release()
+                except LeaseLostError as exc:
+                    _lost(exc, on_lost, fn, args, failed)
 
         return wrapper
 

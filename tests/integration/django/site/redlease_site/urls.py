@@ -11,6 +11,8 @@ urlpatterns = [
     path("async/count/<int:pk>", views.async_count),
     path("async/quick/<int:pk>", views.async_quick),
     path("report/<int:pk>", views.Report.as_view()),
+    path("lost/log/<int:pk>", views.lost_log),
+    path("lost/raise/<int:pk>", views.lost_raise),
     path("whoami", views.whoami),
     path("async/whoami", views.async_whoami),
 ]

@@ -75,6 +75,25 @@ async def async_quick(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("done")
 
 
+def _work_after_leave(pk: int) -> HttpResponse:
+    """Waits for ``LEAVE[pk]`` (the test force-releases the lock meanwhile), then does its
+    work: a row written and committed."""
+    ENTERED[pk].set()
+    LEAVE[pk].wait(WAIT)
+    row = Counter.objects.create(value=pk)
+    return JsonResponse({"row": row.pk})
+
+
+@locked("lost:{pk}")
+def lost_log(request: HttpRequest, pk: int) -> HttpResponse:
+    return _work_after_leave(pk)
+
+
+@locked("lost:{pk}", on_lost="raise")
+def lost_raise(request: HttpRequest, pk: int) -> HttpResponse:
+    return _work_after_leave(pk)
+
+
 class Report(View):
     @method_decorator(locked("report:{pk}", on_busy=409))
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
