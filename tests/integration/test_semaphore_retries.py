@@ -5,6 +5,7 @@ reported lost only when it really is. Each test on the sync and asyncio side, ov
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -215,3 +216,60 @@ def _keeper(side: Any, client: Any) -> Any:
     from redlease._sync.semaphore import keeper
 
     return keeper(client)
+
+
+def _in_background(side: Any, call: Any) -> asyncio.Future[Any]:
+    """``call()`` running meanwhile: a task (asyncio) or a thread (sync)."""
+    if side.is_async:
+        return asyncio.ensure_future(call())
+    return asyncio.ensure_future(asyncio.to_thread(call))
+
+
+@pytest.mark.parametrize("many", [False, True], ids=["behind_101_expired", "150_at_once"])
+async def test_a_retry_landing_after_its_own_lease_ran_out_loses_no_permit(
+    side, server, name, many
+):
+    """Issue #36, 1: an acquire (lease 1 s) ran, its reply was lost and the link froze; its
+    resend lands once every lease taken so far ran out: behind 101 abandoned leases (one
+    permit), or with 150 of its own (more than the 100 expired leases a call gives back). It
+    is a fresh acquire: once every lease ran out, all 200 permits can be taken at once (it
+    used to leave 199, or 150, for good)."""
+    raw = redis.Redis.from_url(server.url)
+    for script in core.SCRIPTS:  # a dropped reply is then the acquire's own
+        raw.script_load(script.source)
+    leases = core.LeaseSemaphoreKeys.for_name(name).leases
+
+    def all_ran_out() -> bool:
+        seconds, micros = raw.time()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        return bool(raw.zcount(leases, "-inf", now_ms) == raw.zcard(leases))
+
+    sem = side.client(server.url).lease_semaphore(name)
+    assert await side(sem.try_set_permits(200))
+    if not many:  # holders that crashed: their leases end just before the retried one's
+        for permit in await side(sem.acquire_many(101, timeout=1, lease=0.5)):
+            sem.disown(permit)
+    with TcpProxy(("127.0.0.1", server.port)) as proxy:
+        late = side.client(proxy.url).lease_semaphore(name)
+        dropped = proxy.drop_next_reply(LEASE_ACQUIRE_SHA, then_freeze=True)
+        if many:
+            taking = _in_background(side, lambda: late.acquire_many(150, timeout=20, lease=1))
+        else:
+            taking = _in_background(side, lambda: late.acquire(timeout=20, lease=1))
+        assert await asyncio.to_thread(dropped.wait, 10), "the acquire never reached the server"
+        await eventually(all_ran_out)  # the link stays frozen until every lease ran out
+        proxy.thaw()
+        try:
+            got = await asyncio.wait_for(taking, 30)
+        except ServerUnavailableError:
+            got = None
+        if isinstance(got, list):
+            await side(late.release_many(got))
+        elif got is not None:
+            await side(late.release(got))
+        await eventually(all_ran_out)
+    ids = await side(sem.acquire_many(200, timeout=5, lease=5))
+    assert ids is not None and len(ids) == 200, "permits lost for good"
+    assert (await side(sem.statistics())).permits == 200
+    await side(sem.release_many(ids))
+    raw.close()

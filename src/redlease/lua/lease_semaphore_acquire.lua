@@ -14,10 +14,12 @@
 --          chosen by the caller as ARGV[1] is (none for one permit)
 -- Reply    {code, ms, available}
 --   1 GRANTED  ms is the lease left on the permits; a retried request finds its own first id
---              still leased and answers GRANTED without taking more permits
+--              still leased and answers GRANTED without taking more permits; one whose lease
+--              ran out gives its own permits back first and is then a fresh acquire
 --   0 SHORT    not enough permits are free; ms is the time until the soonest lease ends
 --              (-1: none held). A registering caller now counts as a waiter.
--- At most 100 expired leases are given back per call (bounded work; the rest on the next one).
+-- At most 100 expired leases of others are given back per call (bounded work; the rest on the
+-- next one); the request's own expired ones are always given back.
 -- The wake-up it publishes is a hint, sent by pcall: a user the server does not let publish
 -- still gets this done (waiters re-check on their own within 5 s).
 if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
@@ -29,22 +31,43 @@ local mine = redis.call('zscore', KEYS[2], ARGV[1])
 if mine and tonumber(mine) > now_ms then
   return {1, tonumber(mine) - now_ms, tonumber(redis.call('get', KEYS[1]) or '0')}
 end
-local permits = #ARGV - 4
+local ids = {ARGV[1]}
+for i = 6, #ARGV do
+  ids[#ids + 1] = ARGV[i]
+end
+-- A copy of this request that comes after its lease ran out (a retry, a late copy) is a fresh
+-- acquire: its own permits still in the leases are given back first, every one of them,
+-- whatever else has expired (the bounded clean-up below may not reach them, and a permit
+-- taken again under an id still in the leases would be counted twice). One of its ids still
+-- leased (only a late copy can find that: ARGV[1] released, another kept) stays as it is and
+-- is not taken again.
+local gone = 0
+local leased = 0
+for _, id in ipairs(ids) do
+  local score = redis.call('zscore', KEYS[2], id)
+  if score and tonumber(score) <= now_ms then
+    gone = gone + redis.call('zrem', KEYS[2], id)
+  elseif score then
+    leased = leased + 1
+  end
+end
 local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now_ms, 'limit', 0, 100)
 if #expired > 0 then
-  redis.call('zrem', KEYS[2], unpack(expired))
-  local value = redis.call('incrby', KEYS[1], #expired)
+  gone = gone + redis.call('zrem', KEYS[2], unpack(expired))
+end
+if gone > 0 then
+  local value = redis.call('incrby', KEYS[1], gone)
   if value > 0 then
     redis.pcall(ARGV[5], KEYS[3], value)
   end
 end
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
 local lease = tonumber(ARGV[2])
+local permits = #ids - leased
 if available >= permits then
   available = redis.call('decrby', KEYS[1], permits)
-  redis.call('zadd', KEYS[2], now_ms + lease, ARGV[1])
-  for i = 6, #ARGV do
-    redis.call('zadd', KEYS[2], now_ms + lease, ARGV[i])
+  for _, id in ipairs(ids) do
+    redis.call('zadd', KEYS[2], 'NX', now_ms + lease, id)
   end
   -- a semaphore given an expiry (lease_semaphore_expire.lua) takes its leases along
   local ttl = redis.call('pttl', KEYS[1])

@@ -3,6 +3,10 @@
 Each ``*.lua`` here is ``git show 0079938:src/redlease/lua/<name>.lua``; ``ids.py`` is
 ``next_request_id`` as ``_owners.py`` had it then. ``test_lock_model.py`` runs the model on
 them (one test per defect) and expects the violation each defect causes.
+
+``lease_semaphore_acquire.lua`` is the same file at commit 2d5d1d9, before issue #36's fix (a
+retry whose own lease ran out, behind more than 100 expired leases, took its permits a second
+time): ``test_lease_semaphore_model.py`` runs it.
 """
 
 from __future__ import annotations
