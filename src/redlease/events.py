@@ -6,6 +6,9 @@ in the thread (or task) where it happened; the watchdog's events come from the w
 A semaphore whose abandoned request (an acquire or a drain whose replies were lost) could not
 be confirmed undone sends ``permits_may_stay_taken``: its permits may stay taken (a counting
 semaphore's for good, a lease semaphore's until their lease ends).
+A counting semaphore's release that pushed the free count past the total it was set to
+(permits given back twice, typically after a failover or a restart lost an acquire: the total
+now follows the count) sends ``semaphore_total_raised``.
 A scheduled lock (``client.scheduled_lock``) that found its slot taken, so its job did not run,
 sends ``skipped``; so does a call of a ``@locked(..., on_busy="skip")`` function that found its
 lock busy (it returned ``None`` without running).
@@ -31,6 +34,7 @@ EventKind = Literal[
     "renewal_failed",
     "lease_lost",
     "permits_may_stay_taken",
+    "semaphore_total_raised",
     "skipped",
 ]
 
@@ -42,7 +46,7 @@ class LockEvent:
 
     kind: EventKind
     """What happened: ``acquired``, ``acquire_failed``, ``released``, ``renewal_failed``,
-    ``lease_lost``, ``permits_may_stay_taken`` or ``skipped``."""
+    ``lease_lost``, ``permits_may_stay_taken``, ``semaphore_total_raised`` or ``skipped``."""
     name: str
     """The lock's (or semaphore's, or scheduled job's) name."""
     owner: str | None

@@ -69,9 +69,9 @@ CAUSES = ("expired", "forced", "server_lost", "unknown")
 
 class PrometheusMetrics:
     """Counts acquisitions, failures, renewal failures, leases lost while held (by cause),
-    semaphore permits that may stay taken and skipped runs (scheduled jobs, ``on_busy="skip"``);
-    observes wait and hold times; tracks current holds. Use one instance per registry (names
-    are registered once).
+    semaphore permits that may stay taken, semaphore totals raised by a release and skipped
+    runs (scheduled jobs, ``on_busy="skip"``); observes wait and hold times; tracks current
+    holds. Use one instance per registry (names are registered once).
 
     ``per_lock=True`` adds a ``lock`` label (the lock name) to every metric; ``lock_label``
     maps a name onto the label's value (and implies the label). Without either, no metric has
@@ -134,6 +134,14 @@ class PrometheusMetrics:
             lock,
             **common,
         )
+        self.semaphore_total_raised = Counter(
+            "semaphore_total_raised",
+            "Counting-semaphore releases that pushed the free count past the total the "
+            "semaphore was set to (permits given back twice, typically after a failover or a "
+            "restart lost an acquire): its total now follows the count.",
+            lock,
+            **common,
+        )
         self.skipped_runs = Counter(
             "skipped_runs",
             "Runs skipped because the lock was taken: scheduled jobs (another instance runs "
@@ -170,6 +178,8 @@ class PrometheusMetrics:
             self._of(self.renewal_failures, lock).inc()
         elif event.kind == "permits_may_stay_taken":
             self._of(self.permits_may_stay_taken, lock).inc()
+        elif event.kind == "semaphore_total_raised":
+            self._of(self.semaphore_total_raised, lock).inc()
         elif event.kind == "skipped":
             self._of(self.skipped_runs, lock).inc()
         elif event.kind == "lease_lost":

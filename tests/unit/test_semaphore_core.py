@@ -343,7 +343,12 @@ def test_release_reports_over_release_and_unset() -> None:
         step(op, [core.NOT_SET, 0, -1])
     op = core.release(SEM, permits=1, request_id="r")
     step(op, first=True)
-    assert finish(op, [core.RELEASED, 3, 3]) == 3
+    assert finish(op, [core.RELEASED, 3, 3, -1]) == core.Released(available=3)
+    op = core.release(SEM, permits=1, request_id="r")
+    step(op, first=True)
+    passed = finish(op, [core.RELEASED, 2, 2, 1])  # the count went past the total of 1
+    assert passed == core.Released(available=2, passed=1)
+    assert "set_permits(1)" in core.over_total("sem", 1, passed)
 
 
 def test_status_and_statistics() -> None:

@@ -28,6 +28,7 @@ from .._shared.semaphorebase import (
     report_expired,
     report_lost,
     report_may_stay_taken,
+    report_over_total,
     report_unsettled,
 )
 from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError
@@ -117,7 +118,10 @@ class AsyncSemaphore(AsyncHeld):
 
     async def release(self, permits: int = 1) -> None:
         """Give back ``permits``. As in Redisson, more may be given back than were taken (the
-        semaphore then has more permits). ``release(0)`` does nothing.
+        semaphore then has more permits). ``release(0)`` does nothing. A release that pushes
+        the free count past the total the semaphore was set to (permits given back twice,
+        typically after a failover or a restart lost an acquire) is reported: a WARNING and a
+        ``semaphore_total_raised`` event.
 
         Args:
             permits: How many permits to give back.
@@ -128,8 +132,14 @@ class AsyncSemaphore(AsyncHeld):
         count = core.permits_arg(permits)
         if count == 0:
             return
+        owner = self.client._owner()
+
+        def report(released: core.Released) -> None:
+            listeners = self.client._state.listeners
+            report_over_total(listeners, self.name, owner, count, released)
+
         op = core.release(self._keys, permits=count, request_id=core.new_request_id())
-        await finish_despite_cancel(self.client._run(op, self.name), lambda _free: None)
+        report(await finish_despite_cancel(self.client._run(op, self.name), report))
 
     async def drain_permits(self) -> int:
         """Take every permit free now and return how many (Redisson's ``drainPermits``); give

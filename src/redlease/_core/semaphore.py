@@ -613,10 +613,22 @@ def acquire(
     return bool(result)
 
 
-def release(keys: SemaphoreKeys, *, permits: int, request_id: str) -> Operation[int]:
-    """Give back ``permits``; returns the permits available now. As in Redisson, a release
-    may give back more than was taken (the total follows the count up); one to a semaphore
-    never set, or past ``MAX_COUNT``, raises ``InvalidArgumentError``."""
+@dataclass(frozen=True)
+class Released:
+    """What a counting-semaphore release did."""
+
+    available: int
+    """Permits free after it."""
+    passed: int | None = None
+    """The total this release pushed the free count past (the total now follows the count:
+    permits given back twice, after a failover or a restart lost an acquire, or more given
+    back than were taken), else ``None``."""
+
+
+def release(keys: SemaphoreKeys, *, permits: int, request_id: str) -> Operation[Released]:
+    """Give back ``permits``. As in Redisson, a release may give back more than was taken
+    (the total follows the count up, and ``Released.passed`` says which total it passed);
+    one to a semaphore never set, or past ``MAX_COUNT``, raises ``InvalidArgumentError``."""
     reply = yield release_call(keys, permits, request_id)
     code, available = int(reply[0]), int(reply[1])
     if code == NOT_SET:
@@ -629,7 +641,20 @@ def release(keys: SemaphoreKeys, *, permits: int, request_id: str) -> Operation[
             f"semaphore {keys.name!r}: release(permits={permits}) would make more than "
             f"{arguments.MAX_COUNT} permits ({available} are free already)"
         )
-    return available
+    passed = int(reply[3]) if len(reply) > 3 else -1
+    return Released(available=available, passed=None if passed < 0 else passed)
+
+
+def over_total(name: str, permits: int, released: Released) -> str:
+    """What a release that pushed the free count past the total says (a WARNING)."""
+    return (
+        f"semaphore {name!r}: release({permits}) pushed the free count to {released.available}, "
+        f"past the {released.passed} permits it was set to, and its total now follows the "
+        "count: permits were given back that were not taken (an acquire the server lost in "
+        "a failover or a restart without persistence, then released; or a release of more "
+        "than was taken). If the server lost data, set the total back with "
+        f"set_permits({released.passed})"
+    )
 
 
 @dataclass(frozen=True)

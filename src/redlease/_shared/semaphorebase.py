@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .._core import semaphore as core
-from .._core.semaphore import PendingUndo
+from .._core.semaphore import PendingUndo, Released
 from ..errors import LeaseLostError
 from ..events import Listeners, LockEvent
 from .log import log
@@ -53,3 +53,15 @@ def report_lost(gone: list[tuple[core.Permit, LeaseLostError]]) -> None:
                 listener(error)
             except Exception:
                 log.exception("lease-lost callback for semaphore %r failed", record.keys.name)
+
+
+def report_over_total(
+    listeners: Listeners | None, name: str, owner: str, permits: int, released: Released
+) -> None:
+    """Say (WARNING, and a ``semaphore_total_raised`` event) that a release pushed a counting
+    semaphore's free count past the total it was set to; nothing when it did not."""
+    if released.passed is None:
+        return
+    log.warning("%s", core.over_total(name, permits, released))
+    if listeners:
+        listeners.send(LockEvent("semaphore_total_raised", name, owner))

@@ -7,14 +7,20 @@
 -- ARGV[2]  how long the receipt is kept, ms
 -- ARGV[3]  publish command: 'publish' (classic pub/sub) or 'spublish' (sharded pub/sub, on
 --          a cluster of Redis/Valkey >= 7); anything else is refused before any change
--- Reply    {code, available, total}; total is -1 when unknown
---   1 RELEASED  done; a retry of a request that already ran answers RELEASED and changes nothing
+-- Reply    {code, available, total, passed}; total is -1 when unknown
+--   1 RELEASED  done; a retry of a request that already ran answers RELEASED, changes nothing,
+--               and answers the same passed
 --  -2 TOO_MANY  the count would pass 2^53 - 1 (limits.MAX_COUNT: counts are compared as Lua
 --               numbers, exact up to there); nothing changed
--- As in Redisson (whose release has no upper bound, and whose addPermits changes only the
--- count), a release is never refused for giving back more than was taken: the total follows
--- the count up, so no permit is ever lost to a stale total.
 --  -3 NOT_SET   the semaphore has no permits at all (never set): nothing was taken; unchanged
+--   passed      the total this release pushed the count past (the count was within it), else
+--               -1. As in Redisson (whose release has no upper bound, and whose addPermits
+--               changes only the count), a release is never refused for giving back more than
+--               was taken: the total follows the count up, so no permit is ever lost to a
+--               stale total; but permits given back twice (after a failover or a restart lost
+--               an acquire) are told to the caller, who reports them. A count already past
+--               the total (raised by a Redisson client) is followed without a report.
+-- The receipt holds 1, or -1 - passed when it passed a total.
 if ARGV[3] ~= 'publish' and ARGV[3] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[3] must be publish or spublish')
 end
@@ -25,23 +31,36 @@ if redis.acl_check_cmd and not redis.acl_check_cmd(ARGV[3], KEYS[3], '0') then
 end
 local available = tonumber(redis.call('get', KEYS[1]) or '0')
 local total = tonumber(redis.call('get', KEYS[2]) or '-1')
-if redis.call('exists', KEYS[4]) == 1 then
-  return {1, available, total}
+local receipt = redis.call('get', KEYS[4])
+if receipt then
+  local passed = -1
+  if tonumber(receipt) < 0 then
+    passed = -1 - tonumber(receipt)
+  end
+  return {1, available, total, passed}
 end
 if total < 0 and redis.call('exists', KEYS[1]) == 0 then
-  return {-3, 0, -1}
+  return {-3, 0, -1, -1}
 end
 local permits = tonumber(ARGV[1])
 if available + permits > 9007199254740991 then
-  return {-2, available, total}
+  return {-2, available, total, -1}
+end
+local passed = -1
+if total >= 0 and available <= total and available + permits > total then
+  passed = total
 end
 available = redis.call('incrby', KEYS[1], permits)
 if total >= 0 and available > total then
   total = available
   redis.call('set', KEYS[2], total)
 end
-redis.call('set', KEYS[4], 1, 'px', ARGV[2])
+local kept = 1
+if passed >= 0 then
+  kept = -1 - passed
+end
+redis.call('set', KEYS[4], kept, 'px', ARGV[2])
 if available > 0 then -- (a count below one, left by permits taken away, wakes no one)
   redis.pcall(ARGV[3], KEYS[3], available)
 end
-return {1, available, total}
+return {1, available, total, passed}
