@@ -148,6 +148,15 @@ async def test_async_views_one_answers_busy(configured: str, pk: int) -> None:
     assert (await asyncio.wait_for(first, WAIT)).status_code == 200
 
 
+async def test_async_view_keeps_its_response_after_a_forced_release(
+    configured: str, pk: int
+) -> None:
+    """The async path of ``@locked``: the hold force-released while the view ran, its
+    response stands (``on_lost="log"``, the default)."""
+    response = await DjangoAsyncClient().get(f"/async/lost/{pk}")
+    assert (response.status_code, response.content) == (200, b"done")
+
+
 async def test_async_views_no_update_lost(configured: str, pk: int) -> None:
     client = DjangoAsyncClient()
     n = 30

@@ -13,6 +13,7 @@ urlpatterns = [
     path("report/<int:pk>", views.Report.as_view()),
     path("lost/log/<int:pk>", views.lost_log),
     path("lost/raise/<int:pk>", views.lost_raise),
+    path("async/lost/<int:pk>", views.async_lost),
     path("whoami", views.whoami),
     path("async/whoami", views.async_whoami),
 ]

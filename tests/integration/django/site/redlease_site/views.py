@@ -8,11 +8,13 @@ import threading
 import time
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils.decorators import method_decorator
 from django.views import View
 from redlease_shop.models import Counter
 
+from redlease import Client
 from redlease.contrib.django import get_async_client, get_client, locked
 
 WAIT = 30.0
@@ -92,6 +94,18 @@ def lost_log(request: HttpRequest, pk: int) -> HttpResponse:
 @locked("lost:{pk}", on_lost="raise")
 def lost_raise(request: HttpRequest, pk: int) -> HttpResponse:
     return _work_after_leave(pk)
+
+
+@locked("async-lost:{pk}")
+async def async_lost(request: HttpRequest, pk: int) -> HttpResponse:
+    """An operator (another client) force-releases the lock while the view runs."""
+
+    def force() -> bool:
+        with Client.from_url(settings.REDLEASE["URL"]) as admin:
+            return admin.lock(f"async-lost:{pk}").force_release()
+
+    assert await asyncio.to_thread(force)
+    return HttpResponse("done")
 
 
 class Report(View):
