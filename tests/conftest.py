@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import redlease
-from redlease.testing import RedisServer, ServerBinary, find_servers
+from redlease.testing import PostgresServer, RedisServer, ServerBinary, find_servers
 
 SERVERS = find_servers()
 
@@ -40,6 +40,14 @@ def private_server(binary: ServerBinary) -> Iterator[RedisServer]:
     """A server of this test's own, for tests that kill, pause or restart it."""
     with RedisServer(binary) as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A private PostgreSQL cluster for the fenced SQL writes (Debian's ``postgresql``
+    package: where it is missing, the tests that use this fail saying to install it)."""
+    with PostgresServer() as server:
+        yield server
 
 
 @pytest.fixture

@@ -153,7 +153,11 @@ _MODULE_GUIDES = {
     "redlease.contrib.celery": ("celery.md", "Celery tasks that never run twice"),
     "redlease.contrib.django": ("django.md", "Django"),
     "redlease.contrib.fastapi": ("fastapi.md", "FastAPI"),
+    "redlease.contrib.django.fencing": ("fencing-database.md", "Fencing a database write"),
+    "redlease.contrib.sqlalchemy": ("fencing-database.md", "Fencing a database write"),
 }
+# the public modules inside a contrib package (each has its page beside the package's)
+_CONTRIB_SUBMODULES = ["redlease.contrib.django.fencing"]
 
 
 def public_classes() -> list[tuple[str, str]]:
@@ -193,7 +197,7 @@ def public_modules() -> list[str]:
         if not p.stem.startswith("_")
         and (p.suffix == ".py" or (p / "__init__.py").exists())  # a module or a package
     )
-    return [*_MODULES, *contrib]
+    return [*_MODULES, *sorted([*contrib, *_CONTRIB_SUBMODULES])]
 
 
 def _guide(guide: tuple[str, str] | None) -> str:

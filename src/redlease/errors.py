@@ -225,12 +225,17 @@ class ReplicaError(RedleaseError):
 
 class StaleTokenError(RedleaseError):
     """A fenced write carried a token older than one the resource has already seen: the
-    writer's lease ended and a later holder wrote since. Nothing was written."""
+    writer's lease ended and a later holder wrote since. Nothing was written.
+
+    Raised by ``fenced_get``/``fenced_set`` for a Redis key, and by the fenced SQL writes of
+    ``redlease.contrib.sqlalchemy`` and ``redlease.contrib.django.fencing`` for rows (which
+    also raise it when no row matched: ``seen`` is then 0). Stop the work, do not retry with
+    the same token: a new hold of the lock gets a new one."""
 
     def __init__(self, message: str, *, resource: str = "", token: int = 0, seen: int = 0) -> None:
         super().__init__(message)
         self.resource = resource
-        """The key written."""
+        """The key written (``fenced_set``), or the table (the SQL helpers)."""
         self.token = token
         """The token the write carried."""
         self.seen = seen

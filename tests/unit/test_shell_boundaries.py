@@ -209,7 +209,13 @@ def test_every_module_imports_on_its_own(module: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "framework"), [("celery", "celery"), ("django", "django"), ("fastapi", "starlette")]
+    ("module", "framework"),
+    [
+        ("celery", "celery"),
+        ("django", "django"),
+        ("fastapi", "starlette"),
+        ("sqlalchemy", "sqlalchemy"),
+    ],
 )
 def test_a_contrib_module_without_its_extra_says_which_to_install(
     module: str, framework: str

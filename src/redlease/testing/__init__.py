@@ -11,10 +11,14 @@ alone is enough on a machine with no Redis installed.
 For fault injection there is also ``TcpProxy`` (a loopback proxy you can freeze, cut, or make
 drop one reply) and replication (``RedisServer(replica_of=master)``, ``wait_replica_synced()``,
 ``promote()``).
+
+For SQL tests, ``PostgresServer`` is a private PostgreSQL cluster (Debian's ``postgresql``
+package), made in a temporary directory and stopped by its PID in the same way.
 """
 
 from __future__ import annotations
 
+from .postgres import PostgresServer, find_postgres
 from .proxy import TcpProxy
 from .redisson import (
     RedissonCountDownLatch,
@@ -35,6 +39,7 @@ from .servers import parse_info as parse_info  # importable here before the spli
 from .servers import run_command as run_command
 
 __all__ = [
+    "PostgresServer",
     "RedisServer",
     "RedissonCountDownLatch",
     "RedissonFairLock",
@@ -44,6 +49,7 @@ __all__ = [
     "RedissonSemaphore",
     "ServerBinary",
     "TcpProxy",
+    "find_postgres",
     "find_server",
     "find_servers",
     "free_port",

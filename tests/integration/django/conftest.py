@@ -27,8 +27,11 @@ if not settings.configured:
     values = {key: getattr(site, key) for key in dir(site) if key.isupper()}
     database = Path(tempfile.mkdtemp(prefix="redlease-django-")) / "db.sqlite3"
     values["DATABASES"] = {
-        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(database)}
-    }
+        "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": str(database)},
+        # the private PostgreSQL of test_fencing.py: its port is set when it has started
+        "postgres": {"ENGINE": "django.db.backends.postgresql", "NAME": "postgres",
+                     "USER": "postgres", "HOST": "127.0.0.1", "PORT": ""},
+    }  # fmt: skip
     settings.configure(**values)
     django.setup()
 

@@ -1,5 +1,7 @@
 from django.db import models
 
+from redlease.contrib.django.fencing import FenceField
+
 
 class Counter(models.Model):
     value = models.IntegerField(default=0)
@@ -13,4 +15,14 @@ class SpecialCounter(Counter):
 
     class Meta:
         proxy = True
+        app_label = "redlease_shop"
+
+
+class Stock(models.Model):
+    """A row written with fenced updates."""
+
+    qty = models.IntegerField(default=0)
+    fence = FenceField()
+
+    class Meta:
         app_label = "redlease_shop"
