@@ -8,7 +8,8 @@ makes itself and leaves open (``client = Client.from_url(url)``, as a reader kee
 process) is closed by the test after the document's last block, and a server it starts is
 stopped, so no page has to end with a ``client.close()`` block that means nothing to its
 reader. docs/django.md runs with Django configured (``REDLEASE`` on the document's server: its
-settings blocks only show the shape). A block after
+settings blocks only show the shape); docs/fencing-database.md gets ``database_url``, a
+private PostgreSQL's, which is Django's default database there. A block after
 ``<!-- skip: next "why" -->`` is not run (only where a real Sentinel or cluster is needed).
 Shell, console, SQL and text blocks are not run.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import re
 import unittest
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
 
 import redlease
-from redlease.testing import RedisServer, find_server
+from redlease.testing import PostgresServer, RedisServer, find_server
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -51,8 +52,34 @@ def _django(stack: ExitStack, url: str) -> None:
     stack.enter_context(override_settings(REDLEASE={"URL": url}))
 
 
-# documents whose examples need a framework set up first
-SETUP = {"django.md": _django}
+def _fencing_database(stack: ExitStack, url: str) -> dict[str, object]:
+    """docs/fencing-database.md: a private PostgreSQL (``database_url``, SQLAlchemy's URL with
+    psycopg), which is also Django's default database while the document runs."""
+    from django.db import connections
+    from django.db.utils import load_backend
+
+    _django(stack, url)
+    server = stack.enter_context(PostgresServer())
+    engine = "django.db.backends.postgresql"
+    database = {"ENGINE": engine, "NAME": "postgres", "USER": "postgres",
+                "HOST": server.host, "PORT": str(server.port)}  # fmt: skip
+    filled = connections.configure_settings({"default": database})["default"]
+    previous = connections["default"]
+    connections["default"] = load_backend(engine).DatabaseWrapper(filled, "default")
+
+    def restore() -> None:
+        connections["default"].close()
+        connections["default"] = previous
+
+    stack.callback(restore)
+    return {"database_url": server.url_for("psycopg")}
+
+
+# documents whose examples need a framework set up first (and the names it gives them)
+SETUP: dict[str, Callable[[ExitStack, str], dict[str, object] | None]] = {
+    "django.md": _django,
+    "fencing-database.md": _fencing_database,
+}
 
 _SYBIL = Sybil(parsers=[PythonCodeBlockParser(), SkipParser()])
 
@@ -97,7 +124,7 @@ def test_examples(path: Path, docs_server: RedisServer) -> None:
         client = stack.enter_context(redlease.Client.from_url(url))
         document.namespace.update(url=url, client=client, urls=[m.url for m in masters])
         if path.name in SETUP:
-            SETUP[path.name](stack, url)
+            document.namespace.update(SETUP[path.name](stack, url) or {})
         stack.callback(_close_clients, document.namespace)
         ran = skipped = 0
         for example in examples:
