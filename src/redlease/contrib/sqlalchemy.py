@@ -214,11 +214,12 @@ def _refused(table: sa.Table, token: int, seen: int | None, what: str) -> StaleT
     return StaleTokenError(message, resource=table.name, token=token, seen=seen or 0)
 
 
-def _dialect(executor: object) -> str:
+def _dialect(executor: object, target: object) -> str:
     if isinstance(executor, (sa.Connection, AsyncConnection)):
         return executor.dialect.name
     if isinstance(executor, (Session, AsyncSession)):
-        return executor.get_bind().dialect.name
+        table, mapper = _table(target)  # a session may bind each class or table elsewhere
+        return executor.get_bind(mapper=mapper, clause=table).dialect.name
     raise ArgumentTypeError(
         f"expected a Session, Connection, AsyncSession or AsyncConnection, got {executor!r}"
     )
@@ -347,7 +348,7 @@ def fenced_upsert(
     """
     runner = _sync(executor)
     statement, row, table, checked = _upsert(
-        _dialect(runner), target, values, token, fence, conflict
+        _dialect(runner, target), target, values, token, fence, conflict
     )
     if runner.execute(statement).first() is None:
         raise _refused(table, checked, runner.execute(row).scalar(), "fenced upsert")
@@ -378,7 +379,7 @@ async def async_fenced_upsert(
     """
     runner = _async(executor)
     statement, row, table, checked = _upsert(
-        _dialect(runner), target, values, token, fence, conflict
+        _dialect(runner, target), target, values, token, fence, conflict
     )
     if (await runner.execute(statement)).first() is None:
         seen = (await runner.execute(row)).scalar()

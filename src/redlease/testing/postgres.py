@@ -27,6 +27,8 @@ from .servers import _RUNNING, free_port
 __all__ = ["PostgresServer", "find_postgres"]
 
 _INSTALL = "apt-get install postgresql"
+_DEBIAN = Path("/usr/lib/postgresql")
+"""Where Debian's and Ubuntu's packages put each version's binaries (``<version>/bin``)."""
 
 
 def find_postgres() -> Path:
@@ -37,7 +39,7 @@ def find_postgres() -> Path:
     """
     found: list[tuple[tuple[int, ...], Path]] = []
     with contextlib.suppress(OSError):
-        for folder in Path("/usr/lib/postgresql").iterdir():
+        for folder in _DEBIAN.iterdir():
             if re.fullmatch(r"\d+(\.\d+)*", folder.name) and (folder / "bin" / "initdb").exists():
                 found.append((tuple(int(n) for n in folder.name.split(".")), folder / "bin"))
     if found:
@@ -46,7 +48,7 @@ def find_postgres() -> Path:
     if on_path and shutil.which("postgres"):
         return Path(on_path).resolve().parent
     raise RuntimeError(
-        "PostgreSQL server binaries (initdb, postgres) not found in /usr/lib/postgresql/*/bin "
+        f"PostgreSQL server binaries (initdb, postgres) not found in {_DEBIAN}/*/bin "
         f"nor on PATH: install them ({_INSTALL})"
     )
 
