@@ -55,6 +55,11 @@ class SemaphoreMachine(RuleBasedStateMachine):
         self.name = unique_name("stateful-sem")
         self.keys = core.SemaphoreKeys.for_name(self.name)
         self.sems = [o.client.semaphore(self.name) for o in self.world.owners]
+        self.raised: list[Any] = []  # semaphore_total_raised events: none without data loss
+        for o in self.world.owners:
+            o.client.add_listener(
+                lambda e: self.raised.append(e) if e.kind == "semaphore_total_raised" else None
+            )
         assert self.world.owners[0].run(lambda: self.sems[0].try_set_permits(self.CAPACITY))
         self.held = [0] * OWNERS
         self.unsure: tuple[int, int] | None = None  # (owner, permits) of a release unknown
@@ -162,6 +167,7 @@ class SemaphoreMachine(RuleBasedStateMachine):
         self.world.settle()
         assert int(self.world.raw.get(self.name)) == self.free()
         assert int(self.world.raw.get(self.keys.total)) == self.CAPACITY
+        assert self.raised == [], "a release reported past the total, with no data lost"
 
     def teardown(self) -> None:
         self.world.close()

@@ -6,7 +6,8 @@ them (one test per defect) and expects the violation each defect causes.
 
 ``lease_semaphore_acquire.lua`` is the same file at commit 2d5d1d9, before issue #36's fix (a
 retry whose own lease ran out, behind more than 100 expired leases, took its permits a second
-time): ``test_lease_semaphore_model.py`` runs it.
+time): ``test_lease_semaphore_model.py`` runs it. ``semaphore_release.lua`` likewise (a release
+that pushed the count past the total raised it silently): ``test_semaphore_model.py``.
 """
 
 from __future__ import annotations
