@@ -238,3 +238,15 @@ def test_bad_input_is_named(engine):
             fenced_upsert(session, Stock, {"qty": 1}, token=5)
         with pytest.raises(StaleTokenError, match="no row matched"):
             fenced_update(session, Stock, Stock.id == 404, token=5, values={"qty": 1})
+
+
+def test_a_fenced_write_is_one_statement(engine):
+    """No extra round trip: an accepted update or upsert is the one statement sent."""
+    statements: list[str] = []
+    with Session(engine) as session, session.begin():
+        fenced_upsert(session, Stock, {"id": 7, "qty": 1}, token=5)
+        sa.event.listen(engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+        fenced_update(session, Stock, Stock.id == 7, token=5, values={"qty": 2})
+        fenced_upsert(session, Stock, {"id": 7, "qty": 3}, token=6)
+    assert [s.split()[0] for s in statements] == ["UPDATE", "INSERT"], statements
+    assert "fence <=" in statements[0] and "ON CONFLICT" in statements[1]

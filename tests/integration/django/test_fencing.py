@@ -191,3 +191,14 @@ def test_bad_input_is_named(db):
         fenced_upsert(Stock, {"qty": 1}, token=5, using=db)
     with pytest.raises(StaleTokenError, match="no row matched"):
         fenced_update(Stock.objects.using(db).filter(pk=404), token=5, values={"qty": 1})
+
+
+def test_a_fenced_update_is_one_statement(db):
+    """No extra round trip: an accepted update is the one statement sent."""
+    from django.test.utils import CaptureQueriesContext
+
+    fenced_upsert(Stock, {"id": 8, "qty": 1}, token=5, using=db)
+    with CaptureQueriesContext(connections[db]) as queries:
+        fenced_update(Stock.objects.using(db).filter(pk=8), token=5, values={"qty": 2})
+    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["UPDATE"]
+    assert '"fence" <=' in queries.captured_queries[0]["sql"]
