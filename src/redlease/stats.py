@@ -52,7 +52,7 @@ class LockStatistics:
     name: str
     """The lock's name."""
     locked: bool
-    """Whether anyone holds it."""
+    """Whether anyone holds it, or it is kept taken after a release (``kept_by``)."""
     owned: bool
     """Whether the calling thread (or task) holds it."""
     hold_count: int
@@ -68,9 +68,14 @@ class LockStatistics:
     local_waiters: int
     """Threads or tasks of this client waiting for the lock now."""
     holder_info: dict[str, HolderInfo] = field(default_factory=dict)
-    """Who each holder in ``holders`` is (same keys): its host, pid, process and description,
-    from the record its client keeps on the server (read in a second round trip when the lock
-    is held; a ``HolderInfo`` of ``None`` fields when its client wrote none, e.g. Redisson)."""
+    """Who each holder in ``holders`` (and the owner in ``kept_by``) is: its host, pid,
+    process and description, from the record its client keeps on the server (read in a
+    second round trip when the lock is held; a ``HolderInfo`` of ``None`` fields when its
+    client wrote none, e.g. Redisson)."""
+    kept_by: str | None = None
+    """The owner whose ``release(keep_for=)`` keeps the lock taken: ``locked`` is true,
+    ``holders`` is empty (nobody holds it, nobody can take it) and ``ttl`` is what is left
+    of the time kept; ``force_release()`` frees it at once. ``None`` when not kept."""
 
 
 @dataclass(frozen=True)

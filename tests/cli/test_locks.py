@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import shutil
 import subprocess
 import sys
@@ -58,11 +59,13 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
         "locked",
         "ttl",
         "holders",
+        "kept_by",
         "fencing_token",
         "waiters",
         "server",
         "holder_info",
     }
+    assert held_view["kept_by"] is None
     (info,) = held_view["holder_info"].values()
     assert info["pid"] == os.getpid() and info["host"] and info["process"]
     assert held_view["fencing_token"] == holder.lock(name).statistics().fencing_token > 0
@@ -78,6 +81,7 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
         "locked": False,
         "ttl": None,
         "holders": {},
+        "kept_by": None,
         "fencing_token": None,
         "waiters": 0,
     }
@@ -287,6 +291,79 @@ def test_force_release_leaves_other_keys_alone(url: str, name: str, r: redis.Red
     assert result.returncode == 1
     assert "not a lock" in assert_one_line(result.stderr)
     assert r.get(name) == b"precious"
+
+
+# --- a kept lock (release(keep_for=), run --at-least) ---------------------------------------
+
+OWNER = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:[0-9]+")
+
+
+def run_kept(url: str, name: str) -> None:
+    """A cron job's run that keeps its lock taken 60 s after it was taken (``--at-least``)."""
+    result = run_cli(
+        "run", "--url", url, "--wait", "0", "--at-least", "60", name, "--", sys.executable, "-c", ""
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
+def test_status_and_list_show_a_kept_lock(url: str, prefix: str) -> None:
+    """A lock kept after its run (nobody holds it, nobody can take it) is shown as kept, by
+    the owner whose release kept it (and who that was), with the time left; ``status`` exited
+    1 ("not a lock") and ``list`` left it out before."""
+    name = f"{prefix}job"
+    run_kept(url, name)
+    result = run_cli("status", "--url", url, "--json", name)
+    assert result.returncode == 0, result.stderr
+    (view,) = json.loads(result.stdout)
+    owner = view["kept_by"]
+    assert OWNER.fullmatch(owner), view
+    assert view["locked"] is True and view["holders"] == {}
+    assert 50 < view["ttl"] <= 60
+    assert view["fencing_token"] > 0
+    assert view["holder_info"][owner]["pid"] > 0 and view["holder_info"][owner]["host"]
+
+    text = run_cli("status", "--url", url, name)
+    assert text.returncode == 0, text.stderr
+    line = text.stdout.splitlines()[1]
+    assert line.startswith(f"{name}: kept after its release by {owner} [")
+    assert ", ttl " in line and "fencing token " in line
+
+    listed = run_cli("list", "--url", url, "--json", f"{prefix}*")
+    assert listed.returncode == 0, listed.stderr
+    (item,) = json.loads(listed.stdout)
+    assert (item["name"], item["locked"], item["holders"], item["kept_by"]) == (
+        name, True, {}, owner,
+    )  # fmt: skip
+    assert 50 < item["ttl"] <= 60 and owner in item["holder_info"]
+    listed_text = run_cli("list", "--url", url, f"{prefix}*")
+    assert listed_text.returncode == 0, listed_text.stderr
+    assert listed_text.stdout.splitlines()[1].startswith(
+        f"{name}: kept after its release by {owner}"
+    )
+
+
+def test_force_release_frees_a_kept_lock_and_wakes_a_waiter(
+    url: str, name: str, r: redis.Redis
+) -> None:
+    """``release --force`` clears a kept lock (it exited 1, "not a lock", before): a run
+    waiting for it runs, and the output says whose kept lock it was."""
+    run_kept(url, name)
+    waiter = start_cli("run", "--url", url, "--wait", "30", name, "--", sys.executable, "-c", "")
+    try:
+        channel = f"redisson_lock__channel:{{{name}}}"
+        eventually(
+            lambda: dict(r.pubsub_numsub(channel))[channel.encode()] > 0,
+            what="waiter waiting",
+            proc=waiter,
+        )
+        result = run_cli("release", "--force", "--yes", "--url", url, name)
+        assert result.returncode == 0, result.stderr
+        assert OWNER.search(result.stdout)
+        assert result.stdout.startswith(f"released lock {name} (it was kept after its release by ")
+    finally:
+        status, _, err = finish(waiter, timeout=20)
+    assert status == 0, err  # the waiting run got the lock and ran
+    assert r.exists(name) == 0
 
 
 # --- servers, URLs and passwords ------------------------------------------------------------

@@ -31,6 +31,7 @@ from redlease.metrics import PrometheusMetrics
 from redlease.testing import RedisServer, TcpProxy, find_server
 
 from .helpers import eventually
+from .test_semaphore import Background
 
 WORKER = str(Path(__file__).with_name("scheduled_worker.py"))
 
@@ -481,6 +482,91 @@ async def test_a_kept_release_keeps_the_receipts_the_lock_carried(side, server, 
 
 def _evalsha_calls(r: redis.Redis) -> int:
     return int(r.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+# --- a kept lock: seen and cleared by an operator ----------------------------------------------
+
+WOKEN_WITHIN = 3.0
+"""A waiter woken by the unlock message of a force release holds the lock well within this;
+without the message it would look again only at its re-check (``RECHECK``, 5 s)."""
+
+
+def _taken_then_released(side: Any, lock: Any, stamp: list[float]) -> Any:
+    """Acquire ``lock`` (waiting up to 30 s), note when, release it: in one thread or task."""
+    if side.is_async:
+
+        async def run() -> bool:
+            got = await lock.acquire(timeout=30)
+            stamp.append(time.monotonic())
+            if got:
+                await lock.release()
+            return bool(got)
+
+        return run
+
+    def run_sync() -> bool:
+        got = lock.acquire(timeout=30)
+        stamp.append(time.monotonic())
+        if got:
+            lock.release()
+        return bool(got)
+
+    return run_sync
+
+
+@pytest.mark.parametrize("kind", ["lock", "fair_lock"])
+async def test_a_kept_lock_is_seen_as_kept_and_force_released(side, server, name, raw, kind):
+    """After ``release(keep_for=)`` the lock's statistics say it is kept, by whom, for how
+    long (nobody holds it); ``force_release()`` deletes it like a held lock (it raised
+    WrongTypeError before), the releaser is not told of a lost lease (it had none), and
+    the lock can be taken at once."""
+    client = side.client(server.url)
+    events: list[Any] = []
+    client.add_listener(events.append)
+    lock = getattr(client, kind)(name)
+    assert await side(lock.acquire(blocking=False, lease=120))
+    owner = next(iter((await side(lock.statistics())).holders))
+    token = lock.fencing_token
+    await side(lock.release(keep_for=60))
+    stats = await side(lock.statistics())
+    assert stats.locked and await side(lock.locked())
+    assert stats.kept_by == owner
+    assert stats.holders == {} and not stats.owned and stats.hold_count == 0
+    assert 50 < stats.ttl <= 60
+    assert stats.fencing_token == token
+    assert stats.holder_info[owner].pid == os.getpid()
+    admin = side.client(server.url)
+    assert await side(admin.lock(name).force_release())
+    assert not raw.exists(name)
+    assert not await side(admin.lock(name).force_release())  # free: nothing to do
+    freed = await side(lock.statistics())
+    assert not freed.locked and freed.kept_by is None and freed.ttl is None
+    assert await side(lock.acquire(blocking=False))
+    await side(lock.release())
+    assert [e.kind for e in events if e.kind == "lease_lost"] == []
+
+
+async def test_force_release_of_a_kept_slot_wakes_a_waiter_and_the_next_run_runs(
+    side, server, name, raw
+):
+    """The scheduled job's slot kept by ``at_least_for``: the next run is refused until an
+    operator force-releases it; the release publishes the unlock message (a waiter holds at
+    once, not at its next re-check) and the next run runs."""
+    client = side.client(server.url)
+    job = job_of(side, client.scheduled_lock(name, at_most_for=120, at_least_for=60))
+    assert (await side(job()))[0] == "ran"
+    assert await side(job()) is None  # kept: refused
+    assert (await side(client.lock(name).statistics())).kept_by is not None
+    stamp: list[float] = []
+    waiter = side.client(server.url).lock(name)
+    waiting = Background(side, _taken_then_released(side, waiter, stamp))
+    await eventually(lambda: raw.zcard(LockKeys.for_name(name).queue) == 1)
+    started = time.monotonic()
+    assert await side(side.client(server.url).lock(name).force_release())
+    assert await waiting.result(timeout=25)
+    assert stamp[0] - started < WOKEN_WITHIN, "not woken by the force release's message"
+    assert (await side(job()))[0] == "ran"
+    assert len(job.calls) == 2
 
 
 # --- bad input ---------------------------------------------------------------------------------

@@ -352,3 +352,37 @@ async def test_redisson_force_unlock_frees_a_redlease_hold_and_wakes_a_java_wait
     assert waiter.hold_count() == 1  # untouched
     assert waiter.unlock()
     assert not admin.force_unlock()  # free: nothing deleted
+
+
+# --- a lock kept after its release (release(keep_for=), scheduled_lock(at_least_for=)) -------
+
+
+async def test_a_kept_lock_is_held_for_redisson_and_freed_by_either_force_release(
+    side, server, lock_name, java, raw
+):
+    """A lock redlease keeps after its release (field ``<owner>:kept``, by no one) is held for
+    a Java thread: its ``tryLock`` fails and a Java waiter waits. redlease's
+    ``force_release()`` deletes it and publishes ``0``: the Java waiter gets the lock
+    promptly. Redisson's ``forceUnlock()`` frees a kept lock too."""
+    thread, admin = java(thread_id=1), java(thread_id=2)
+    lock = side.client(server.url).lock(lock_name)
+    assert await side(lock.acquire(blocking=False, lease=120))
+    await side(lock.release(keep_for=60))
+    assert not thread.try_lock(wait=0)
+    assert thread.hold_count() == 0
+    before = listeners(raw, thread.channel)
+    got = JavaThread(lambda: thread.try_lock(wait=20))
+    await eventually(lambda: listeners(raw, thread.channel) == before + 1)
+    started = time.monotonic()
+    assert await side(side.client(server.url).lock(lock_name).force_release())
+    assert await got.result(timeout=25)
+    assert got.done_at - started < WOKEN_WITHIN, "not woken by the force release's message"
+    assert thread.unlock()
+
+    assert await side(lock.acquire(blocking=False, lease=120))
+    await side(lock.release(keep_for=60))
+    assert not admin.try_lock(wait=0)
+    assert admin.force_unlock()
+    assert raw.exists(lock_name) == 0
+    assert await side(lock.acquire(blocking=False))
+    await side(lock.release())

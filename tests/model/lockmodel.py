@@ -95,7 +95,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from redlease._core import fair, rwlock, scripts
+from redlease._core import fair, keep, rwlock, scripts
 from redlease._core import lock as core
 from redlease._core.fair import REDISSON_FAIR
 from redlease._core.keys import CLASSIC
@@ -302,7 +302,8 @@ class State(NamedTuple):
 class Config:
     """What to explore. Script letters per owner: ``A`` acquire (blocking, with ``timeout``,
     watchdog lease), ``L`` the same with an explicit ``lease``, ``T`` a try (``blocking=False``)
-    with an explicit lease, ``U`` a try with the watchdog's, ``R`` release."""
+    with an explicit lease, ``U`` a try with the watchdog's, ``R`` release, ``K`` a final
+    release that keeps the lock taken ``keep`` units (``release(keep_for=)``)."""
 
     scripts: tuple[str, ...] = ("AR", "AR")
     layout: str = "redlease"
@@ -337,6 +338,8 @@ class Config:
     overrides: tuple[tuple[str, bytes], ...] = ()
     """Script name -> source run instead of ``src/redlease/lua``'s (the unfixed copies)."""
     max_states: int = 400_000
+    keep: int = 2
+    """Units a ``K`` release keeps the lock taken."""
     carried_receipts_expire: bool = True
     """The documented exception to the receipts' window (``lock_release.lua``): receipts
     carried by a hold handed over go with it when it ends by expiry (off: I5 holds them to
@@ -457,6 +460,11 @@ class Model:
 
     def _op(self, o: int, cur: Cur) -> Generator[Any, Any, Any]:
         keys, owner, cfg = self.keys, self.fields[o], self.config
+        if cur.kind == "rel" and cur.letter == "K":
+            return keep.release_keep(
+                keys, owner, request_id=cur.id, token=cur.token,
+                keep_ms=cfg.keep * cfg.unit_ms, unsure=cur.unsure,
+            )  # fmt: skip
         if cur.kind == "rel":
             kw: dict[str, Any] = {
                 "held": cur.held,
@@ -538,7 +546,7 @@ class Model:
         return ""
 
     def is_release(self, letter: str) -> bool:
-        return letter == "R"
+        return letter in "RK"
 
     def watched(self, letter: str) -> bool:
         return letter in "AU"
@@ -563,10 +571,11 @@ class Model:
         side = self.side_of(letter)
         rec = self.rec_of(ow, side)
         if self.is_release(letter):
-            if rec is None:
-                # nothing to release: NotOwnedError / the lease lost, raised locally
+            if rec is None or (letter == "K" and len(rec.leases) > 1):
+                # nothing to release: NotOwnedError / the lease lost, raised locally; or a
+                # keep of a re-entered hold: InvalidArgumentError (_shared/keep.plan_keep)
                 st = self._set(st, o, ow._replace(op=ow.op + 1, seq=ow.seq + 1, retries=0))
-                return "release() raises: nothing held here", st
+                return "release() raises: nothing held here (or re-entered)", st
             if rec.release_id is None:
                 st, rid = self._mint(st, o)
             else:
@@ -574,7 +583,8 @@ class Model:
             releasing = rec.releasing or len(rec.leases) == 1
             rec = rec._replace(release_id=rid, releasing=releasing)
             st = self._set(st, o, self.put_rec(ow, side, rec))
-            return f"release() (request {rid})", self._begin(st, o, "rel", letter, rid, False)
+            what = "release(keep_for)" if letter == "K" else "release()"
+            return f"{what} (request {rid})", self._begin(st, o, "rel", letter, rid, False)
         if rec is not None and rec.release_id is not None:
             label = f"acquire() re-sends its unknown release {rec.release_id} first"
             return label, self._begin(st, o, "rel", letter, rec.release_id, True)

@@ -48,6 +48,12 @@ FIXED = [
     # a force release tells the holder ("lost <owner> <token>"), the message delayed, dropped
     # or doubled, the owner re-acquiring meanwhile (I-L: only the hold with that token)
     lock("ARA", "T", depth=10, force=1, renewals=False, unsubscribe=False),
+    # a final release that keeps the lock taken (release(keep_for=)), and a force release
+    # that finds it kept (issue 31 item 2): replies lost and calls resent, the keep's expiry,
+    # the owners taking it after, a failover to a copy from before or after the keep
+    lock("TK", "T", depth=10, force=1, **QUIET),
+    lock("AK", "AR", depth=9, force=1),
+    lock("TK", "TK", depth=10, losses=1, force=1, **QUIET),
     lock("AR", "AR", depth=8, layout="redisson-fair"),
     lock("TT", depth=9, losses=1, layout="redisson-fair"),
     lock("rR", "wW", depth=8, layout="rw"),
@@ -65,6 +71,8 @@ FIXED_SLOW = [
     lock("AR", "A", "A", depth=9),
     lock("AR", "AR", depth=10, losses=1, layout="redisson-fair"),
     lock("LR", "AR", depth=10, layout="redlease-fair"),
+    lock("AKA", "AR", depth=12, force=1),
+    lock("LK", "AR", depth=10, force=1, layout="redlease-fair"),
     lock("rR", "wW", depth=10, losses=1, layout="rw"),
     lock("wrRW", "p", depth=10, layout="rw"),
     lock("rR", "wW", depth=10, losses=1, layout="redisson-rw"),

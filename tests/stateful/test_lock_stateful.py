@@ -8,8 +8,10 @@ wait ids and release ids minted by the library's own code, as two processes mint
 non-blocking tries, waits started in the background and collected later, re-entry, release (by
 the owner drawn or, if it holds nothing, the next that holds), replies lost after the server
 ran a script (the call raises: its outcome is unknown until the owner's next call), wake-ups
-held back and delivered late, a force-release by an operator, an explicit lease left to run
-out. After every step the invariants are checked against the server:
+held back and delivered late, a final release that keeps the lock taken a moment
+(``release(keep_for=)``, its reply maybe lost), a force-release by an operator (of a held or
+a kept lock), an explicit lease left to run out. After every step the invariants are checked
+against the server:
 
 - I1 exclusion: at most one owner believes it holds the lock, and the server agrees with it
   (an owner believes while its record lasts and, for an explicit lease, until that lease ran
@@ -49,6 +51,7 @@ from redlease._core import fair as fair_core
 from redlease._core import lock as lock_core
 from redlease._core import scripts
 from redlease._core.fair import REDISSON_FAIR
+from redlease._core.keep import RELEASE_KEEP
 from redlease._core.keys import CLASSIC
 from redlease._threads.subscriber import Subscriber
 from redlease.testing import RedisServer, TcpProxy
@@ -63,6 +66,8 @@ PROCESS_OF = (0, 0, 1)
 """The client process of each owner: owners 0 and 1 are two clients of one process."""
 LEASE = 0.3
 """The explicit lease some acquires ask for (left to run out by a rule)."""
+KEEP = 0.5
+"""How long a final release that keeps the lock keeps it taken."""
 MARGIN = 0.15
 """An explicit lease counts as believed only up to this long before it runs out by the
 owner's clock, so that reading the server just after never races its expiry."""
@@ -168,7 +173,11 @@ class LockMachine(RuleBasedStateMachine):
         self.layout = REDISSON_FAIR if self.fair == "redisson" else lock_core.REDLEASE
         self.keys = self.layout.keys(self.name, CLASSIC)
         self.raw = redis.Redis.from_url(self.server.url, decode_responses=True)
-        for script in (*scripts.ALL, *fair_core.SCRIPTS):  # a dropped reply is the script's
+        for script in (
+            *scripts.ALL,
+            *fair_core.SCRIPTS,
+            RELEASE_KEEP,
+        ):  # a dropped reply is the script's
             self.raw.script_load(script.source)
         self.loop = LoopThread() if self.is_async else None
         self.processes = [Process() for _ in range(max(PROCESS_OF) + 1)]
@@ -216,11 +225,11 @@ class LockMachine(RuleBasedStateMachine):
         owner.returned = True
         return result
 
-    def _release(self, owner: LockOwner) -> None:
+    def _release(self, owner: LockOwner, keep_for: float | None = None) -> None:
         """``owner.lock.release()``; I6: a hold taken away is never reported released."""
         hold = owner.record()
         gone = hold is not None and hold.token in self.revoked and hold.release_id is None
-        self._call(owner, owner.lock.release)
+        self._call(owner, lambda: owner.lock.release(keep_for=keep_for))
         assert not (gone and owner.returned), (
             f"{owner.owner}'s hold (token {hold.token if hold else None}) was taken away, "
             "yet its release returned as if it released it"
@@ -317,6 +326,19 @@ class LockMachine(RuleBasedStateMachine):
         for _ in range(lose):
             owner.commands.drop_next_reply(release.sha.encode())
         self._release(owner)
+        self._drop_leftovers(owner)
+
+    @rule(i=st.integers(0, OWNERS - 1), lose=st.sampled_from([0, 1]))
+    def release_keeping_the_lock(self, i: int, lose: int) -> None:
+        """A final release that keeps the lock taken ``KEEP`` s (``release(keep_for=)``; not
+        in Redisson's fair layout, which refuses it); ``lose`` replies lost (redis-py sends
+        it again). The kept lock runs out, or the force release rule clears it."""
+        owner = self._holder(i)
+        if self.fair == "redisson" or owner is None or owner.record().count != 1:
+            return
+        for _ in range(lose):
+            owner.commands.drop_next_reply(RELEASE_KEEP.sha.encode())
+        self._release(owner, keep_for=KEEP)
         self._drop_leftovers(owner)
 
     @rule(i=st.integers(0, OWNERS - 1))

@@ -212,7 +212,8 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
             sub = self.client._subscriber
             waiters = sub.waiting(self._wait_channel) if sub is not None else 0
         status = await self._status()
-        infos = await self.client._holder_infos(status.holders) if status.holders else {}
+        owners = [*status.holders, *([status.kept_by] if status.kept_by else [])]
+        infos = await self.client._holder_infos(owners) if owners else {}
         return self._statistics(self.client._owner(), status, waiters, infos)
 
     async def _status(self) -> core.Status:

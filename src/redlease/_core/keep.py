@@ -1,7 +1,9 @@
 """A final release that keeps the lock taken, by no one, for a while (``release(keep_for=)``):
 the owner's last hold goes, and the key stays for the time asked, then expires. What a
 scheduled job's ``at_least_for`` needs (ShedLock's ``lockAtLeastFor``): instances whose ticks
-are a little apart find the slot taken after a fast run, the instance that ran it included."""
+are a little apart find the slot taken after a fast run, the instance that ran it included.
+The kept lock shows the field ``keys.KEPT_SUFFIX`` names; ``status`` reports it as kept, and
+``force_release`` frees it as it frees a held lock."""
 
 from __future__ import annotations
 
@@ -12,10 +14,6 @@ from .requests import Call, Operation
 from .scripts import Script
 
 RELEASE_KEEP = Script.load("lock_release_keep")
-
-KEPT_SUFFIX = ":kept"
-"""The holder field a kept lock shows: the releasing owner's field followed by this (a
-holder that no owner is, so nobody takes the lock until the key expires)."""
 
 
 def release_keep_call(

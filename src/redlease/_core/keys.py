@@ -13,6 +13,19 @@ FENCE_FIELD = "redlease:fence"
 OWN_FIELDS = "redlease:"
 """Prefix of the lock hash fields that are not holders (Redisson ignores them)."""
 
+KEPT_SUFFIX = ":kept"
+"""The field a kept lock shows (``release(keep_for=)``, lock_release_keep.lua): the releasing
+owner's field followed by this, count 1. No owner is that holder, so nobody takes the lock
+until the key expires; Redisson, which only looks for its own owner field, sees it held."""
+
+
+def kept_by(field: str) -> str | None:
+    """The owner whose release kept the lock, when ``field`` is a kept lock's field."""
+    if field.endswith(KEPT_SUFFIX) and not field.startswith(OWN_FIELDS):
+        return field[: -len(KEPT_SUFFIX)]
+    return None
+
+
 _CRC16_TABLE: list[int] = []
 for _byte in range(256):
     _crc = _byte << 8

@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from . import codes, scripts
 from .backoff import LateGrants, Outage
-from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys, PubSub
+from .keys import FENCE_FIELD, OWN_FIELDS, UNLOCK_MESSAGE, LockKeys, PubSub, kept_by
 from .requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 
 RECEIPT_MS = 30_000
@@ -462,12 +462,14 @@ def _text(value: Any) -> str:
 @dataclass(frozen=True)
 class Status:
     """What the server says about a lock: TTL (seconds; ``None`` when free), holders and how
-    many waiters are in line."""
+    many waiters are in line; ``kept_by``: the owner whose ``release(keep_for=)`` keeps it
+    taken, by no one, until its TTL runs out (``None``: not kept)."""
 
     ttl: float | None
     holders: dict[str, int]
     waiters: int = 0
     token: int | None = None
+    kept_by: str | None = None
 
     @property
     def locked(self) -> bool:
@@ -480,16 +482,25 @@ def status(keys: LockKeys, layout: Layout = REDLEASE) -> Operation[Status]:
     pairs = reply[2:]
     fields = {_text(pairs[i]): pairs[i + 1] for i in range(0, len(pairs), 2)}
     token = fields.get(FENCE_FIELD)
-    # the fencing token and the other redlease fields are not holders
+    # the fencing token and the other redlease fields are not holders, nor is a kept lock's
+    kept = min((o for o in map(kept_by, fields) if o is not None), default=None)
     try:
-        holders = {k: int(v) for k, v in fields.items() if not k.startswith(OWN_FIELDS)}
+        holders = {
+            k: int(v)
+            for k, v in fields.items()
+            if not k.startswith(OWN_FIELDS) and kept_by(k) is None
+        }
     except ValueError:
         raise InvalidArgumentError(f"key {keys.name!r} is a hash but not a lock") from None
-    if ttl_ms == -2 or not holders:
+    if ttl_ms == -2 or not (holders or kept):
         return Status(ttl=None, holders={}, waiters=waiters)
     ttl = math.inf if ttl_ms == -1 else ttl_ms / 1000
     return Status(
-        ttl=ttl, holders=holders, waiters=waiters, token=None if token is None else int(token)
+        ttl=ttl,
+        holders=holders,
+        waiters=waiters,
+        token=None if token is None else int(token),
+        kept_by=None if holders else kept,
     )
 
 

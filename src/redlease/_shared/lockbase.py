@@ -305,6 +305,7 @@ class LockBase:
             waiters=status.waiters,
             local_waiters=local_waiters,
             holder_info=holder_info or {},
+            kept_by=status.kept_by,
         )
 
     def _token(self, owner: str) -> int | None:

@@ -211,7 +211,8 @@ class Lock(LockBase, Held, LockQueries):
             sub = self.client._subscriber
             waiters = sub.waiting(self._wait_channel) if sub is not None else 0
         status = self._status()
-        infos = self.client._holder_infos(status.holders) if status.holders else {}
+        owners = [*status.holders, *([status.kept_by] if status.kept_by else [])]
+        infos = self.client._holder_infos(owners) if owners else {}
         return self._statistics(self.client._owner(), status, waiters, infos)
 
     def _status(self) -> core.Status:

@@ -2,7 +2,9 @@
 
 A key is a lock when it is a hash whose fields are all Redisson owner fields
 (``<36-character uuid>:<digits>``) with positive hold counts, apart from redlease's own fields
-(``redlease:fence``, ``redlease:wait``: everything under ``redlease:``). The shape is read in
+(``redlease:fence``, ``redlease:wait``: everything under ``redlease:``); a lock kept taken
+after its release (``release(keep_for=)``) has the field ``<owner>:kept`` instead of a
+holder's, and is shown as kept, by that owner, with the time left. The shape is read in
 one ``MULTI`` (TYPE, a bounded HSCAN, PTTL) before anything else touches the key, so ``status``
 never misreads a user's hash and ``release --force`` never deletes a key that is not a lock.
 """
@@ -22,7 +24,7 @@ from typing import Any
 import redis
 import redis.exceptions
 
-from .._core.keys import FENCE_FIELD
+from .._core.keys import FENCE_FIELD, KEPT_SUFFIX, kept_by
 from .._redis.connections import describe
 from .._redis.errors import raise_translated
 from .._redis.servers import describe as describe_policy
@@ -35,6 +37,7 @@ __all__ = ["LockView", "force_release", "list_locks", "status"]
 OWNER_FIELD = re.compile(
     rb"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+"
 )
+KEPT_FIELD = re.compile(OWNER_FIELD.pattern + re.escape(KEPT_SUFFIX.encode()))
 OWN_FIELDS = b"redlease:"
 """Prefix of the fields redlease keeps in a lock hash besides its holders (the hold's lease,
 fencing token): never holders (the same rule as ``Lock.statistics()``)."""
@@ -61,11 +64,20 @@ class LockView:
     server: EvictionPolicy | None = None
     """What the server does with lock keys when memory runs short."""
     holder_info: dict[str, HolderInfo] = dataclass_field(default_factory=dict)
-    """Who each holder is (host, pid, process, description), by owner."""
+    """Who each holder (and the owner in ``kept_by``) is (host, pid, process, description),
+    by owner."""
+    kept_by: str | None = None
+    """The owner whose ``release(keep_for=)`` keeps the lock taken, by nobody, for ``ttl``
+    more seconds (``holders`` is then empty); ``None`` when not kept."""
 
     @property
     def locked(self) -> bool:
         return self.ttl is not None
+
+    @property
+    def owners(self) -> list[str]:
+        """The holders, and the owner that kept the lock: whose records are shown."""
+        return [*self.holders, *([self.kept_by] if self.kept_by else [])]
 
     def as_json(self) -> dict[str, Any]:
         ttl = None if self.ttl is None else (-1 if math.isinf(self.ttl) else round(self.ttl, 3))
@@ -74,8 +86,9 @@ class LockView:
             "locked": self.locked,
             "ttl": ttl,
             "holders": self.holders,
+            "kept_by": self.kept_by,
             "holder_info": {
-                owner: self.holder_info.get(owner, HolderInfo()).as_json() for owner in self.holders
+                owner: self.holder_info.get(owner, HolderInfo()).as_json() for owner in self.owners
             },
         }
         out["fencing_token"] = self.fencing_token
@@ -88,17 +101,23 @@ class LockView:
         name = printable(self.name)
         if self.ttl is None:
             return f"{name}: free"
-        holders = ", ".join(
-            f"{owner} ({count} hold{'' if count == 1 else 's'}){who(self.holder_info.get(owner))}"
-            for owner, count in self.holders.items()
-        )
+        if self.kept_by is not None:
+            held = (
+                f"kept after its release by {self.kept_by}{who(self.holder_info.get(self.kept_by))}"
+            )
+        else:
+            held = "held by " + ", ".join(
+                f"{owner} ({count} hold{'' if count == 1 else 's'})"
+                f"{who(self.holder_info.get(owner))}"
+                for owner, count in self.holders.items()
+            )
         ttl = "no expiry" if math.isinf(self.ttl) else f"ttl {self.ttl:.1f} s"
         extra = ""
         if self.fencing_token is not None:
             extra += f", fencing token {self.fencing_token}"
         if self.waiters:
             extra += f", {self.waiters} waiting"
-        return f"{name}: held by {holders}, {ttl}{extra}"
+        return f"{name}: {held}, {ttl}{extra}"
 
 
 def who(info: HolderInfo | None) -> str:
@@ -165,6 +184,7 @@ def _classify(name: str, kind: Any, scanned: Any, pttl: Any) -> LockView | str:
     if int(cursor) != 0:
         return f"{printable(name)!r} is a hash with many fields, not a lock"
     holders: dict[str, int] = {}
+    kept: list[str] = []
     token: int | None = None
     for field, value in fields.items():
         if bytes(field) == FENCE_FIELD.encode() and _text(value).isdigit():
@@ -172,13 +192,24 @@ def _classify(name: str, kind: Any, scanned: Any, pttl: Any) -> LockView | str:
         if bytes(field).startswith(OWN_FIELDS):
             continue  # e.g. the fencing token or the hold's recorded lease: not a holder
         count = _text(value)
-        if not OWNER_FIELD.fullmatch(field) or not count.isdigit() or int(count) <= 0:
+        owner = OWNER_FIELD.fullmatch(field) or KEPT_FIELD.fullmatch(field)
+        if not owner or not count.isdigit() or int(count) <= 0:
             return f"{printable(name)!r} is a hash whose fields are not lock owners, not a lock"
-        holders[_text(field)] = int(count)
-    if not holders or int(pttl) == -2:
+        keeper = kept_by(_text(field))
+        if keeper is not None:
+            kept.append(keeper)
+        else:
+            holders[_text(field)] = int(count)
+    if not (holders or kept) or int(pttl) == -2:
         return LockView(name, None, {})
     ttl = math.inf if int(pttl) == -1 else int(pttl) / 1000
-    return LockView(name, ttl, dict(sorted(holders.items())), fencing_token=token)
+    return LockView(
+        name,
+        ttl,
+        dict(sorted(holders.items())),
+        fencing_token=token,
+        kept_by=None if holders else min(kept),
+    )
 
 
 def _shapes(r: redis.Redis, names: Sequence[str]) -> list[LockView | str]:
@@ -214,6 +245,7 @@ def _read(client: Client, name: str) -> LockView:
         fencing_token=stats.fencing_token,
         waiters=stats.waiters,
         holder_info=dict(stats.holder_info),
+        kept_by=stats.kept_by,
     )
 
 
@@ -283,7 +315,7 @@ def list_locks(target: str | Client, pattern: str, *, limit: int, as_json: bool)
                 break
         more = len(found) > limit
         found = found[:limit]
-        infos = client._holder_infos({owner for v in found for owner in v.holders})
+        infos = client._holder_infos({owner for v in found for owner in v.owners})
     found = sorted(
         (replace(v, server=server, holder_info=infos) for v in found), key=lambda v: v.name
     )
@@ -337,6 +369,7 @@ def force_release(target: str | Client, name: str, *, yes: bool) -> int:
             return 1
         if not client.lock(name).force_release():
             raise CommandError(f"lock {printable(name)!r} was released meanwhile: nothing to do")
-    held_by = ", ".join(f"{owner}{who(view.holder_info.get(owner))}" for owner in view.holders)
-    _say(f"released lock {printable(name)} (it was held by {held_by})")
+    by = ", ".join(f"{owner}{who(view.holder_info.get(owner))}" for owner in view.owners)
+    was = "kept after its release by" if view.kept_by is not None else "held by"
+    _say(f"released lock {printable(name)} (it was {was} {by})")
     return 0

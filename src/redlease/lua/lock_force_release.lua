@@ -11,16 +11,20 @@
 --          lock, named as lock_release.lua's hand-over channels, with a prefix of their own):
 --          a holder's client listens on the prefix followed by the client id part of its
 --          owner field
--- Reply    1 when a lock was deleted, 0 when it was free
+-- Reply    1 when a lock was deleted (held, or kept after its release), 0 when it was free
 -- Each holder is told at once: "lost <owner field> <token>" on its client's own channel
 -- (the hold's fencing token, field "redlease:fence"; no message for a hold without one, as
 -- a Redisson client's, which listens on no such channel). A client acts on it only for its
 -- hold of that owner field with that token, so a message that arrives late (about an
 -- earlier hold) or twice changes nothing; one that never arrives leaves the watchdog to
 -- find the hold gone. Sent by pcall: a hint, never a reason to fail the release.
+-- A lock kept after its release (lock_release_keep.lua: field "<uuid>:<digits>:kept", held by
+-- no one until the key expires) is deleted as a held lock is, and its waiters woken the same
+-- way; no owner holds it, so no "lost" message goes out (its releaser was told RELEASED).
 -- A key that is not a lock (another type, or a hash with a field that is neither an owner
--- "<uuid>:<digits>" with a count nor "redlease:*") is never deleted: WRONGTYPE error. A user
--- the server does not let publish gets a NOPERM error before any change (Redis >= 7, Valkey).
+-- "<uuid>:<digits>" nor a kept lock's field with a count, nor "redlease:*") is never
+-- deleted: WRONGTYPE error. A user the server does not let publish gets a NOPERM error before
+-- any change (Redis >= 7, Valkey).
 if ARGV[2] ~= 'publish' and ARGV[2] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[2] must be publish or spublish')
 end
@@ -34,7 +38,8 @@ end
 local fields = redis.call('hgetall', KEYS[1])
 for i = 1, #fields, 2 do
   if string.sub(fields[i], 1, 9) ~= 'redlease:'
-      and not (string.match(fields[i], '^%x+%-%x+%-%x+%-%x+%-%x+:%d+$')
+      and not ((string.match(fields[i], '^%x+%-%x+%-%x+%-%x+%-%x+:%d+$')
+          or string.match(fields[i], '^%x+%-%x+%-%x+%-%x+%-%x+:%d+:kept$'))
         and string.match(fields[i + 1], '^%d+$')) then
     return redis.error_reply('WRONGTYPE redlease: key ' .. KEYS[1] .. ' holds a hash, not a lock')
   end
