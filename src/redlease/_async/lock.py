@@ -185,10 +185,11 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
     async def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters (Redisson's
         ``forceUnlock()``): the holder is told its lease is lost (``on_lease_lost``,
-        ``LeaseLostError`` with cause ``forced``).
+        ``LeaseLostError`` with cause ``forced``). A lock kept taken after its release
+        (``release(keep_for=)``, ``statistics().kept_by``) is deleted the same way.
 
         Returns:
-            ``True`` if the lock was held.
+            ``True`` if the lock was held (or kept).
         """
         return await self.client._run(self._force_release_op(), self.name)
 

@@ -184,10 +184,11 @@ class Lock(LockBase, Held, LockQueries):
     def force_release(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters (Redisson's
         ``forceUnlock()``): the holder is told its lease is lost (``on_lease_lost``,
-        ``LeaseLostError`` with cause ``forced``).
+        ``LeaseLostError`` with cause ``forced``). A lock kept taken after its release
+        (``release(keep_for=)``, ``statistics().kept_by``) is deleted the same way.
 
         Returns:
-            ``True`` if the lock was held.
+            ``True`` if the lock was held (or kept).
         """
         return self.client._run(self._force_release_op(), self.name)
 
