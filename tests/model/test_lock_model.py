@@ -53,7 +53,7 @@ FIXED = [
     # the owners taking it after, a failover to a copy from before or after the keep
     lock("TK", "T", depth=10, force=1, **QUIET),
     lock("AK", "AR", depth=9, force=1),
-    lock("TK", "TK", depth=10, losses=1, force=1, **QUIET),
+    lock("TK", "TK", depth=9, losses=1, force=1, **QUIET),
     lock("AR", "AR", depth=8, layout="redisson-fair"),
     lock("TT", depth=9, losses=1, layout="redisson-fair"),
     lock("rR", "wW", depth=8, layout="rw"),
@@ -71,7 +71,7 @@ FIXED_SLOW = [
     lock("AR", "A", "A", depth=9),
     lock("AR", "AR", depth=10, losses=1, layout="redisson-fair"),
     lock("LR", "AR", depth=10, layout="redlease-fair"),
-    lock("AKA", "AR", depth=12, force=1),
+    lock("AKA", "AR", depth=11, force=1),
     lock("LK", "AR", depth=10, force=1, layout="redlease-fair"),
     lock("rR", "wW", depth=10, losses=1, layout="rw"),
     lock("wrRW", "p", depth=10, layout="rw"),
