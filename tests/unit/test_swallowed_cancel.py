@@ -1,10 +1,13 @@
 """A cancellation that ``asyncio.wait_for`` swallows inside redis-py is raised all the same.
 
 redis-py writes each command in ``asyncio.wait_for`` when a socket timeout is set. On Python
-3.11 ``wait_for`` returns the inner result and drops the caller's cancellation when both come
-in the same turn of the loop (CPython gh-86296): a task cancelled in ``election.observe()``
-went on observing (seen in CI). ``cancellable`` raises such a cancellation once the call
-returns. These tests make that turn happen on purpose, with asyncio's own ``wait_for``."""
+3.10 and 3.11 ``wait_for`` returns the inner result and drops the caller's cancellation when
+both come in the same turn of the loop (CPython gh-86296): a task cancelled in
+``election.observe()`` went on observing (seen in CI; on 3.10 the guard itself was missing,
+as 3.10 has no ``Task.cancelling()``). ``cancellable`` raises such a cancellation once the
+call returns. These tests make that turn happen on purpose, with asyncio's own ``wait_for``,
+on every version (``async_timeout`` stands for ``asyncio.timeout`` on 3.10, as in
+redis-py)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,11 @@ import sys
 import pytest
 
 from redlease._asyncio.cancel import cancellable
+
+if sys.version_info >= (3, 11):
+    from asyncio import timeout
+else:  # pragma: no cover - Python 3.10
+    from async_timeout import timeout
 
 
 async def _racing(guarded: bool) -> tuple[asyncio.Task[str], asyncio.Future[str]]:
@@ -37,12 +45,13 @@ async def _racing(guarded: bool) -> tuple[asyncio.Task[str], asyncio.Future[str]
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="wait_for keeps the cancellation on 3.12+")
-async def test_wait_for_swallows_a_cancellation_on_311():
+async def test_wait_for_swallows_a_cancellation_before_312():
     """The bug the guard is for (if this starts failing, Python fixed it: the guard stays
     harmless)."""
     task, _ = await _racing(guarded=False)
     assert await task == "OK"  # the cancellation is gone
-    assert task.cancelling() == 1  # yet still counted on the task
+    if sys.version_info >= (3, 11):
+        assert task.cancelling() == 1  # yet still counted on the task (3.10 counts nothing)
 
 
 async def test_a_swallowed_cancellation_is_raised():
@@ -53,8 +62,8 @@ async def test_a_swallowed_cancellation_is_raised():
 
 
 async def test_no_cancellation_no_change():
-    """A call nobody cancels returns its result; a cancellation taken back meanwhile (as
-    ``asyncio.timeout`` takes back its own) is not raised."""
+    """A call nobody cancels returns its result; a cancellation the call handles itself (a
+    timeout of its own, which takes its cancellation back) is not raised."""
 
     async def answer() -> str:
         await asyncio.sleep(0)
@@ -62,6 +71,19 @@ async def test_no_cancellation_no_change():
 
     assert await cancellable(answer()) == "OK"
 
+    async def times_out_inside() -> str:
+        try:
+            async with timeout(0.01):
+                await asyncio.sleep(10)
+        except asyncio.TimeoutError:
+            return "OK"
+        return "not timed out"
+
+    assert await cancellable(times_out_inside()) == "OK"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="Task.uncancel() is new in 3.11")
+async def test_a_cancellation_taken_back_is_not_raised():
     async def taken_back() -> str:
         task = asyncio.current_task()
         assert task is not None
@@ -76,7 +98,7 @@ async def test_no_cancellation_no_change():
 
 
 async def test_a_timeout_around_the_call_still_times_out():
-    """``asyncio.timeout`` cancels the task when it expires: when ``wait_for`` swallows that
+    """A timeout cancels the task when it expires: when ``wait_for`` swallows that
     cancellation the guard raises it, and the timeout turns it into ``TimeoutError``."""
     written: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
@@ -84,7 +106,7 @@ async def test_a_timeout_around_the_call_still_times_out():
         return await asyncio.wait_for(written, 10)
 
     async def caller() -> str:
-        async with asyncio.timeout(0.01):
+        async with timeout(0.01):
             result = await cancellable(redis_py_write())
             await asyncio.sleep(10)  # only reached if the timeout were lost
             return result
@@ -92,8 +114,45 @@ async def test_a_timeout_around_the_call_still_times_out():
     task = asyncio.ensure_future(caller())
     loop = asyncio.get_running_loop()
     loop.call_later(0.01, lambda: written.done() or written.set_result("OK"))
-    with pytest.raises(TimeoutError):
-        await asyncio.wait_for(task, 5)
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert task in done, "the timeout was lost"
+    with pytest.raises(asyncio.TimeoutError):
+        task.result()
+
+
+async def test_a_timeout_in_the_very_turn_the_write_ends_still_times_out():
+    """The timeout expires in the very turn ``wait_for``'s write completes (the swallow made
+    to happen, not left to the clock)."""
+    written: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    inside = asyncio.Event()
+
+    async def redis_py_write() -> str:
+        inside.set()
+        return await asyncio.wait_for(written, 10)
+
+    async def caller() -> str:
+        async with timeout(10) as expiry:
+            expiries.append(expiry)
+            result = await cancellable(redis_py_write())
+            await asyncio.sleep(10)  # only reached if the timeout were lost
+            return result
+
+    expiries: list[object] = []
+    task = asyncio.ensure_future(caller())
+    await inside.wait()
+    for _ in range(5):  # let it reach wait_for's inner wait
+        await asyncio.sleep(0)
+    written.set_result("OK")
+    expiry = expiries[0]
+    if sys.version_info >= (3, 11):  # expires now: next turn, with the write's wake-up
+        expiry.reschedule(-1)  # type: ignore[attr-defined]
+    else:  # pragma: no cover - Python 3.10: its update() would move it to this task
+        loop = asyncio.get_running_loop()
+        loop.call_soon(expiry._on_timeout)  # type: ignore[attr-defined]
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert task in done, "the timeout was lost"
+    with pytest.raises(asyncio.TimeoutError):
+        task.result()
 
 
 async def test_a_call_that_fails_after_a_swallowed_cancellation_raises_the_cancellation():

@@ -16,8 +16,8 @@ Callers use one family of entry points; how it is done is this module's choice:
 * ``before_sending(awaitable)``: a wait before a command goes out (a call slot, a
   connection, a script load), so that a cancellation there is known to have sent nothing;
 * ``cancellable(awaitable)``: a redis-py call, so that a cancellation redis-py's
-  ``asyncio.wait_for`` swallowed on Python 3.11 still stops the caller (the reverse guard:
-  not finishing despite a cancellation, but not losing one).
+  ``asyncio.wait_for`` swallowed on Python 3.10 or 3.11 still stops the caller (the reverse
+  guard: not finishing despite a cancellation, but not losing one).
 
 Two paths, one guarantee (``then`` runs on the call's real outcome, within ``CANCEL_GRACE``,
 before the cancellation propagates; the cancellation is never swallowed):
@@ -48,8 +48,8 @@ import asyncio
 import contextlib
 import contextvars
 import sys
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Generic, TypeVar
 
 import redis.exceptions
 
@@ -123,19 +123,23 @@ async def bounded(awaitable: Awaitable[T]) -> T:
 async def cancellable(awaitable: Awaitable[T]) -> T:
     """Await a call made through redis-py, and raise a cancellation it swallowed.
 
-    On Python 3.11 redis-py writes every command in ``asyncio.wait_for`` (when a
+    On Python 3.10 and 3.11 redis-py writes every command in ``asyncio.wait_for`` (when a
     ``socket_timeout`` is set), and ``wait_for`` returns the inner result, dropping the
     caller's cancellation, when the two come in the same turn of the loop (CPython
-    gh-86296, fixed in 3.12). The cancellation is still counted on the task
+    gh-86296, fixed in 3.12). On 3.11 the cancellation is still counted on the task
     (``Task.cancelling()``): one counted during the call and not taken back raises here, so a
     cancelled caller stops (inside a task of its own, as ``finish_despite_cancel`` runs a
-    call, the count is that task's, which nobody cancels). A call that fails after such a
-    cancellation raises the cancellation too: the caller was cancelled, that comes first.
-    Inside ``asyncio.timeout`` an expiry is such a cancellation: the timeout then raises
-    ``TimeoutError`` as it would have."""
+    call, the count is that task's, which nobody cancels). 3.10 counts nothing: there the
+    call is watched as it runs (``_Watched``), and a cancellation thrown into it while it
+    waits in ``wait_for``, which the call then did not let out, raises here. A call that
+    fails after such a cancellation raises the cancellation too: the caller was cancelled,
+    that comes first. Inside ``asyncio.timeout`` (``async_timeout`` on 3.10) an expiry is
+    such a cancellation: the timeout then raises ``TimeoutError`` as it would have."""
     task = asyncio.current_task()
-    if task is None or sys.version_info < (3, 11):  # pragma: no cover - no task, or 3.10
+    if task is None:  # pragma: no cover - no task
         return await awaitable
+    if sys.version_info < (3, 11):  # pragma: no cover - Python 3.10
+        return await _Watched(awaitable)
     before = task.cancelling()
     try:
         result = await awaitable
@@ -148,6 +152,70 @@ async def cancellable(awaitable: Awaitable[T]) -> T:
     if task.cancelling() > before:
         raise asyncio.CancelledError
     return result
+
+
+_WAIT_FOR = asyncio.wait_for.__code__
+
+
+def _in_wait_for(awaitable: Awaitable[Any]) -> bool:
+    """Whether ``awaitable`` (a coroutine) is suspended in ``asyncio.wait_for``'s own wait:
+    the innermost coroutine it awaits through is ``wait_for``."""
+    innermost = None
+    current: Any = awaitable
+    while True:
+        code = getattr(current, "cr_code", None)
+        if code is None:
+            return innermost is _WAIT_FOR
+        innermost = code
+        current = current.cr_await
+
+
+class _Watched(Generic[T]):
+    """``await _Watched(call)`` is ``await call``, watched on its way (Python 3.10, where a
+    task does not count its cancellations): every future the call waits on passes through,
+    and every exception the task throws into it. A ``CancelledError`` thrown in while the
+    call waits in ``asyncio.wait_for``, after which the call goes on (``wait_for`` returned
+    the inner result, gh-86296) instead of letting it out, is raised when the call ends, or
+    in place of the error it then raised. Cancellations the call handles elsewhere (a
+    timeout of its own, turned into its ``TimeoutError``) are its business, as
+    ``Task.uncancel()`` makes them on 3.11."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: Awaitable[T]) -> None:
+        self._call = call
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        steps = self._call.__await__()
+        swallowed: asyncio.CancelledError | None = None
+        value: Any = None
+        thrown: BaseException | None = None
+        while True:
+            try:
+                if thrown is None:
+                    waited = steps.send(value)
+                else:
+                    if isinstance(thrown, asyncio.CancelledError) and _in_wait_for(self._call):
+                        swallowed = thrown  # unless it comes out of the call right away
+                    waited = steps.throw(thrown)
+            except StopIteration as stop:
+                if swallowed is not None:
+                    raise asyncio.CancelledError(*swallowed.args) from None
+                return stop.value  # type: ignore[no-any-return]
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                if swallowed is not None:
+                    raise asyncio.CancelledError(*swallowed.args) from None
+                raise
+            value, thrown = None, None
+            try:
+                value = yield waited
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as exc:  # what the task throws in (a cancellation)
+                thrown = exc
 
 
 async def undo_despite_cancel(undo: Awaitable[Any]) -> None:
