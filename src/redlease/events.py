@@ -12,6 +12,8 @@ now follows the count) sends ``semaphore_total_raised``.
 A scheduled lock (``client.scheduled_lock``) that found its slot taken, so its job did not run,
 sends ``skipped``; so does a call of a ``@locked(..., on_busy="skip")`` function that found its
 lock busy (it returned ``None`` without running).
+An asyncio task that ended while it still held a lock (it never released it) sends
+``owner_ended``: the client no longer renews that hold, which runs out within its lease.
 A listener must be quick and must not raise (an exception is logged and ignored).
 """
 
@@ -36,6 +38,7 @@ EventKind = Literal[
     "permits_may_stay_taken",
     "semaphore_total_raised",
     "skipped",
+    "owner_ended",
 ]
 
 
@@ -46,7 +49,8 @@ class LockEvent:
 
     kind: EventKind
     """What happened: ``acquired``, ``acquire_failed``, ``released``, ``renewal_failed``,
-    ``lease_lost``, ``permits_may_stay_taken``, ``semaphore_total_raised`` or ``skipped``."""
+    ``lease_lost``, ``permits_may_stay_taken``, ``semaphore_total_raised``, ``skipped`` or
+    ``owner_ended``."""
     name: str
     """The lock's (or semaphore's, or scheduled job's) name."""
     owner: str | None
@@ -55,11 +59,14 @@ class LockEvent:
     """Seconds the acquire took, waiting included (``acquired``, ``acquire_failed``,
     ``skipped``)."""
     held: float | None = None
-    """Seconds since the owner first took the hold (``released``, ``lease_lost``)."""
+    """Seconds since the owner first took the hold (``released``, ``lease_lost``,
+    ``owner_ended``)."""
     hold_count: int | None = None
-    """The owner's holds after the event (``acquired``, ``released``)."""
+    """The owner's holds after the event (``acquired``, ``released``); the holds left behind
+    (``owner_ended``)."""
     fencing_token: int | None = None
-    """The hold's fencing token (``acquired``, ``released``, ``lease_lost``)."""
+    """The hold's fencing token (``acquired``, ``released``, ``lease_lost``,
+    ``owner_ended``)."""
     error: BaseException | None = None
     """Why (``renewal_failed``, ``lease_lost``, ``permits_may_stay_taken``)."""
     cause: str | None = None

@@ -149,6 +149,13 @@ class PrometheusMetrics:
             lock,
             **common,
         )
+        self.abandoned_holds = Counter(
+            "abandoned_holds",
+            "Holds whose owning asyncio task ended without releasing them: no longer "
+            "renewed, they run out with their lease.",
+            lock,
+            **common,
+        )
         self.holds = Gauge(
             "holds",
             "Locks held now by this process (an owner's reentrant holds count once).",
@@ -182,6 +189,9 @@ class PrometheusMetrics:
             self._of(self.semaphore_total_raised, lock).inc()
         elif event.kind == "skipped":
             self._of(self.skipped_runs, lock).inc()
+        elif event.kind == "owner_ended":
+            self._of(self.abandoned_holds, lock).inc()
+            self._of(self.holds, lock).dec()
         elif event.kind == "lease_lost":
             cause = event.cause if event.cause in CAUSES else "unknown"
             self.lost_leases.labels(*lock, cause).inc()

@@ -499,6 +499,14 @@ class AsyncClient(ClientBase, AsyncClosing):
             self._after_fork()
         return self._state.owner(compat.owner_number())
 
+    def _mind_owner(self) -> None:
+        """The calling task took a hold: when it ends, what it still holds is reported and
+        renewed no more (see ``ClientState.owner_ended``)."""
+        compat.on_owner_end(self._owner_ended)
+
+    def _owner_ended(self, owner_number: int) -> None:
+        self._state.owner_ended(self._state.owner(owner_number))
+
     def _after_fork(self) -> None:
         # the parent's watchdog and subscriber are not the child's: start fresh ones on demand
         self._subscriber = None

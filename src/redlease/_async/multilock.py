@@ -43,6 +43,7 @@ class AsyncMultiLock(AsyncHeld):
         """The locks, in the order given (taken in a fixed order of their own)."""
         self._order = sorted(locks, key=order_key)
 
+    @compat.owned_by_caller
     async def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> bool:
@@ -71,6 +72,7 @@ class AsyncMultiLock(AsyncHeld):
                 await self._release_all(taken, raise_errors=False)
         return len(taken) == len(self._order)
 
+    @compat.owned_by_caller
     async def release(self) -> None:
         """Release every member (in reverse order), even when some fail; then raise the first
         failure (``NotOwnedError``, ``LeaseLostError``, ``QuorumError``, ...)."""

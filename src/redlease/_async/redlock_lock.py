@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._asyncio import compat
 from .._asyncio.cancel import finish_despite_cancel
 from .._core import redlock as core
 from .._core.arguments import Seconds
@@ -46,6 +47,7 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
         self.client = client
         """The client that made it."""
 
+    @compat.owned_by_caller
     async def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> bool:
@@ -67,10 +69,13 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
             InvalidArgumentError: a bad ``timeout`` or ``lease``."""
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
         got = self._acquired(plan, await self.client._run(plan.op, self.name))
-        if got and plan.lease is None:
-            self.client._watch()
+        if got:
+            self.client._mind_owner()  # reported, not renewed, if its task ends holding it
+            if plan.lease is None:
+                self.client._watch()
         return got
 
+    @compat.owned_by_caller
     async def release(self) -> None:
         """Give back one hold on every master.
 

@@ -72,9 +72,70 @@ async def wait_event(event: asyncio.Event, timeout: float) -> bool:
     return True
 
 
+_callers: weakref.WeakKeyDictionary[Any, asyncio.Task[Any]] = weakref.WeakKeyDictionary()
+"""The task that called each ``owned_by_caller`` method, by the coroutine the call made."""
+
+_ending: weakref.WeakKeyDictionary[asyncio.Task[Any], set[Callable[[int], None]]] = (
+    weakref.WeakKeyDictionary()
+)
+"""What to tell when each owning task ends (``on_owner_end``)."""
+
+CoroutineFunction = TypeVar("CoroutineFunction", bound=Callable[..., Coroutine[Any, Any, Any]])
+
+
+def owned_by_caller(fn: CoroutineFunction) -> CoroutineFunction:
+    """Decorate a method whose holds belong to the task that *called* it: also when its
+    coroutine runs in a task of its own, made only to run it (``asyncio.wait_for`` on Python
+    3.10 and 3.11, ``asyncio.create_task``, ``asyncio.gather``), the owner is the task where
+    ``lock.acquire()`` was written, as with ``asyncio.Lock``, whose caller holds."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Coroutine[Any, Any, Any]:
+        coroutine = fn(*args, **kwargs)
+        caller = _owning_task()
+        if caller is not None:
+            _callers[coroutine] = caller
+        return coroutine
+
+    call._is_coroutine = getattr(asyncio.coroutines, "_is_coroutine", None)  # type: ignore[attr-defined]
+    if sys.version_info >= (3, 12):
+        inspect.markcoroutinefunction(call)
+    return call  # type: ignore[return-value]
+
+
+def _owning_task() -> asyncio.Task[Any] | None:
+    """The calling task, or, in a task made only to run an ``owned_by_caller`` call, the task
+    that made the call (outside a running loop: ``None``)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop: the owner is learnt where the call runs
+        return None
+    if task is None:
+        return None
+    caller = _callers.get(task.get_coro())
+    return task if caller is None else caller
+
+
 def owner_number() -> int:
-    """The calling task's owner number (never reused)."""
-    return _owners.current(asyncio.current_task())
+    """The calling task's owner number (never reused): see ``owned_by_caller``."""
+    return _owners.current(_owning_task())
+
+
+def on_owner_end(told: Callable[[int], None]) -> None:
+    """Call ``told(owner_number)`` when the calling owner's task ends (once per ``told`` and
+    task; at once, from the loop, if it has ended already: a caller that did not wait for
+    its call)."""
+    task = _owning_task()
+    if task is None:
+        return
+    tell = _ending.get(task)
+    if tell is None:
+        tell = _ending[task] = set()
+    if told in tell:
+        return
+    tell.add(told)
+    number = _owners.current(task)
+    task.add_done_callback(lambda _: told(number))
 
 
 def current_task() -> asyncio.Task[Any] | None:

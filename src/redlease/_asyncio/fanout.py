@@ -30,12 +30,11 @@ from .._shared import fork
 from .._shared.channels import Waiter
 from .._shared.log import log
 from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
-from .._shared.state import TaskOwners
 from ..errors import (
     ClientClosedError,
 )
 from .cancel import cancellable, undo_despite_cancel
-from .compat import LoopBinding, wait_event
+from .compat import LoopBinding, on_owner_end, owner_number, wait_event
 from .subscriber import Subscriber
 
 
@@ -380,8 +379,6 @@ class Listening:
 
 T = TypeVar("T")
 
-_owners = TaskOwners()
-
 
 class AsyncRedlockDriver(RedlockClientBase):
     """The I/O under a Redlock client: running operations across the masters, listening for
@@ -412,7 +409,7 @@ class AsyncRedlockDriver(RedlockClientBase):
 
     def _owner(self) -> str:
         self._check_fork()
-        return self._state.owner(_owners.current(asyncio.current_task()))
+        return self._state.owner(owner_number())
 
     async def _run(self, op: core.RedlockOperation[T], name: str | None) -> T:
         """Perform ``op``'s requests one by one until it returns."""
@@ -523,6 +520,14 @@ class AsyncRedlockDriver(RedlockClientBase):
         return listening.count()
 
     # --- the watchdog ---------------------------------------------------------------------
+
+    def _mind_owner(self) -> None:
+        """The calling owner took a hold: when it ends, what it still holds is reported and
+        renewed no more (see ``ClientState.owner_ended``)."""
+        on_owner_end(self._owner_ended)
+
+    def _owner_ended(self, owner_number: int) -> None:
+        self._state.owner_ended(self._state.owner(owner_number))
 
     def _watch(self) -> None:
         if self._watchdog is None or self._watchdog.done():

@@ -299,6 +299,43 @@ class ClientState:
                 )
             )
 
+    def owner_ended(self, owner: str) -> list[Hold]:
+        """The task of ``owner`` ended holding: each of its holds is forgotten here, so the
+        watchdog renews it no more and it runs out with its lease (not given back: work the
+        task left running, or a fencing token it handed on, may still rely on it, as after a
+        crash of its holder), and reported (a warning, an ``owner_ended`` event). Its
+        holds."""
+        with self.mutex:
+            ended = [h for h in self.holds.holds() if h.owner == owner and not h.releasing]
+            for hold in ended:
+                self.holds.drop(hold.keys.name, owner, hold.epoch)
+        for hold in ended:
+            renewed = hold.watched
+            log.warning(
+                "lock %r: owner %s ended holding it (%d hold%s, fencing token %d): %s",
+                hold.keys.name,
+                owner,
+                hold.count,
+                "" if hold.count == 1 else "s",
+                hold.token,
+                "no longer renewed, it runs out within its lease"
+                if renewed
+                else "it runs out with its lease",
+                extra={"lock": hold.keys.name, "owner": owner},
+            )
+            if self.listeners:
+                self.listeners.send(
+                    LockEvent(
+                        "owner_ended",
+                        hold.keys.name,
+                        owner,
+                        held=time.monotonic() - hold.acquired_at,
+                        hold_count=hold.count,
+                        fencing_token=hold.token,
+                    )
+                )
+        return ended
+
     def peek_lost(self, name: str, owner: str) -> bool:
         with self.mutex:
             return (name, owner) in self._lost

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from .._core import redlock as core
 from .._core.arguments import Seconds
 from .._shared.redlockbase import RedlockLockBase
+from .._threads import compat
 from .._threads.cancel import finish_despite_cancel
 from ..errors import LeaseLostError
 from .shared import Held, LockQueries
@@ -45,6 +46,7 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
         self.client = client
         """The client that made it."""
 
+    @compat.owned_by_caller
     def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> bool:
@@ -66,10 +68,13 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
             InvalidArgumentError: a bad ``timeout`` or ``lease``."""
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
         got = self._acquired(plan, self.client._run(plan.op, self.name))
-        if got and plan.lease is None:
-            self.client._watch()
+        if got:
+            self.client._mind_owner()  # reported, not renewed, if its thread ends holding it
+            if plan.lease is None:
+                self.client._watch()
         return got
 
+    @compat.owned_by_caller
     def release(self) -> None:
         """Give back one hold on every master.
 

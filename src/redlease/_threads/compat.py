@@ -54,9 +54,22 @@ def wait_event(event: threading.Event, timeout: float) -> bool:
     return event.wait(timeout)
 
 
+CoroutineFunction = TypeVar("CoroutineFunction", bound=Callable[..., Any])
+
+
+def owned_by_caller(fn: CoroutineFunction) -> CoroutineFunction:
+    """``fn`` as it is: a thread's call runs in the thread that made it."""
+    return fn
+
+
 def owner_number() -> int:
     """The calling thread's owner number (never reused)."""
     return _owners.current()
+
+
+def on_owner_end(told: Callable[[int], None]) -> None:
+    """Nothing: a thread's end is not watched (a thread that ends holding keeps its holds
+    renewed while its client lives, as in Redisson; see docs/guarantees.md)."""
 
 
 def current_task() -> threading.Thread | None:

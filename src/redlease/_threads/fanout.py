@@ -36,11 +36,11 @@ from .._redis.errors import CONNECTION_ERRORS, translate, unavailable
 from .._shared import fork
 from .._shared.channels import Waiter
 from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
-from .._shared.state import ThreadOwners
 from .._sync.client import Client
 from ..errors import (
     ClientClosedError,
 )
+from .compat import on_owner_end, owner_number
 from .subscriber import Subscriber
 
 IO_TIMEOUT = 5.0
@@ -416,8 +416,6 @@ class Round:
 
 T = TypeVar("T")
 
-_owners = ThreadOwners()
-
 
 class RedlockDriver(RedlockClientBase):
     """The I/O under a Redlock client: running operations across the masters, listening for
@@ -459,7 +457,7 @@ class RedlockDriver(RedlockClientBase):
 
     def _owner(self) -> str:
         self._check_fork()
-        return self._state.owner(_owners.current())
+        return self._state.owner(owner_number())
 
     def _helpers(self) -> ThreadPoolExecutor:
         with self._mutex:
@@ -546,6 +544,14 @@ class RedlockDriver(RedlockClientBase):
         return listening.count()
 
     # --- the watchdog ---------------------------------------------------------------------
+
+    def _mind_owner(self) -> None:
+        """The calling owner took a hold: when it ends, what it still holds is reported and
+        renewed no more (see ``ClientState.owner_ended``)."""
+        on_owner_end(self._owner_ended)
+
+    def _owner_ended(self, owner_number: int) -> None:
+        self._state.owner_ended(self._state.owner(owner_number))
 
     def _watch(self) -> None:
         with self._mutex:
