@@ -43,12 +43,19 @@ end
 -- is not taken again.
 local gone = 0
 local leased = 0
-for _, id in ipairs(ids) do
-  local score = redis.call('zscore', KEYS[2], id)
-  if score and tonumber(score) <= now_ms then
-    gone = gone + redis.call('zrem', KEYS[2], id)
-  elseif score then
-    leased = leased + 1
+for first = 1, #ids, 1000 do -- (in chunks: unpack has a bound)
+  local last = math.min(first + 999, #ids)
+  local scores = redis.call('zmscore', KEYS[2], unpack(ids, first, last))
+  local back = {}
+  for i = 1, last - first + 1 do
+    if scores[i] and tonumber(scores[i]) <= now_ms then
+      back[#back + 1] = ids[first + i - 1]
+    elseif scores[i] then
+      leased = leased + 1
+    end
+  end
+  if #back > 0 then
+    gone = gone + redis.call('zrem', KEYS[2], unpack(back))
   end
 end
 local expired = redis.call('zrangebyscore', KEYS[2], '-inf', now_ms, 'limit', 0, 100)
