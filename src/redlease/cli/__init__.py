@@ -305,6 +305,11 @@ def _add_demo(commands: Commands) -> None:
 
 
 RUN_EPILOG = f"""\
+COMMAND is the first word after NAME that is not an option of redlease's (or the
+first word after '--'); it and everything after it are passed on as they are, run
+directly, without a shell. With -c 'COMMAND', the one string is run by the shell
+($SHELL, else /bin/sh), as flock -c does.
+
 The lock is taken before COMMAND starts and released when it ends. Without --lease
 the watchdog renews the lease while COMMAND runs (every third of --watchdog); with
 --lease the hold simply lasts that long, and COMMAND is treated as having lost it
@@ -315,7 +320,13 @@ empty, not renewable for a whole lease) stops COMMAND: SIGTERM, then SIGKILL aft
 With --at-least the lock stays taken until that long after it was taken, however
 soon COMMAND ends (the key's TTL set to what is left of it, held by nobody): the
 same job started by cron on several machines whose clocks or ticks are a little
-apart runs once (ShedLock's lockAtLeastFor; use it with --wait 0).
+apart runs once (ShedLock's lockAtLeastFor). --at-least tries once (--wait 0)
+unless --wait is given: a machine that waited would run the job a second time.
+
+A busy lock prints nothing (cron mails nobody) unless --verbose; the exit status
+says it (75, or -E N). flock(1)'s -n, -w, -E and -c mean the same here; the one
+difference is the default conflict status, 75 and not flock's 1, since 1 is
+redlease's status for an error (server unreachable): give -E 1 for flock's.
 
 SIGINT, SIGTERM and SIGHUP sent to redlease are passed on to COMMAND (SIGINT not
 when redlease runs in the foreground of a terminal: Ctrl-C reaches COMMAND there
@@ -323,8 +334,8 @@ already). redlease waits for COMMAND to end, then releases the lock.
 
 exit status:
   N    COMMAND's own exit status (128+S when a signal S ended it)
-  {EX_NOT_ACQUIRED}   the lock was not acquired within --wait (EX_TEMPFAIL), or the N of
-       --conflict-exit-code N (flock -E); with 0 nothing is printed either
+  {EX_NOT_ACQUIRED}   the lock was busy: not acquired within --wait (EX_TEMPFAIL), or the N
+       of -E N (--conflict-exit-code N)
   {EX_LEASE_LOST}   the lease was lost while COMMAND ran (whether COMMAND was stopped
        or, with --keep-going, finished)
   126  COMMAND could not be started; 127 COMMAND was not found
@@ -333,24 +344,37 @@ exit status:
   128+S  interrupted by signal S while waiting for the lock
 
 examples:
-  redlease run --wait 0 jobs:nightly -- ./nightly.sh --full
+  redlease run jobs:nightly ./nightly.sh --full      # waits as long as it takes
+  redlease run -n jobs:nightly ./nightly.sh          # one try: exit {EX_NOT_ACQUIRED} if busy
+  redlease run -w 30 jobs:report -c 'report.sh | mail ops'
   # crontab on every machine: one run per tick, a skipped one exits 0 silently
-  */5 * * * * redlease run --wait 0 --at-least 60 --conflict-exit-code 0 jobs:sync -- ./sync.sh
+  */5 * * * * redlease run --at-least 60 -E 0 jobs:sync ./sync.sh
 """
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .run import RunOptions, run
 
-    if not args.argv:
-        raise UsageError(f"no COMMAND given: {PROG} run [options] NAME -- COMMAND [ARGS...]")
+    if args.shell_command is not None and args.argv:
+        raise UsageError(
+            f"give COMMAND or -c 'COMMAND', not both: {PROG} run [options] NAME COMMAND [ARGS...]"
+        )
+    if args.shell_command is not None:
+        argv = [os.environ.get("SHELL") or "/bin/sh", "-c", args.shell_command]
+    elif args.argv:
+        argv = list(args.argv)
+    else:
+        raise UsageError(f"no COMMAND given: {PROG} run [options] NAME COMMAND [ARGS...]")
     if args.name == "":
         raise UsageError("the lock NAME must not be empty")
     url = server_url(args)
+    wait = args.wait
+    if wait is None and args.at_least > 0:
+        wait = 0.0  # --at-least: one try (a waiter would run the job a second time)
     options = RunOptions(
         name=args.name,
-        argv=list(args.argv),
-        wait=args.wait,
+        argv=argv,
+        wait=wait,
         lease=args.lease,
         watchdog=args.watchdog,
         keep_going=args.keep_going,
@@ -358,6 +382,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         at_least=args.at_least,
         conflict_exit_code=args.conflict_exit_code,
         eviction=args.eviction,
+        verbose=args.verbose,
     )
     return run(url, options)
 
@@ -366,19 +391,39 @@ def _add_run(commands: Commands) -> None:
     parser = commands.add_parser(
         "run",
         help="run a command only while holding a lock (a flock(1) across machines)",
-        usage=f"{PROG} run [options] NAME -- COMMAND [ARGS...]",
-        description="Run COMMAND while holding the lock NAME, then release it. COMMAND and its"
-        " arguments come after '--' (run directly, no shell; none of them is read by redlease).",
+        usage=f"{PROG} run [options] NAME COMMAND [ARGS...]\n"
+        f"       {PROG} run [options] NAME -c 'COMMAND'",
+        description="Run COMMAND while holding the lock NAME, then release it. Options come"
+        " before COMMAND; COMMAND and its arguments are run directly (no shell) and none of"
+        " them is read by redlease ('--' before COMMAND is allowed, as in flock).",
         epilog=RUN_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("name", metavar="NAME", help="the lock (its Redis key)")
-    parser.add_argument(
+    waiting = parser.add_mutually_exclusive_group()
+    waiting.add_argument(
+        "-w",
         "--wait",
         type=seconds_arg(zero=True),
         metavar="SECONDS",
         help=f"give up after waiting this long for the lock (exit {EX_NOT_ACQUIRED});"
-        " 0 tries once; default: wait as long as it takes",
+        " 0 tries once; default: wait as long as it takes (with --at-least: 0)",
+    )
+    waiting.add_argument(
+        "-n",
+        "--nonblock",
+        dest="wait",
+        action="store_const",
+        const=0.0,
+        help="try once, do not wait: the same as --wait 0",
+    )
+    parser.add_argument(
+        "-c",
+        "--command",
+        dest="shell_command",
+        metavar="'COMMAND'",
+        help="run this one string through the shell ($SHELL -c, else /bin/sh -c) instead of"
+        " COMMAND [ARGS...], as flock -c does",
     )
     lease = parser.add_mutually_exclusive_group()
     lease.add_argument(
@@ -415,16 +460,23 @@ def _add_run(commands: Commands) -> None:
         metavar="SECONDS",
         help="keep the lock taken until this long after it was taken, however soon COMMAND"
         " ends, so that a job started on several machines at about the same time runs once"
-        " (at most --lease; default 0: released when COMMAND ends)",
+        " (at most --lease; default 0: released when COMMAND ends); tries once unless"
+        " --wait is given",
     )
     parser.add_argument(
+        "-E",
         "--conflict-exit-code",
         type=exit_code_arg,
         default=EX_NOT_ACQUIRED,
         metavar="N",
         help=f"exit status when the lock is busy (not acquired within --wait; default"
-        f" {EX_NOT_ACQUIRED}), as flock -E; 0 also prints nothing, so a skipped cron run"
-        " mails nobody",
+        f" {EX_NOT_ACQUIRED}, where flock's is 1), as flock -E",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="say on stderr how long taking the lock took, or that it was busy (a busy"
+        " lock is otherwise silent, so that cron mails nobody)",
     )
     parser.add_argument(
         "--eviction",
@@ -594,17 +646,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
-    """``(to parse, passed on)``: for ``run``, what follows the first ``--`` (COMMAND: none of
-    it is parsed, so its options can never be taken for ours)."""
-    for i, word in enumerate(argv):
-        if word.startswith("-"):
-            continue  # a top-level option (none takes a value)
-        if word == "run" and "--" in argv[i + 1 :]:
-            cut = argv.index("--", i + 1)
-            return argv[:cut], argv[cut + 1 :]
-        break
-    return argv, None
+def _split_run(argv: list[str], parser: argparse.ArgumentParser) -> tuple[list[str], list[str]]:
+    """``(to parse, COMMAND)``: for ``run``, COMMAND is the first word after NAME that is not
+    an option (or what follows ``--``), with everything after it, never parsed: an option of
+    COMMAND is never taken for one of ours (flock's ``flock [options] FILE COMMAND [ARGS]``)."""
+    start = next((i for i, word in enumerate(argv) if not word.startswith("-")), None)
+    if start is None or argv[start] != "run":  # before it: top-level options (no values)
+        return argv, []
+    options = _run_options(parser)
+    parsed, words, named = argv[: start + 1], argv[start + 1 :], False
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word == "--":
+            if named:
+                return parsed, words[i + 1 :]
+            return [*parsed, *words[i : i + 2]], words[i + 2 :]  # `run [options] -- NAME ...`
+        if word.startswith("-") and word != "-":
+            takes = _takes_value(word, options)
+            parsed += words[i : i + 1 + takes]
+            i += 1 + takes
+        elif not named:
+            parsed.append(word)
+            named = True
+            i += 1
+        else:
+            return parsed, words[i:]
+    return parsed, []
+
+
+def _run_options(parser: argparse.ArgumentParser) -> dict[str, bool]:
+    """``run``'s option strings, each with whether it takes a value."""
+    for action in parser._actions:
+        if isinstance(action.choices, dict) and "run" in action.choices:
+            run: argparse.ArgumentParser = action.choices["run"]
+            return {o: each.nargs != 0 for o, each in run._option_string_actions.items()}
+    raise AssertionError("no run command")  # pragma: no cover
+
+
+def _takes_value(word: str, options: dict[str, bool]) -> int:
+    """1 when the option ``word`` takes its value from the next word, else 0 (an unknown
+    option takes none: argparse reports it)."""
+    if word.startswith("--"):
+        if "=" in word:
+            return 0
+        matches = [o for o in options if o.startswith(word) and o.startswith("--")]
+        exact = word in options
+        if exact or len(matches) == 1:
+            return int(options[word if exact else matches[0]])
+        return 0
+    for k, letter in enumerate(word[1:]):  # short options, grouped as in -nE0 or -w5
+        takes = options.get(f"-{letter}")
+        if takes is None:
+            return 0
+        if takes:
+            return int(k == len(word) - 2)  # its value is the next word unless attached
+    return 0
 
 
 _CLI_SPELLINGS = (
@@ -645,22 +742,16 @@ def main(argv: Sequence[str] | None = None, *, client: Client | None = None) -> 
     (``python manage.py redlease``: ``redlease.contrib.django``)."""
     words = list(sys.argv[1:] if argv is None else argv)
     _remember_urls(words)
-    to_parse, passed_on = _split_passthrough(words)
     parser = build_parser()
+    to_parse, passed_on = _split_run(words, parser)
     try:
         args, extras = parser.parse_known_args(to_parse)
-        if extras and args.command == "run":  # `run NAME cmd`: COMMAND not after "--"
-            parser.exit(
-                2,
-                f"{PROG} run: error: unrecognized arguments: {_scrub(' '.join(extras))}"
-                f" (give COMMAND after '--': {PROG} run [options] NAME -- COMMAND [ARGS...])\n",
-            )
         if extras:
             parser.error(f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exc:  # usage error (2), --help or --version (0)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     if args.command == "run":
-        args.argv = passed_on or []
+        args.argv = passed_on
     handler: Handler = args.handler
     url: str | None = getattr(args, "url", None)
     if client is not None:

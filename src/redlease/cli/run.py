@@ -1,13 +1,13 @@
-"""``redlease run NAME -- COMMAND``: run a command only while holding a lock, like flock(1)
+"""``redlease run NAME COMMAND``: run a command only while holding a lock, like flock(1)
 across machines.
 
-The main thread takes the lock, starts COMMAND (``subprocess.Popen``, no shell) and supervises
-it: it polls the child, forwards SIGINT/SIGTERM/SIGHUP to it, and stops it (SIGTERM, then
-SIGKILL after ``--grace``) when the lease is lost. A loss is reported through ``on_lease_lost``
-by the client's subscriber thread the moment a force release (``redlease release --force``)
-tells it, or by its watchdog thread when a renewal finds the hold gone; with ``--lease``, it is
-the lease running out by the local clock. Nothing else happens in the signal handlers than
-recording the signal and passing it on.
+The main thread takes the lock, starts COMMAND (``subprocess.Popen``; a shell only for ``-c``)
+and supervises it: it polls the child, forwards SIGINT/SIGTERM/SIGHUP to it, and stops it
+(SIGTERM, then SIGKILL after ``--grace``) when the lease is lost. A loss is reported through
+``on_lease_lost`` by the client's subscriber thread the moment a force release (``redlease
+release --force``) tells it, or by its watchdog thread when a renewal finds the hold gone; with
+``--lease``, it is the lease running out by the local clock. Nothing else happens in the signal
+handlers than recording the signal and passing it on.
 
 Exit statuses are documented in ``redlease run --help`` (``cli.RUN_EPILOG``).
 """
@@ -73,7 +73,10 @@ class RunOptions:
     at_least: float = 0.0
     """Keep the lock taken until this long after it was taken (``release(keep_for=)``)."""
     conflict_exit_code: int = EX_NOT_ACQUIRED
-    """The exit status when the lock is busy (``flock -E``); 0 also says nothing."""
+    """The exit status when the lock is busy (``flock -E``)."""
+    verbose: bool = False
+    """Say how long taking the lock took, or that it was busy (``flock --verbose``); a busy
+    lock is otherwise silent, as ``flock -n`` is, so that cron mails nobody."""
     eviction: Eviction = "warn"
     """What to do on a server that may evict lock keys (``Client(eviction=...)``)."""
 
@@ -276,6 +279,7 @@ def _run(url: str, options: RunOptions, sup: Supervisor) -> int:
             lock = client.lock(options.name, lease=options.lease, on_lease_lost=sup.on_lease_lost)
         except ValueError as exc:  # e.g. braces that do not form a hash tag
             raise UsageError(f"bad lock NAME: {exc}") from None
+        started = time.monotonic()
         try:
             got = _acquire(lock, options.wait)
             sup.waiting = False
@@ -284,14 +288,16 @@ def _run(url: str, options: RunOptions, sup: Supervisor) -> int:
             _give_back(lock)  # in case the grant landed just before the signal
             raise
         if not got:
-            if options.conflict_exit_code == 0:
-                pass  # a skip that is a success says nothing (cron mails nobody)
+            if not options.verbose:
+                pass  # silent, as flock -n: the exit status says it (cron mails nobody)
             elif options.wait == 0:
                 note(f"lock {options.name!r} is busy (--wait 0: tried once)")
             else:
                 note(f"lock {options.name!r} is busy: not acquired within {options.wait:g} s")
             return options.conflict_exit_code
         acquired_at = time.monotonic()
+        if options.verbose:
+            note(f"took lock {options.name!r} in {acquired_at - started:.6f} s")
         try:
             deadline = _lease_deadline(lock, options.lease, sup)
         except (RedleaseError, redis.exceptions.RedisError, OSError):
