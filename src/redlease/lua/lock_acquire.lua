@@ -29,8 +29,13 @@
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
 --   0 HELD     someone holds it (or a free lock is another's turn: ttl_ms -2); ttl_ms bounds
---              the wait: the holder's remaining lease or, for a redlease hold, its lease
---              (-1: no expiry), token the last fencing token handed out
+--              the wait (-1: no expiry): the holder's remaining lease (PTTL) for the first
+--              live waiter in line, which so re-checks the moment a dead holder's lease ends
+--              (a dead holder's successor); for a waiter behind it, and for a redlease hold
+--              only, the hold's whole lease or the caller's own, whichever is shorter (so the
+--              line does not re-check all at once, and a waiter that becomes first learns it
+--              before a holder with the caller's lease could run out), token the last fencing
+--              token handed out
 --              (a hand-over with a token no higher was made before this reply: not for the
 --              caller's wait from now on). A queueing caller now has a place in line.
 --  -1 LOST     the caller believed it held the lock, but its hold is gone (hold_count is
@@ -50,7 +55,8 @@
 -- last grants), as long as the server's clock does not step back past tokens already handed
 -- out. The hold's token is kept in the lock hash (field "redlease:fence"), which Redisson
 -- ignores.
--- Hot path: a caller that finds the lock held runs hmget, time and zadd, no more.
+-- Hot path: a caller that finds the lock held runs hmget, time, zadd and zrange, then pttl
+-- (first in line) or pubsub numsub (behind a live waiter).
 -- A line has no TTL: a dead waiter's place goes when its turn comes or a free lock meets it.
 local place = ARGV[2] .. ' ' .. ARGV[7] .. ' ' .. ARGV[6]
 local expected = tonumber(ARGV[3])
@@ -120,9 +126,20 @@ local function live(head) -- its client still listens on its own channel for thi
   end
   return tonumber(reply[2]) > 0
 end
+local function first_live() -- the caller's place is the first in line of a live waiter
+  for _, ahead in ipairs(redis.call('zrange', KEYS[2], 0, 3)) do
+    if ahead == place then
+      return true
+    end
+    if live(ahead) then
+      return false
+    end
+  end
+  return false -- (behind more than 3 dead places: the next free lock drops them)
+end
 if count == 0 then
-  -- a redlease hold records its lease (field "redlease:lease"): the wait bound it answers
-  -- (never shorter than what is left of it) without a PTTL
+  -- a redlease hold records its lease (field "redlease:lease"), never shorter than what is
+  -- left of it: the bound of a waiter behind the first (see the reply above)
   local ttl = tonumber(fields[3] or redis.call('pttl', KEYS[1]))
   if ttl ~= -2 then
     if ttl == -1 then -- a lock always has a lease: a hash without one may be a user's
@@ -136,7 +153,11 @@ if count == 0 then
         end
       end
     end
-    return queue_and_wait(ttl)
+    local reply = queue_and_wait(math.min(ttl, lease))
+    if fields[3] and (ARGV[4] ~= '1' or first_live()) then
+      reply[3] = redis.call('pttl', KEYS[1])
+    end
+    return reply
   end
   local line = redis.call('exists', KEYS[2]) == 1
   if line and outsiders_turn() then
