@@ -16,7 +16,8 @@ import redis
 
 from redlease._core import codes
 from redlease._core import lock as core
-from redlease._core.keys import LockKeys
+from redlease._core.fair import REDISSON_FAIR_ACQUIRE, RedissonFairLayout
+from redlease._core.keys import CLASSIC, LockKeys
 
 from .helpers import eventually
 
@@ -134,4 +135,35 @@ async def test_the_first_waiter_takes_a_dead_holders_lock_as_its_lease_ends(
     # trip; 2 s of room for a loaded machine)
     assert [i for i, _ in held] == [0, 1]
     assert ends - 0.01 <= held[0][1] < ends + 2.0
+    raw.close()
+
+
+def test_redissons_fair_line_first_waiter_is_told_the_remaining_lease(server, name):
+    """Redisson's fair-lock layout: the first in line is told the holder's remaining lease,
+    the one behind it its own lease (it does not re-check at the lease's end with the first)."""
+    raw = redis.Redis.from_url(server.url)
+    layout = RedissonFairLayout()
+    keys = layout.keys(name, CLASSIC)
+    raw.hset(name, "dead-client:1", 1)  # a Redisson holder that died
+    raw.pexpire(name, LEFT_MS)
+    raw.script_load(REDISSON_FAIR_ACQUIRE.source)
+    replies = []
+    for owner in ("first-client:1", "second-client:1"):
+        call = layout.acquire_call(
+            keys,
+            owner,
+            held=0,
+            lease=30.0,
+            queue=True,
+            wait_id=f"wait-of-{owner}",
+            timeout=None,
+            fair=True,
+            handover=False,
+        )
+        replies.append(raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args))
+        # its retry (same call) is told the same
+        replies.append(raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args))
+    assert [int(r[0]) for r in replies] == [codes.HELD] * 4
+    assert all(0 < int(r[2]) <= LEFT_MS for r in replies[:2])
+    assert [int(r[2]) for r in replies[2:]] == [30_000, 30_000]
     raw.close()

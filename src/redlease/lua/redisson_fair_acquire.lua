@@ -24,7 +24,10 @@
 -- Reply    {code, hold_count, ttl_ms, token}
 --   1 GRANTED  hold_count is the new count, ttl_ms the lease now on the key, token the hold's
 --              fencing token (a re-entry keeps the token of the hold it joins)
---   0 HELD     ttl_ms: the holder's remaining lease (-1: no expiry), or -2 when the lock is
+--   0 HELD     ttl_ms: the holder's remaining lease (-1: no expiry) for the first waiter in
+--              line (it re-checks the moment a dead holder's lease ends) and a caller not in
+--              line, the caller's own lease for a waiter behind the first (so the line does
+--              not re-check all at once), or -2 when the lock is
 --              free but it is the turn of the first waiter in line; token: the last fencing
 --              token handed out. A queueing caller now has a place in line (a caller that
 --              has one keeps it as it is, as in Redisson).
@@ -114,8 +117,17 @@ if redis.call('exists', KEYS[1]) == 0 and (not head or head == ARGV[2]) then
 end
 local ttl = redis.call('pttl', KEYS[1]) -- -2: free, and another waiter's turn
 local fence = tonumber(redis.call('get', KEYS[4]) or '0')
-if ARGV[5] ~= '1' or redis.call('zscore', KEYS[3], ARGV[2]) then
+local function held(behind) -- the reply; behind: the caller is in line behind another
+  if ttl >= 0 and behind then
+    return {0, 0, lease, fence}
+  end
   return {0, 0, ttl, fence}
+end
+if ARGV[5] ~= '1' then
+  return held(false)
+end
+if redis.call('zscore', KEYS[3], ARGV[2]) then
+  return held(head ~= ARGV[2])
 end
 -- a new place at the end: it lapses one wait after the place before it (or the lease) does
 local from = ttl
@@ -129,4 +141,4 @@ end
 if redis.call('zadd', KEYS[3], from + wait + now_ms, ARGV[2]) == 1 then
   redis.call('rpush', KEYS[2], ARGV[2])
 end
-return {0, 0, ttl, fence}
+return held(redis.call('lindex', KEYS[2], 0) ~= ARGV[2])
