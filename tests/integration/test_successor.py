@@ -18,6 +18,7 @@ from redlease._core import codes
 from redlease._core import lock as core
 from redlease._core.fair import REDISSON_FAIR_ACQUIRE, RedissonFairLayout
 from redlease._core.keys import CLASSIC, LockKeys
+from redlease._core.rwlock import RW_WRITE_ACQUIRE, RwKeys
 
 from .helpers import eventually
 
@@ -163,6 +164,36 @@ def test_redissons_fair_line_first_waiter_is_told_the_remaining_lease(server, na
         replies.append(raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args))
         # its retry (same call) is told the same
         replies.append(raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args))
+    assert [int(r[0]) for r in replies] == [codes.HELD] * 4
+    assert all(0 < int(r[2]) <= LEFT_MS for r in replies[:2])
+    assert [int(r[2]) for r in replies[2:]] == [30_000, 30_000]
+    raw.close()
+
+
+def test_the_first_writer_in_line_is_told_the_dead_writers_remaining_lease(server, name):
+    """The read-write lock (redlease's layout): the first writer in line is told what is left
+    of a dead writer's lease, the one behind it its own lease."""
+    raw = redis.Redis.from_url(server.url)
+    keys = RwKeys.for_name(name)
+    seconds, micros = raw.time()
+    now_ms = seconds * 1000 + micros // 1000
+    raw.hset(
+        keys.writer,
+        mapping={
+            "writer": "dead-client:1",
+            "count": 1,
+            "deadline": now_ms + LEFT_MS,
+            "token": 1,
+            "wait": "w0",
+        },
+    )
+    raw.pexpire(keys.writer, LEFT_MS)
+    raw.script_load(RW_WRITE_ACQUIRE.source)
+    replies = []
+    for owner in ("first-client:1", "second-client:1"):
+        call = keys.acquire_call("write", owner, 0, 30.0, True, f"wait-of-{owner}")
+        for _ in range(2):  # a try and its retry
+            replies.append(raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args))
     assert [int(r[0]) for r in replies] == [codes.HELD] * 4
     assert all(0 < int(r[2]) <= LEFT_MS for r in replies[:2])
     assert [int(r[2]) for r in replies[2:]] == [30_000, 30_000]

@@ -22,8 +22,11 @@
 --          (no caller sends 0; a hold without a stored token matches no token)
 -- Reply    {code, hold_count, ms, token}
 --   1 GRANTED  hold_count is the new count, ms the write lease left, token the hold's token
---   0 HELD     another owner writes or readers read (ms: the longest of their leases), or
---              a writer ahead in line goes first (ms: -1). A queueing caller has a place.
+--   0 HELD     another owner writes or readers read (ms: what is left of the longest of
+--              their leases, for the first live place in line and a caller not in line, which
+--              so re-checks the moment a dead holder's lease ends; the caller's own lease for a
+--              place behind a live one, so the line does not re-check all at once), or a
+--              writer ahead in line goes first (ms: -1). A queueing caller has a place.
 --  -1 LOST     the caller believed it held the write hold, but it is gone (hold_count: the
 --              owner's count on the server, 0 when the hold there has another token)
 --  -2 UPGRADE  the caller holds a read hold: waiting for the write lock would wait for itself
@@ -116,14 +119,27 @@ end
 if tonumber(redis.call('zscore', KEYS[3], owner) or '0') > now then
   return {-2, 0, 0, 0}
 end
+local function held(ms) -- (see the reply) the bound of the caller's wait
+  if place_ms > 0 then
+    for _, ahead in ipairs(redis.call('zrange', KEYS[5], 0, 3)) do
+      if ahead == owner then
+        break
+      end
+      if tonumber(redis.call('zscore', KEYS[6], ahead) or '0') > now then
+        return {0, 0, lease, 0} -- behind a live place
+      end
+    end
+  end
+  return {0, 0, ms, 0}
+end
 if writer then
   queue()
-  return {0, 0, ends - now, 0}
+  return held(ends - now)
 end
 if redis.call('zcount', KEYS[3], after, '+inf') > 0 then
   queue()
   local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')
-  return {0, 0, tonumber(last[2]) - now, 0}
+  return held(tonumber(last[2]) - now)
 end
 -- free: the first live place in line goes first (lapsed places are dropped as they are met)
 for _, lapsed in ipairs(redis.call('zrangebyscore', KEYS[6], '-inf', now, 'LIMIT', 0, 64)) do
