@@ -1,7 +1,7 @@
 """A dead holder's successor: how soon after a SIGKILLed holder's lease runs out does the first
 waiter in line hold?
 
-    python benchmarks/successor.py                          # lock, fair, lease-semaphore
+    python benchmarks/successor.py          # lock, fair, lease-semaphore; 1 2 4 16 waiters
     python benchmarks/successor.py --primitive lock fair fair-redisson rw rw-redisson \\
         lease-semaphore --waiters 1 2 4 16 --trials 5 --side sync asyncio
 
@@ -13,9 +13,9 @@ end for the lease semaphore) and each waiter prints the wall-clock time its acqu
 the figure is the first waiter's time minus that end (one clock: every process is on this
 machine). Medians and worst over ``--trials``, per primitive, side and N. Goal (issue 31):
 median <= 50 ms, worst <= 200 ms. The first to hold is also checked to be the first in line
-(FIFO), and the acquire script calls during the trial are counted (INFO commandstats): with
-only the head re-checking at the expiry, N waiters cost about one try each per lease, not N
-tries at the expiry.
+(FIFO: "-" for a primitive without a line), and the script calls from the kill until the
+first waiter holds are counted (INFO commandstats; every waiter's re-checks in that time): only
+the first in line re-checks at the lease's end, the others about once per lease each.
 
 Primitives: ``lock``, ``fair`` and ``fair-redisson`` (``fair_lock``, both layouts), ``rw`` and
 ``rw-redisson`` (``rw_lock(...).write_lock()``, both layouts), ``lease-semaphore`` (one permit).
@@ -47,6 +47,8 @@ import redlease
 from redlease.testing import RedisServer, find_server, find_servers
 
 PRIMITIVES = ("lock", "fair", "fair-redisson", "rw", "rw-redisson", "lease-semaphore")
+LINED = ("lock", "fair", "fair-redisson", "rw")
+"""The primitives whose waiters wait in a line (the others: "-" for "first in line first")."""
 HOLD_AFTER = 0.05
 """How long each waiter holds before it releases (the rest of the line then goes by hand-over)."""
 
@@ -251,10 +253,11 @@ def main() -> None:
                     ]
                     ms = [d * 1000 for d, _, _ in runs]
                     fifo = sum(1 for _, first, _ in runs if first)
+                    order = f"{fifo}/{len(runs)}" if kind in LINED else "-"
                     calls = statistics.median(c for _, _, c in runs)
                     _say(
                         f"| {kind} | {side} | {n} | {statistics.median(ms):.0f} | "
-                        f"{max(ms):.0f} | {fifo}/{len(runs)} | {calls:.0f} |"
+                        f"{max(ms):.0f} | {order} | {calls:.0f} |"
                     )
 
 
