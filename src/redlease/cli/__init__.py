@@ -591,10 +591,12 @@ def _add_release(commands: Commands) -> None:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import BenchOptions, bench
 
-    url = args.url
+    url, given_by = args.url, "--url"
     if url is None and os.environ.get(URL_ENV, "").strip():
-        url = server_url(args)
-    options = BenchOptions(seconds=args.seconds, threads=args.threads, as_json=args.json)
+        url, given_by = server_url(args), f"${URL_ENV}"
+    options = BenchOptions(
+        seconds=args.seconds, threads=args.threads, as_json=args.json, given_by=given_by
+    )
     return bench(url, options)
 
 

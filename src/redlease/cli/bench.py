@@ -37,6 +37,8 @@ class BenchOptions:
     seconds: float
     threads: int
     as_json: bool
+    given_by: str = "--url"
+    """Where the URL came from, as shown (``--url`` or ``$REDLEASE_URL``)."""
 
 
 @dataclass
@@ -131,7 +133,7 @@ def _ping(url: str) -> float:
 def bench(url: str | None, options: BenchOptions) -> int:
     """Run the measurements on ``url`` (or a private server) and print them."""
     server: AbstractContextManager[Any] = nullcontext()
-    where = "given by --url"
+    where = f"given by {options.given_by}"
     if url is None:
         from ..testing import RedisServer, find_servers
 

@@ -58,9 +58,9 @@ class LockView:
     """Seconds left on the lease; ``None`` when free, ``inf`` when the key has no expiry."""
     holders: dict[str, int]
     fencing_token: int | None = None
-    """The current hold's token (``status`` only; ``None`` when free or unknown)."""
+    """The current hold's token (``None`` when free or unknown)."""
     waiters: int | None = None
-    """Waiters in line on the server (``status`` only; ``None`` when not read)."""
+    """Waiters in line on the server (``None`` when not read: a name no lock can have)."""
     server: EvictionPolicy | None = None
     """What the server does with lock keys when memory runs short."""
     holder_info: dict[str, HolderInfo] = dataclass_field(default_factory=dict)
@@ -92,7 +92,7 @@ class LockView:
             },
         }
         out["fencing_token"] = self.fencing_token
-        out["waiters"] = self.waiters  # list: null (not read)
+        out["waiters"] = self.waiters
         if self.server is not None:
             out["server"] = server_json(self.server)
         return out
@@ -314,7 +314,7 @@ def list_locks(target: str | Client, pattern: str, *, limit: int, as_json: bool)
                 complete = False
                 break
         more = len(found) > limit
-        found = found[:limit]
+        found = [_with_line(client, v) for v in found[:limit]]
         infos = client._holder_infos({owner for v in found for owner in v.owners})
     found = sorted(
         (replace(v, server=server, holder_info=infos) for v in found), key=lambda v: v.name
@@ -328,13 +328,26 @@ def list_locks(target: str | Client, pattern: str, *, limit: int, as_json: bool)
         if not found and complete:
             _note(f"no locks matching {pattern!r}")
     if more:
-        _note(f"showing the first {limit} locks found (--limit {limit}); there are more")
+        _note(
+            f"showing the first {limit} lock{'' if limit == 1 else 's'} found"
+            f" (--limit {limit}); there are more"
+        )
     elif not complete:
         _note(
             f"stopped after {calls} SCAN calls ({looked_at} keys looked at): the list may be"
             " incomplete; narrow it with a PATTERN"
         )
     return 0
+
+
+def _with_line(client: Client, view: LockView) -> LockView:
+    """``view`` with its waiters and fencing token read as ``status`` reads them (one round
+    trip), so that ``list`` and ``status`` show a lock alike."""
+    try:
+        now = client.lock(view.name)._status()
+    except (ValueError, redis.exceptions.ResponseError):  # no lock name, or replaced meanwhile
+        return view
+    return replace(view, waiters=now.waiters, fencing_token=now.token)
 
 
 def _held_among(r: redis.Redis, keys: Sequence[bytes | str]) -> list[LockView]:

@@ -210,7 +210,7 @@ class _LockSpec:
             holder.cancel()  # the acquire is abandoned: a hold granted meanwhile is given back
             raise
         except LockTimeoutError:
-            raise self._busy(name) from None
+            raise self._busy() from None
         failed = True
         try:
             yield lease
@@ -258,7 +258,7 @@ class _LockSpec:
                 log.error("lock %r: the release failed: %s", lock.name, exc)
         return None
 
-    def _busy(self, name: str) -> HTTPException:
+    def _busy(self) -> HTTPException:
         waited = f"; waited {self.wait:g} s" if self.wait else ""
         retry_after = self.retry_after
         if retry_after is None and self.on_busy in (429, 503):
@@ -266,7 +266,8 @@ class _LockSpec:
         headers = None if retry_after is None else {"Retry-After": str(retry_after)}
         return HTTPException(
             self.on_busy,
-            detail=f"busy: the lock {name!r} is held by another request{waited}",
+            # the lock's name is the server's own business: never shown to the client
+            detail=f"busy: this resource is in use by another request{waited}",
             headers=headers,
         )
 
@@ -289,7 +290,8 @@ def lock(
     dependency returning the name (its parameters validated by FastAPI as an endpoint's).
     ``wait`` is how long a request waits for the lock (``0``: one try; ``None``: as long as
     it takes); when it runs out the request is answered ``on_busy`` (an HTTP status, 409 by
-    default) with a detail naming the lock, and a ``Retry-After: retry_after`` header
+    default) with the detail ``"busy: this resource is in use by another request; waited 2 s"``
+    (the lock's name is not shown to the client), and a ``Retry-After: retry_after`` header
     (default: 1 s for 429 and 503, none otherwise). ``lease`` is an explicit lease (default:
     the watchdog renews the hold as long as the request runs); ``fair=True`` takes a fair lock.
     ``on_lost`` is what a request whose hold was lost before its release (force-released,
