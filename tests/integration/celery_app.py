@@ -131,6 +131,16 @@ def run_wait(self: Any, name: str, seconds: float = 30) -> str:
     return record_run(self, name, seconds)
 
 
+@app.task(
+    name="t.skip_after_timeout",
+    bind=True,
+    base=ExclusiveTask,
+    exclusive={"key": "skip-after:{name}", "timeout": 20},  # on_busy: "skip", the default
+)
+def skip_after_timeout(self: Any, name: str, seconds: float = 30) -> str:
+    return record_run(self, name, seconds)
+
+
 def _retrying(self: Any, name: str, countdown: float) -> str:
     """The first try retries itself after ``countdown``; the second runs to the end."""
     if self.request.retries == 0:

@@ -229,6 +229,24 @@ def test_on_busy_raise_reaches_the_caller_with_its_type(worker, raw, name):
     assert len(runs(raw, name)) == 1
 
 
+def test_timeout_waits_before_the_default_skip(worker, raw, name):
+    """``exclusive={"timeout": 20}`` waits up to 20 s for a busy key, then skips (the default
+    ``on_busy``), as ``timeout`` means everywhere in redlease; it was ignored unless
+    ``on_busy="wait"``, and the duplicate skipped at once."""
+    first = celery_app.skip_after_timeout.delay(name, 30)
+    wait_for(lambda: len(runs(raw, name)) == 1, worker)
+    duplicate = celery_app.skip_after_timeout.delay(name, 0.01)
+    with redlease.Client.from_url(worker.url) as client:
+        lock = client.lock(f"{PREFIX}skip-after:{name}")
+        wait_for(lambda: lock.statistics().waiters == 1 or duplicate.ready(), worker)
+    assert not duplicate.ready(), outcome(duplicate)  # waiting, not skipped
+    raw.rpush(f"{name}:go", 1)
+    assert first.get(timeout=20) == "ran"
+    assert duplicate.get(timeout=20) == "ran"
+    recorded = runs(raw, name)
+    assert len(recorded) == 2 and not any(r["overlap"] for r in recorded)
+
+
 def test_on_busy_retry_runs_after_the_first_never_beside_it(worker, raw, name):
     first = celery_app.run_retry.delay(name, 30)
     wait_for(lambda: len(runs(raw, name)) == 1, worker)
@@ -469,7 +487,7 @@ def test_options_are_checked_when_the_task_is_made():
         ({"retries": "sometimes"}, "one of keep, retake"),
         ({"timeout": -1}, "too small"),
         ({"queued_for": 0}, "too small"),
-        ({"tiemout": 5}, "unknown exclusive option(s) tiemout"),
+        ({"tiemout": 5}, "unknown option 'tiemout'; the options are"),
         ({"on_lost": "ignore"}, "on_lost='ignore'; one of log, raise"),
     ]:
 

@@ -85,7 +85,7 @@ def counter_app(url: str) -> FastAPI:
     @app.post("/counters/{key}")
     async def bump(
         key: str,
-        lease: Annotated[Lease, Depends(lock("counter:{key}", wait=60))],
+        lease: Annotated[Lease, Depends(lock("counter:{key}", timeout=60))],
         client: Annotated[AsyncClient, Depends(get_client)],
     ) -> dict[str, int]:
         value = int(await client.redis.get(f"count:{key}") or 0)
@@ -129,7 +129,7 @@ def busy_app(url: str) -> FastAPI:
     @app.get("/slow/{order_id}")
     async def slow(
         order_id: int,
-        lease: Annotated[Lease, Depends(lock("order:{order_id}", on_busy=503, wait=0.2))],
+        lease: Annotated[Lease, Depends(lock("order:{order_id}", on_busy=503, timeout=0.2))],
     ) -> Any:
         return {"order": order_id}
 
@@ -187,7 +187,7 @@ def test_released_when_the_client_goes_away_after_the_handler(server: Any) -> No
     name = f"job:{uuid.uuid4().hex}"
 
     @app.post("/jobs/{job}")
-    async def job(job: str, lease: Annotated[Lease, Depends(lock("job:{job}", wait=0))]) -> Any:
+    async def job(job: str, lease: Annotated[Lease, Depends(lock("job:{job}", timeout=0))]) -> Any:
         entered.set()
         await asyncio.to_thread(gate.wait, 30)
         return {"done": True}
@@ -216,7 +216,9 @@ async def test_released_when_the_request_is_cancelled(server: Any) -> None:
     name = uuid.uuid4().hex
 
     @app.get("/work/{name}")
-    async def work(name: str, lease: Annotated[Lease, Depends(lock("work:{name}", wait=0))]) -> Any:
+    async def work(
+        name: str, lease: Annotated[Lease, Depends(lock("work:{name}", timeout=0))]
+    ) -> Any:
         entered.set()
         await asyncio.sleep(60)
 
@@ -284,8 +286,8 @@ def test_a_field_neither_path_nor_query_fails_at_startup(server: Any) -> None:
 def test_bad_arguments_are_refused_at_once() -> None:
     with pytest.raises(InvalidArgumentError, match="on_busy"):
         lock("a", on_busy=200)
-    with pytest.raises(InvalidArgumentError, match="wait"):
-        lock("a", wait=-1)
+    with pytest.raises(InvalidArgumentError, match="timeout must be >= 0"):
+        lock("a", timeout=-1)
     with pytest.raises(InvalidArgumentError, match="field"):
         lock("a:{0}")
     with pytest.raises(InvalidArgumentError, match="lease"):
@@ -309,7 +311,7 @@ def test_a_module_level_client_fails_clearly_on_a_second_event_loop(server: Any)
             return {"token": lease.fencing_token}
 
     @app.get("/lifespan")
-    async def from_lifespan(lease: Annotated[Lease, Depends(lock(name, wait=5))]) -> Any:
+    async def from_lifespan(lease: Annotated[Lease, Depends(lock(name, timeout=5))]) -> Any:
         return {"token": lease.fencing_token}
 
     with TestClient(app) as http:
@@ -415,7 +417,7 @@ def test_import_redlease_imports_no_web_framework() -> None:
 def test_release_after_the_response_or_when_the_endpoint_returns(server: Any) -> None:
     """The default scope holds the lock while a streamed body is sent; ``scope="function"``
     releases it before the response goes out, so chained requests never find their own
-    previous hold (with ``wait=0``)."""
+    previous hold (with ``timeout=0``)."""
     app = FastAPI(lifespan=lifespan(server.url))
     name = uuid.uuid4().hex
 

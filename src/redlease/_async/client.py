@@ -50,6 +50,7 @@ from .._shared.holders import parse as parse_record
 from .._shared.holders import record as holder_record
 from .._shared.locked import OnBusy, bound
 from .._shared.log import log
+from .._shared.options import refuse_unknown
 from .._shared.state import HANDOFF_WINDOW
 from ..errors import (
     ClientClosedError,
@@ -408,6 +409,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         timeout: Seconds | None = None,
         lease: Seconds | None = None,
         on_busy: OnBusy = "wait",
+        **unknown: Any,
     ) -> Any:
         """Decorate a coroutine function so that each call runs holding the lock named by
         ``template`` formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
@@ -420,6 +422,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         ``lease`` as for ``acquire``. A template field that names no parameter is an error at
         decoration. For a client made later (at startup), see ``redlease.locked``.
         """
+        refuse_unknown("locked()", unknown, ("timeout", "lease", "on_busy"))
         return bound(
             self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=compat.ASYNCIO
         )

@@ -22,6 +22,7 @@ from .._core.arguments import Seconds, optional_seconds, wait_seconds
 from ..errors import ArgumentTypeError, InvalidArgumentError, LockTimeoutError
 from ..events import LockEvent
 from .naming import name_maker
+from .options import refuse_unknown
 
 if TYPE_CHECKING:
     from .._async.client import AsyncClient
@@ -212,6 +213,7 @@ def locked(
     timeout: Seconds | None = None,
     lease: Seconds | None = None,
     on_busy: OnBusy = "wait",
+    **unknown: Any,
 ) -> Any:
     """Decorate a function (plain or coroutine) so that each call runs holding the lock named
     by ``template`` formatted with the call's arguments, on a client found when the call is
@@ -225,6 +227,7 @@ def locked(
     client may be made after the decoration: at startup, in a lifespan). ``timeout``,
     ``lease`` and ``on_busy`` as for ``Client.locked``.
     """
+    refuse_unknown("locked()", unknown, ("client", "timeout", "lease", "on_busy"))
     on_busy_arg(on_busy)
     wait_for(on_busy, timeout)
     optional_seconds(lease, "lease")

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import logging
+import math
 import os
 import string
 import threading
@@ -61,6 +62,7 @@ from .. import (
     LockTimeoutError,
     RedleaseError,
 )
+from .._shared.options import refuse_unknown
 
 __all__ = ["ExclusiveTask", "TaskSkippedError", "client_for"]
 
@@ -119,12 +121,15 @@ class Options:
     on_busy: str = "skip"
     """``skip``: the duplicate returns ``None`` (logged at INFO); ``raise``: it fails with
     ``LockTimeoutError``; ``retry``: ``self.retry(countdown=countdown)`` (Celery's
-    ``max_retries`` applies, then ``LockTimeoutError``); ``wait``: up to ``timeout`` s, then
-    ``LockTimeoutError``."""
+    ``max_retries`` applies, then ``LockTimeoutError``); ``wait``: ``LockTimeoutError``
+    (after waiting ``timeout``, 60 s unless given)."""
     stage: str = "run"
     """``run``: excluded while running; ``enqueue``: also while queued (a duplicate
     ``delay()`` returns the first task's ``AsyncResult`` and sends nothing)."""
-    timeout: float = 60.0
+    timeout: float | None = 0.0
+    """Seconds a run waits for a busy key before ``on_busy`` applies, as everywhere in
+    redlease (``0``: one try; ``None``: as long as it takes). Default: ``0`` (a duplicate
+    does not hold a worker slot waiting), ``60`` with ``on_busy="wait"``."""
     countdown: float = 10.0
     retries: str = "keep"
     """What Celery's retries of the task do: ``keep``: the key stays taken from one try to the
@@ -144,16 +149,21 @@ class Options:
         return self.stage == "enqueue" or self.retries == "keep"
 
 
+OPTIONS = ("key", "on_busy", "stage", "timeout", "countdown", "retries", "queued_for", "on_lost")
+"""The keys of ``exclusive={...}`` (a misspelt one is named in an error listing these)."""
+WAIT_TIMEOUT = 60.0
+"""The default ``timeout`` of ``on_busy="wait"``."""
+
+
+def _finite(seconds: float) -> float | None:
+    """A wait for ``acquire(timeout=)``: ``None`` (as long as it takes) for infinity."""
+    return None if math.isinf(seconds) else seconds
+
+
 def _options(task_name: str, exclusive: Mapping[str, Any], run: Callable[..., Any]) -> Options:
     if not isinstance(exclusive, Mapping):
         raise InvalidArgumentError(f"task {task_name}: exclusive must be a dict of options")
-    known = {"key", "on_busy", "stage", "timeout", "countdown", "retries", "queued_for", "on_lost"}
-    unknown = sorted(set(exclusive) - known)
-    if unknown:
-        raise InvalidArgumentError(
-            f"task {task_name}: unknown exclusive option(s) {', '.join(unknown)}; "
-            f"the options are {', '.join(sorted(known))}"
-        )
+    refuse_unknown(f"task {task_name}: exclusive", set(exclusive) - set(OPTIONS), OPTIONS)
     chosen = {
         "on_busy": (exclusive.get("on_busy", "skip"), ON_BUSY),
         "stage": (exclusive.get("stage", "run"), STAGES),
@@ -165,19 +175,24 @@ def _options(task_name: str, exclusive: Mapping[str, Any], run: Callable[..., An
             raise InvalidArgumentError(
                 f"task {task_name}: exclusive {option}={value!r}; one of {', '.join(allowed)}"
             )
-    seconds = {
-        "timeout": _seconds(task_name, "timeout", exclusive.get("timeout", 60.0), zero=True),
-        "countdown": _seconds(task_name, "countdown", exclusive.get("countdown", 10.0), True),
-        "queued_for": _seconds(task_name, "queued_for", exclusive.get("queued_for", 3600.0)),
-    }
     return Options(
         key=_key_maker(task_name, run, exclusive.get("key")),
         on_busy=chosen["on_busy"][0],
         stage=chosen["stage"][0],
         retries=chosen["retries"][0],
         on_lost=chosen["on_lost"][0],
-        **seconds,
+        timeout=_timeout(task_name, exclusive, chosen["on_busy"][0]),
+        countdown=_seconds(task_name, "countdown", exclusive.get("countdown", 10.0), True),
+        queued_for=_seconds(task_name, "queued_for", exclusive.get("queued_for", 3600.0)),
     )
+
+
+def _timeout(task_name: str, exclusive: Mapping[str, Any], on_busy: str) -> float | None:
+    """``timeout`` as given (``None``: as long as it takes), else its default by ``on_busy``."""
+    if "timeout" not in exclusive:
+        return WAIT_TIMEOUT if on_busy == "wait" else 0.0
+    value = exclusive["timeout"]
+    return None if value is None else _seconds(task_name, "timeout", value, zero=True)
 
 
 def _seconds(task_name: str, option: str, value: Any, zero: bool = False) -> float:
@@ -614,12 +629,11 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
     def _take(self, run: Run) -> bool:
         """Take the run hold (and consume the task's reservation); ``False`` when busy."""
         holds, opts = run.holds, run.options
+        wait = math.inf if opts.timeout is None else opts.timeout
         if run.permit is not None:
             # the key is reserved for this task: only a run ending (or dead, for up to one
             # lease) can hold the lock now
-            wait = max(holds.client.watchdog_timeout, opts.timeout if opts.on_busy == "wait" else 0)
-        else:
-            wait = opts.timeout if opts.on_busy == "wait" else 0.0
+            wait = max(holds.client.watchdog_timeout, wait)
         if run.redelivered:
             # an earlier delivery of this message may hold the key: its worker process died
             # (its hold runs out within one lease), or it still runs (it renews it)
@@ -628,14 +642,16 @@ class ExclusiveTask(Task):  # type: ignore[misc]  # (celery has no type hints)
         lock = holds.lock(self.name)
         for _ in range(MAX_ROUNDS):
             left = deadline - time.monotonic()
-            if not (lock.acquire(timeout=left) if left > 0 else lock.acquire(blocking=False)):
+            if not (
+                lock.acquire(timeout=_finite(left)) if left > 0 else lock.acquire(blocking=False)
+            ):
                 return False
             if run.permit is None and opts.reserves and holds.reserved():
                 lock.release()  # a queued or retrying task has the key: it goes first
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
-                probe = holds.reservations.acquire(timeout=left, lease=PROBE_LEASE)
+                probe = holds.reservations.acquire(timeout=_finite(left), lease=PROBE_LEASE)
                 if probe is None:
                     return False
                 holds.reservations.release(probe)  # that task has taken the run hold now

@@ -8,9 +8,9 @@ Built on redlease's public API (install with ``pip install 'redlease[fastapi]'``
   ``lifespan=``), or enter it from the app's own lifespan: ``async with
   redlease_lifespan(app):``. A client belongs to the event loop it is first used on, and each
   ``TestClient`` runs a loop of its own: the lifespan makes one per run of the app.
-- ``Depends(lock("order:{order_id}", wait=2, on_busy=409))`` holds a lock named after the
+- ``Depends(lock("order:{order_id}", timeout=2, on_busy=409))`` holds a lock named after the
   request's path and query parameters while the request is handled, and answers ``on_busy``
-  when the lock stayed busy for ``wait`` seconds. It gives the handler the ``Lease`` (its
+  when the lock stayed busy for ``timeout`` seconds. It gives the handler the ``Lease`` (its
   ``fencing_token``).
 - ``leader_task(name, fn)`` runs ``fn`` in the one instance of the app that leads the
   election ``name`` (``AsyncClient.election``), cancels it when that instance loses the
@@ -31,7 +31,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from . import _missing_extra
 
@@ -52,6 +52,7 @@ from .. import (
     LockTimeoutError,
     RedleaseError,
 )
+from .._shared.options import refuse_unknown
 
 __all__ = ["LeaderTask", "Lifespan", "get_client", "leader_task", "lifespan", "lock"]
 
@@ -142,7 +143,7 @@ class _LockSpec:
     def __init__(
         self,
         name: str | Callable[..., Any],
-        wait: float | None,
+        timeout: float | None,
         on_busy: int,
         retry_after: int | None,
         lease: float | None,
@@ -151,7 +152,7 @@ class _LockSpec:
     ) -> None:
         self.template = name if isinstance(name, str) else None
         self.fields = _fields(name) if isinstance(name, str) else ()
-        self.wait = wait
+        self.timeout = timeout
         self.on_busy = on_busy
         self.retry_after = retry_after
         self.lease = lease
@@ -239,7 +240,7 @@ class _LockSpec:
         ``LeaseLostError`` of a hold found lost at its release."""
         got = False
         try:
-            async with lock.hold(timeout=self.wait) as lease:  # 0: one try
+            async with lock.hold(timeout=self.timeout) as lease:  # 0: one try
                 got = True
                 if granted.done():  # the request was cancelled meanwhile
                     return None
@@ -259,7 +260,7 @@ class _LockSpec:
         return None
 
     def _busy(self) -> HTTPException:
-        waited = f"; waited {self.wait:g} s" if self.wait else ""
+        waited = f"; waited {self.timeout:g} s" if self.timeout else ""
         retry_after = self.retry_after
         if retry_after is None and self.on_busy in (429, 503):
             retry_after = 1
@@ -275,31 +276,34 @@ class _LockSpec:
 def lock(
     name: str | Callable[..., Any],
     *,
-    wait: float | timedelta | None = 0,
+    timeout: float | timedelta | None = 0,
     on_busy: int = 409,
     retry_after: int | None = None,
     lease: float | timedelta | None = None,
     fair: bool = False,
     on_lost: str = "log",
+    **unknown: NoReturn,
 ) -> Callable[..., AsyncIterator[Lease]]:
     """A FastAPI dependency that holds a lock while the request is handled:
-    ``lease = Depends(lock("order:{order_id}", wait=2, on_busy=409))``.
+    ``lease = Depends(lock("order:{order_id}", timeout=2, on_busy=409))``.
 
     ``name`` is a format string whose fields are path parameters or query parameters of the
     route (their text, as in the URL; checked when the app starts with ``lifespan``), or a
     dependency returning the name (its parameters validated by FastAPI as an endpoint's).
-    ``wait`` is how long a request waits for the lock (``0``: one try; ``None``: as long as
-    it takes); when it runs out the request is answered ``on_busy`` (an HTTP status, 409 by
-    default) with the detail ``"busy: this resource is in use by another request; waited 2 s"``
-    (the lock's name is not shown to the client), and a ``Retry-After: retry_after`` header
-    (default: 1 s for 429 and 503, none otherwise). ``lease`` is an explicit lease (default:
-    the watchdog renews the hold as long as the request runs); ``fair=True`` takes a fair lock.
-    ``on_lost`` is what a request whose hold was lost before its release (force-released,
-    expired) does: ``"log"`` (the default: its response is kept, the loss logged at WARNING)
-    or ``"raise"`` (``LeaseLostError`` from the dependency's exit, where the request did not
-    fail already: a 500 with ``scope="function"``; after the response with the default scope,
-    where it reaches the server's error log only). Either way the client's listeners are told
-    (``lease_lost``, counted by ``redlease.metrics``).
+    ``timeout`` is how long a request waits for a busy lock, as everywhere in redlease (``0``,
+    the default here: one try, since a request that queues behind another holds its connection
+    and a worker's slot; ``None``: as long as it takes); when it runs out the request is
+    answered ``on_busy`` (an HTTP status, 409 by default) with the detail ``"busy: this
+    resource is in use by another request; waited 2 s"`` (the lock's name is not shown to the
+    client), and a ``Retry-After: retry_after`` header (default: 1 s for 429 and 503, none
+    otherwise). ``lease`` is an explicit lease (default: the watchdog renews the hold as long
+    as the request runs); ``fair=True`` takes a fair lock. ``on_lost`` is what a request whose
+    hold was lost before its release (force-released, expired) does: ``"log"`` (the default:
+    its response is kept, the loss logged at WARNING) or ``"raise"`` (``LeaseLostError`` from
+    the dependency's exit, where the request did not fail already: a 500 with
+    ``scope="function"``; after the response with the default scope, where it reaches the
+    server's error log only). Either way the client's listeners are told (``lease_lost``,
+    counted by ``redlease.metrics``).
 
     The dependency yields the ``Lease`` (``lease.fencing_token``). The hold is released at the
     dependency's exit, whatever ends the request (a response, an error, a cancellation, the
@@ -307,13 +311,14 @@ def lock(
     streamed body and background tasks included); with ``Depends(..., scope="function")``,
     as soon as the endpoint returns, before the response is sent.
     """
+    refuse_unknown("lock()", unknown, LOCK_OPTIONS)
     if not (isinstance(name, str) and name) and not callable(name):
         raise InvalidArgumentError(
             f"lock: name must be a format string or a callable, got {name!r}"
         )
     spec = _LockSpec(
         name,
-        _wait(wait),
+        _seconds(timeout, "timeout"),
         _status(on_busy),
         _retry_after(retry_after),
         _lease(lease),
@@ -343,6 +348,9 @@ def lock(
     return dependency
 
 
+LOCK_OPTIONS = ("timeout", "on_busy", "retry_after", "lease", "fair", "on_lost")
+"""``lock()``'s keyword options (a misspelt one is named in an error listing these)."""
+
 _SPECS: weakref.WeakKeyDictionary[Callable[..., Any], _LockSpec] = weakref.WeakKeyDictionary()
 """The dependencies ``lock()`` made: what the start-up check looks for in the routes."""
 
@@ -370,22 +378,22 @@ def _fields(template: str) -> tuple[str, ...]:
     return tuple(fields)
 
 
-def _wait(value: Any) -> float | None:
+def _seconds(value: Any, option: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidArgumentError(f"lock: wait must be seconds or None, got {value!r}")
+        raise InvalidArgumentError(f"lock: {option} must be seconds or None, got {value!r}")
     if value < 0:
-        raise InvalidArgumentError(f"lock: wait must be >= 0, got {value!r}")
+        raise InvalidArgumentError(f"lock: {option} must be >= 0, got {value!r}")
     return float(value)
 
 
 def _lease(value: Any) -> float | None:
     if value is None:
         return None
-    seconds = _wait(value)
+    seconds = _seconds(value, "lease")
     if not seconds:
         raise InvalidArgumentError(f"lock: lease must be seconds > 0 or None, got {value!r}")
     return seconds

@@ -213,8 +213,8 @@ def test_locked_on_functions_and_checks(configured: str, pk: int) -> None:
         locked("x:{missing}")(lambda request, pk: None)
     with pytest.raises(InvalidArgumentError, match="on_busy"):
         locked("x", on_busy=200.5)
-    with pytest.raises(InvalidArgumentError, match="wait"):
-        locked("x", wait=-1)
+    with pytest.raises(InvalidArgumentError, match="timeout=-1"):
+        locked("x", timeout=-1)
     with pytest.raises(InvalidArgumentError, match="on_lost='ignore'; give 'log' or 'raise'"):
         locked("x", on_lost="ignore")
     assert get_client() is get_client()  # one client per process

@@ -8,7 +8,7 @@ Install with ``pip install 'redlease[django]'``, add ``"redlease.contrib.django"
 
 - ``lock(name, **options)``: a ``redlease.Lock`` of this process's client;
   ``async_lock(...)`` an ``AsyncLock`` of the running event loop's client.
-- ``locked(name, wait=0, lease=None, on_busy=409, on_lost="log")``: a view (sync or async), a
+- ``locked(name, timeout=0, lease=None, on_busy=409, on_lost="log")``: a view (sync or async), a
   command's ``handle`` or a function run holding the lock, its name formatted from the call's
   arguments.
 - ``model_lock(instance)``: the lock of one saved row, named ``<app_label>.<model_name>:<pk>``.

@@ -7,19 +7,22 @@ import inspect
 import logging
 import string
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from django.core.management.base import BaseCommand, CommandError
 from django.http import HttpRequest, HttpResponse
 
 from ... import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from ..._core.arguments import Seconds
+from ..._shared.options import refuse_unknown
 from . import _clients
 
 log = logging.getLogger("redlease.contrib.django")
 
 ON_BUSY_WORDS = ("raise", "skip")
 ON_LOST = ("log", "raise")
+OPTIONS = ("timeout", "lease", "on_busy", "on_lost")
+"""``locked()``'s keyword options (a misspelt one is named in an error listing these)."""
 BUSY_TEXT = "This resource is busy; try again later.\n"
 
 
@@ -148,19 +151,19 @@ def _lost(
     )
 
 
-def _check_wait(wait: Any) -> float | None:
-    if wait is None:
+def _check_timeout(timeout: Any) -> float | None:
+    if timeout is None:
         return None
-    seconds = wait.total_seconds() if hasattr(wait, "total_seconds") else wait
+    seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
-        raise InvalidArgumentError(f"locked(): wait={wait!r}; give seconds >= 0, or None")
+        raise InvalidArgumentError(f"locked(): timeout={timeout!r}; give seconds >= 0, or None")
     return float(seconds)
 
 
 def _busy(
     on_busy: Any,
     name: str,
-    wait: float | None,
+    timeout: float | None,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -180,7 +183,7 @@ def _busy(
         return None
     if request is not None and on_busy != "raise":
         return HttpResponse(BUSY_TEXT, status=on_busy, content_type="text/plain")
-    waited = "it was held" if not wait else f"not acquired within {wait:g} s"
+    waited = "it was held" if not timeout else f"not acquired within {timeout:g} s"
     error = LockTimeoutError(f"lock {name!r} is busy: {waited}", name=name)
     if _command_of(args) is not None:
         raise CommandError(str(error)) from error
@@ -190,19 +193,21 @@ def _busy(
 def locked(
     name: str,
     *,
-    wait: Seconds | None = 0,
+    timeout: Seconds | None = 0,
     lease: Seconds | None = None,
     on_busy: int | str | Callable[..., Any] | None = None,
     on_lost: str = "log",
+    **unknown: NoReturn,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Run each call of the decorated view, management command ``handle`` or function holding
     the lock ``name``, formatted with the call's arguments by name: a view's URL keyword
     arguments (``"report:{pk}"``), ``{request.user.pk}``, a command's options.
 
-    ``wait``: seconds to wait for a busy lock (``0``, the default: try once; ``None``: as
-    long as it takes). ``lease``: the hold's lease (default: renewed by the watchdog while the
-    call runs). ``on_busy``: what a call that does not get the lock does: an HTTP status (a
-    view answers it; default ``REDLEASE["ON_BUSY"]``, else 409), ``"raise"``
+    ``timeout``: seconds to wait for a busy lock, as everywhere in redlease (``0``, the default
+    here: try once, since a request that queues behind another ties up a worker and its client;
+    ``None``: as long as it takes). ``lease``: the hold's lease (default: renewed by the
+    watchdog while the call runs). ``on_busy``: what a call that does not get the lock does: an
+    HTTP status (a view answers it; default ``REDLEASE["ON_BUSY"]``, else 409), ``"raise"``
     (``LockTimeoutError``; ``CommandError`` in a command), ``"skip"`` (not a view: return
     ``None``), or a callable called with the call's arguments, whose result is returned.
     A status given to a function that is not a view raises as ``"raise"`` does.
@@ -215,8 +220,9 @@ def locked(
     Coroutine functions (async views) hold an ``AsyncLock`` of the event loop's
     ``AsyncClient``; others a ``Lock`` of the process's ``Client``.
     """
+    refuse_unknown("locked()", unknown, OPTIONS)
     _fields(name)
-    seconds = _check_wait(wait)
+    seconds = _check_timeout(timeout)
     _check_on_busy(on_busy)
     _check_on_lost(on_lost)
 

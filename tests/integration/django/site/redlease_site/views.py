@@ -33,7 +33,7 @@ def hold(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("done")
 
 
-@locked("counter:{pk}", wait=WAIT)
+@locked("counter:{pk}", timeout=WAIT)
 def count(request: HttpRequest, pk: int) -> HttpResponse:
     """A read-modify-write of a row: without the lock, concurrent requests lose updates."""
     row = Counter.objects.get(pk=pk)
@@ -64,7 +64,7 @@ async def async_hold(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("done")
 
 
-@locked("async-counter:{pk}", wait=WAIT)
+@locked("async-counter:{pk}", timeout=WAIT)
 async def async_count(request: HttpRequest, pk: int) -> HttpResponse:
     value = ASYNC_COUNTS.get(pk, 0)
     await asyncio.sleep(0.001)  # another request's turn, between the read and the write
