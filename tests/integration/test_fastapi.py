@@ -117,6 +117,50 @@ def test_concurrent_requests_lose_no_update(server: Any) -> None:
         assert int(client.redis.get(f"count:{key}")) == n
 
 
+def test_deposit_recipe_loses_no_update_under_uvicorn(server: Any) -> None:
+    """docs/fastapi.md's ``deposit`` endpoint, as written there (tests/integration/recipes.py),
+    served by uvicorn: 200 concurrent deposits of 1, none lost."""
+    from redlease.contrib.fastapi import get_client as app_client
+
+    from .recipes import recipe
+
+    app = FastAPI(lifespan=lifespan(server.url))
+    namespace = {"app": app, "Annotated": Annotated, "Depends": Depends, "redlease": redlease}
+    namespace |= {"lock": lock, "Client": Annotated[AsyncClient, Depends(app_client)]}
+    recipe("fastapi.md", "deposit", namespace)
+    account, n = uuid.uuid4().hex, 200
+    with serving(app) as base:
+
+        async def many() -> list[httpx.Response]:
+            limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+            async with httpx.AsyncClient(base_url=base, limits=limits, timeout=120) as http:
+                url = f"/accounts/{account}/deposit?amount=1"
+                return list(await asyncio.gather(*(http.post(url) for _ in range(n))))
+
+        answers = asyncio.run(many())
+    assert sorted({r.status_code for r in answers}) == [200]
+    assert sorted(r.json()["balance"] for r in answers) == list(range(1, n + 1))
+    with redlease.Client.from_url(server.url) as client:
+        assert int(client.redis.get(f"balance:{account}")) == n  # 0 lost updates
+
+
+@pytest.mark.parametrize("earlier_run", [False, True])
+def test_testclient_without_with_says_the_lifespan_has_not_run(
+    server: Any, earlier_run: bool
+) -> None:
+    """``TestClient(app)`` without ``with`` runs no lifespan: the error says so (it told to
+    create the client with the lifespan the app has, or, after an earlier run of the app,
+    'client is closed')."""
+    app, key = counter_app(server.url), uuid.uuid4().hex
+    if earlier_run:
+        with TestClient(app) as http:
+            assert http.post(f"/counters/{key}").status_code == 200
+    http = TestClient(app)
+    with pytest.raises(InvalidArgumentError, match="its lifespan has not run") as raised:
+        http.post(f"/counters/{key}")
+    assert "with TestClient(app) as" in str(raised.value)
+
+
 def busy_app(url: str) -> FastAPI:
     app = FastAPI(lifespan=lifespan(url))
 

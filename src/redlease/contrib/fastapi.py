@@ -104,6 +104,8 @@ class Lifespan:
                     await stack.enter_async_context(task(client))
                 yield {STATE: client}
         finally:
+            if getattr(app.state, STATE, None) is client:  # not left behind, closed
+                delattr(app.state, STATE)
             await client.close()
 
     def __repr__(self) -> str:
@@ -126,10 +128,18 @@ def get_client(request: Request) -> AsyncClient:
     if client is None:
         client = getattr(request.app.state, STATE, None)
     if not isinstance(client, AsyncClient):
+        if isinstance(getattr(request.app.router, "lifespan_context", None), Lifespan):
+            raise InvalidArgumentError(
+                "no redlease client on this app: its lifespan has not run (or has ended)."
+                " The client is made when the app starts: use `with TestClient(app) as"
+                " http:` (TestClient(app) alone runs no lifespan), and a server with its"
+                " lifespan on (uvicorn --lifespan on)"
+            )
         raise InvalidArgumentError(
-            "no redlease client on this app: create it with "
-            "FastAPI(lifespan=redlease.contrib.fastapi.lifespan(url)), or enter "
-            "redlease.contrib.fastapi.lifespan(url)(app) in the app's own lifespan"
+            "no redlease client on this app: create it with"
+            " FastAPI(lifespan=redlease.contrib.fastapi.lifespan(url)), or enter"
+            " redlease.contrib.fastapi.lifespan(url)(app) in the app's own lifespan; if you"
+            " did, the lifespan has not run: use `with TestClient(app) as http:`"
         )
     return client
 

@@ -149,3 +149,26 @@ def test_a_forked_worker_makes_its_own_client(
         assert not raw.exists(name)
         assert get_client() is parent
         assert isinstance(parent, Client)
+
+
+@pytest.mark.parametrize(
+    ("value", "hint"),
+    [
+        (None, "Set REDLEASE = {'URL'"),
+        ({"URL": "redis://127.0.0.1:1/0", "ON_BUSY": 200.5}, "ON_BUSY is what a busy @locked"),
+        ({"URL": "redis://127.0.0.1:1/0", "OPTIONS": {"watchdog_timout": 30}}, "OPTIONS are"),
+        ({"URL": "redis://127.0.0.1:1/0", "OPTIONS": []}, "OPTIONS are keyword arguments"),
+        ({"URL": "redis://127.0.0.1:1/0", "KEY_PREFIX": 3}, "KEY_PREFIX is a str"),
+        ({"URL": "redis://127.0.0.1:1/0", "PREFIX": "x"}, "The keys of REDLEASE are"),
+        ({"URL": "http://example.com/"}, "Check the URL"),
+    ],
+)
+def test_check_hint_fits_the_error(value: Any, hint: str) -> None:
+    """``manage.py check``'s hint for ``redlease.E001`` is about what is wrong: it was the
+    URL example whatever the error (an ``ON_BUSY`` or ``OPTIONS`` mistake included)."""
+    with override_settings(REDLEASE=value):
+        (error,) = check_settings()
+    assert error.id == "redlease.E001"
+    assert error.hint.startswith(hint), error.hint
+    if value is not None and "URL" in value and value["URL"].startswith("redis:"):
+        assert "Set REDLEASE" not in error.hint

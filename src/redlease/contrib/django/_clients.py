@@ -69,8 +69,28 @@ class Config:
     on_busy: int | str = DEFAULT_ON_BUSY
 
 
-def _bad(message: str) -> ImproperlyConfigured:
-    return ImproperlyConfigured(f"{SETTING}: {message}")
+URL_HINT = f"Set {EXAMPLE} (see the redlease docs, Django)."
+OPTIONS_HINT = (
+    "OPTIONS are keyword arguments of redlease.Client.from_url, e.g. {'watchdog_timeout': 30}"
+    f" (with CACHE only {', '.join(CLIENT_OPTIONS)})."
+)
+ON_BUSY_HINT = (
+    "ON_BUSY is what a busy @locked view answers by default: an HTTP status such as 409"
+    " (the default) or 423, or 'raise' (LockTimeoutError, for a middleware to handle)."
+)
+KEY_PREFIX_HINT = "KEY_PREFIX is a str put before every lock name, e.g. 'myapp:'."
+
+
+class SettingError(ImproperlyConfigured):  # type: ignore[misc]
+    """A wrong ``REDLEASE`` setting, with the hint ``manage.py check`` shows for it."""
+
+    def __init__(self, message: str, hint: str = URL_HINT) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+def _bad(message: str, hint: str = URL_HINT) -> SettingError:
+    return SettingError(f"{SETTING}: {message}", hint)
 
 
 def read_config() -> Config:
@@ -83,7 +103,10 @@ def read_config() -> Config:
         raise _bad(f"must be a dict, not {type(raw).__name__}: {EXAMPLE}")
     unknown = sorted(str(k) for k in raw if k not in KEYS)
     if unknown:
-        raise _bad(f"unknown key(s) {', '.join(unknown)}; the keys are {', '.join(KEYS)}")
+        raise _bad(
+            f"unknown key(s) {', '.join(unknown)}; the keys are {', '.join(KEYS)}",
+            f"The keys of REDLEASE are {', '.join(KEYS)}.",
+        )
     url, cache = raw.get("URL"), raw.get("CACHE")
     if (url is None) == (cache is None):
         raise _bad(f"give one of URL and CACHE: {EXAMPLE}")
@@ -95,20 +118,24 @@ def read_config() -> Config:
         _check_cache(cache)
     options = raw.get("OPTIONS", {})
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
-        raise _bad("OPTIONS must be a dict of keyword arguments of redlease.Client")
+        raise _bad("OPTIONS must be a dict of keyword arguments of redlease.Client", OPTIONS_HINT)
     if cache is not None:
         extra = sorted(set(options) - set(CLIENT_OPTIONS))
         if extra:
             raise _bad(
                 f"OPTIONS {', '.join(extra)} cannot be used with CACHE (the Redis connection"
-                f" is the cache's); the client options are {', '.join(CLIENT_OPTIONS)}"
+                f" is the cache's); the client options are {', '.join(CLIENT_OPTIONS)}",
+                OPTIONS_HINT,
             )
     prefix = raw.get("KEY_PREFIX", "")
     if not isinstance(prefix, str):
-        raise _bad("KEY_PREFIX must be a str")
+        raise _bad("KEY_PREFIX must be a str", KEY_PREFIX_HINT)
     on_busy = raw.get("ON_BUSY", DEFAULT_ON_BUSY)
     if not (is_status(on_busy) or on_busy == "raise"):
-        raise _bad(f"ON_BUSY must be an HTTP status (e.g. 409 or 423) or 'raise', not {on_busy!r}")
+        raise _bad(
+            f"ON_BUSY must be an HTTP status (e.g. 409 or 423) or 'raise', not {on_busy!r}",
+            ON_BUSY_HINT,
+        )
     return Config(url=url, cache=cache, options=dict(options), key_prefix=prefix, on_busy=on_busy)
 
 
@@ -178,8 +205,18 @@ def _async_twin(sync: redis.Redis) -> redis.asyncio.Redis:
 
 
 def _wrapped(error: Exception, config: Config) -> ImproperlyConfigured:
-    where = "URL/OPTIONS" if config.url is not None else "OPTIONS"
-    return _bad(f"{where}: {type(error).__name__}: {error}")
+    if config.url is None:
+        return _bad(f"OPTIONS: {type(error).__name__}: {error}", OPTIONS_HINT)
+    try:  # the URL alone (no I/O): if it makes a client, OPTIONS are what is wrong
+        Client.from_url(config.url).close()
+    except (RedleaseError, TypeError, ValueError):
+        hint = (
+            "Check the URL: redis://[[user]:password@]host[:port][/db], rediss://...,"
+            " unix:///path or redis+sentinel://host[:port][,host[:port]...]/service[/db]."
+        )
+    else:
+        hint = OPTIONS_HINT
+    return _bad(f"URL/OPTIONS: {type(error).__name__}: {error}", hint)
 
 
 def _make_sync(config: Config) -> Client:

@@ -25,24 +25,12 @@ def check_settings(app_configs: Any = None, **_: Any) -> list[checks.CheckMessag
     ``OPTIONS`` too (a client is made and closed unused, as ``Client.from_url`` does no I/O;
     not with ``cluster=True``, whose client reads the cluster's layout when made). Nothing is
     connected to."""
-    from ._clients import make_unused, read_config
+    from ._clients import URL_HINT, make_unused, read_config
 
     try:
         config = read_config()
         if config.url is not None and not config.options.get("cluster"):
             make_unused(config)
-    except ImproperlyConfigured as exc:
-        return [
-            checks.Error(
-                str(exc),
-                hint=_clients_example(),
-                id="redlease.E001",
-            )
-        ]
+    except ImproperlyConfigured as exc:  # its hint fits it: the URL's, ON_BUSY's, OPTIONS'...
+        return [checks.Error(str(exc), hint=getattr(exc, "hint", URL_HINT), id="redlease.E001")]
     return []
-
-
-def _clients_example() -> str:
-    from ._clients import EXAMPLE
-
-    return f"Set {EXAMPLE} (see the redlease docs, Django)."

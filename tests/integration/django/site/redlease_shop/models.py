@@ -18,6 +18,15 @@ class SpecialCounter(Counter):
         app_label = "redlease_shop"
 
 
+class Order(models.Model):
+    """The row of docs/django.md's ``model_lock`` recipe (``redlease_site.recipes``)."""
+
+    total = models.IntegerField(default=0)
+
+    class Meta:
+        app_label = "redlease_shop"
+
+
 class Stock(models.Model):
     """A row written with fenced updates."""
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import recipes, views
 
 urlpatterns = [
     path("hold/<int:pk>", views.hold),
@@ -14,6 +14,7 @@ urlpatterns = [
     path("lost/log/<int:pk>", views.lost_log),
     path("lost/raise/<int:pk>", views.lost_raise),
     path("async/lost/<int:pk>", views.async_lost),
+    path("recipes/pay/<int:pk>", recipes.pay_view),
     path("whoami", views.whoami),
     path("async/whoami", views.async_whoami),
 ]
