@@ -20,6 +20,7 @@ from celery import Celery, signals
 
 from redlease import QuorumError, ServerUnavailableError, StaleTokenError
 from redlease.contrib.celery import ExclusiveTask
+from redlease.events import LockEvent
 
 LEASE = 2.0
 """The workers' watchdog_timeout: a SIGKILLed run frees its key within this."""
@@ -60,6 +61,17 @@ def raw() -> redis.Redis:
 @signals.worker_ready.connect
 def _ready(**_: Any) -> None:
     raw().set(os.environ["REDLEASE_TEST_READY"], os.getpid())
+
+
+def count_event(event: LockEvent) -> None:
+    """Counts each event by kind and lock name, and notes the processes that saw them."""
+    r = raw()
+    r.incr(f"events:{event.kind}:{event.name}")
+    r.sadd(f"events:pids:{event.name}", os.getpid())
+
+
+# added to each process's client (test_listeners_reach_each_prefork_process)
+app.conf.redlease_listeners = [count_event]
 
 
 def record_run(task: Any, name: str, seconds: float) -> str:

@@ -247,6 +247,17 @@ def test_timeout_waits_before_the_default_skip(worker, raw, name):
     assert len(recorded) == 2 and not any(r["overlap"] for r in recorded)
 
 
+def test_listeners_reach_each_prefork_process(worker, raw, name):
+    """``app.conf.redlease_listeners`` is added to the client each prefork
+    process makes after the fork: the run's hold is counted there, in the pool process."""
+    assert celery_app.run_skip.delay(name, 0.01).get(timeout=20) == "ran"
+    lock = f"{PREFIX}skip:{name}"
+    wait_for(lambda: raw.get(f"events:released:{lock}") is not None, worker)
+    assert int(raw.get(f"events:acquired:{lock}")) == 1
+    (pid,) = {int(p) for p in raw.smembers(f"events:pids:{lock}")}
+    assert pid == runs(raw, name)[0]["pid"] != worker.process.pid  # a pool process
+
+
 def test_on_busy_retry_runs_after_the_first_never_beside_it(worker, raw, name):
     first = celery_app.run_retry.delay(name, 30)
     wait_for(lambda: len(runs(raw, name)) == 1, worker)

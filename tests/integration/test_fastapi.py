@@ -44,6 +44,7 @@ from starlette.routing import Route
 import redlease
 from redlease import AsyncClient, EventLoopError, InvalidArgumentError, Lease
 from redlease.contrib.fastapi import get_client, leader_task, lifespan, lock
+from redlease.events import LockEvent
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -159,6 +160,33 @@ def test_testclient_without_with_says_the_lifespan_has_not_run(
     with pytest.raises(InvalidArgumentError, match="its lifespan has not run") as raised:
         http.post(f"/counters/{key}")
     assert "with TestClient(app) as" in str(raised.value)
+
+
+def test_lifespan_listeners_reach_each_run_s_client(server: Any) -> None:
+    """``lifespan(url, listeners=[...])`` adds them to the client of every run of the app
+    (under uvicorn, then a TestClient run: two event loops, two clients)."""
+    seen: list[tuple[str, str]] = []
+
+    def listener(event: LockEvent) -> None:
+        seen.append((event.kind, event.name))
+
+    app = FastAPI(lifespan=lifespan(server.url, listeners=[listener]))
+    key = uuid.uuid4().hex
+
+    @app.post("/work/{key}")
+    async def work(key: str, lease: Annotated[Lease, Depends(lock("work:{key}"))]) -> Any:
+        return {"token": lease.fencing_token}
+
+    with serving(app) as base:
+        assert httpx.post(f"{base}/work/{key}", timeout=60).status_code == 200
+    with TestClient(app) as http:
+        assert http.post(f"/work/{key}").status_code == 200
+    until(lambda: seen.count(("released", f"work:{key}")) == 2, 20)
+    assert seen.count(("acquired", f"work:{key}")) == 2
+    with pytest.raises(InvalidArgumentError, match="listeners: cannot import 'no"):
+        lifespan(server.url, listeners=["no.such.thing"])
+    with pytest.raises(InvalidArgumentError, match="is not a listener"):
+        lifespan(server.url, listeners=[42])
 
 
 def busy_app(url: str) -> FastAPI:

@@ -22,7 +22,9 @@ by another task (a queued or retrying run of the same key): the key is busy for 
 
 The client comes from the app's configuration: ``redlease_url`` (default: the broker URL, when
 it is a Redis one), ``redlease_client_options`` (keywords of ``Client.from_url``, such as
-``watchdog_timeout``), ``redlease_key_prefix`` (default ``"redlease:celery:"``). There is one
+``watchdog_timeout``), ``redlease_listeners`` (listeners added to each process's client:
+callables taking a ``LockEvent``, or dotted paths to one, such as a ``PrometheusMetrics``),
+``redlease_key_prefix`` (default ``"redlease:celery:"``). There is one
 client per process, made on first use after the fork (a forked child makes its own).
 """
 
@@ -43,7 +45,7 @@ from typing import Any
 
 import redis
 
-from . import _missing_extra
+from . import _listeners, _missing_extra
 
 try:
     from celery import Task, signals
@@ -332,7 +334,10 @@ def client_for(app: Any) -> Client:
         if held is not None and held[0] == pid:
             return held[1]
         options = dict(app.conf.get("redlease_client_options") or {})
+        listeners = _listeners("redlease_listeners", app.conf.get("redlease_listeners") or ())
         client = Client.from_url(redlease_url(app), **options)
+        for listener in listeners:
+            client.add_listener(listener)
         _clients[app] = (pid, client)
         return client
 

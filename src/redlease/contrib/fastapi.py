@@ -53,6 +53,8 @@ from .. import (
     RedleaseError,
 )
 from .._shared.options import refuse_unknown
+from ..events import Listener
+from . import _listeners
 
 __all__ = ["LeaderTask", "Lifespan", "get_client", "leader_task", "lifespan", "lock"]
 
@@ -76,7 +78,12 @@ class Lifespan:
     ``{"redlease": client}`` (so ``request.state.redlease`` is the client too)."""
 
     def __init__(
-        self, url: str, *, leader_tasks: Iterable[LeaderTask] = (), **options: Any
+        self,
+        url: str,
+        *,
+        leader_tasks: Iterable[LeaderTask] = (),
+        listeners: Iterable[Listener | str] = (),
+        **options: Any,
     ) -> None:
         if not isinstance(url, str) or not url:
             raise InvalidArgumentError(f"lifespan: url must be a Redis URL, got {url!r}")
@@ -89,6 +96,7 @@ class Lifespan:
         self.url = url
         self.options = options
         self.leader_tasks = tasks
+        self.listeners = _listeners("lifespan: listeners", listeners)
 
     def __call__(self, app: Any) -> AbstractAsyncContextManager[dict[str, Any]]:
         return self._running(app)
@@ -97,6 +105,8 @@ class Lifespan:
     async def _running(self, app: Any) -> AsyncIterator[dict[str, Any]]:
         check_routes(app)  # a lock name's missing field: an error at start-up, not per request
         client = AsyncClient.from_url(self.url, **self.options)
+        for listener in self.listeners:  # each run of the app (each event loop) has its client
+            client.add_listener(listener)
         app.state.redlease = client
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -112,13 +122,22 @@ class Lifespan:
         return "<redlease.contrib.fastapi.Lifespan>"  # not the URL: it may carry a password
 
 
-def lifespan(url: str, *, leader_tasks: Iterable[LeaderTask] = (), **options: Any) -> Lifespan:
+def lifespan(
+    url: str,
+    *,
+    leader_tasks: Iterable[LeaderTask] = (),
+    listeners: Iterable[Listener | str] = (),
+    **options: Any,
+) -> Lifespan:
     """The app's redlease client, made at start-up and closed at shutdown:
     ``FastAPI(lifespan=lifespan(url))``, or ``async with lifespan(url)(app):`` in the app's
     own lifespan. ``options`` are ``AsyncClient.from_url``'s (``watchdog_timeout``,
     ``max_connections``, ...). ``leader_tasks`` run while the app runs (see ``leader_task``).
+    ``listeners`` are added to the client each run of the app makes (every worker process,
+    every event loop): callables taking a ``LockEvent`` (a ``PrometheusMetrics``), or dotted
+    paths to one.
     """
-    return Lifespan(url, leader_tasks=leader_tasks, **options)
+    return Lifespan(url, leader_tasks=leader_tasks, listeners=listeners, **options)
 
 
 def get_client(request: Request) -> AsyncClient:

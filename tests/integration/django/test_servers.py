@@ -163,6 +163,50 @@ def test_model_lock_recipe_loses_no_update_under_gunicorn(
     assert total == RECIPE_REQUESTS  # 0 lost updates
 
 
+def test_listeners_setting_reaches_every_worker_under_gunicorn_preload(
+    server: RedisServer, tmp_path: Path
+) -> None:
+    """``REDLEASE["LISTENERS"]`` (a dotted path) is added to every client made from the
+    setting: under ``gunicorn --preload`` the master's, made before the fork, and each
+    worker's own, made after it; a listener added in the master reached no worker's."""
+    pytest.importorskip("gunicorn")
+    database = tmp_path / "site.sqlite3"
+    pk = uuid.uuid4().int % 10**9
+    master_lock = f"master:{uuid.uuid4().hex[:12]}"
+    env = site_env(
+        server.url,
+        REDLEASE_TEST_DB=str(database),
+        REDLEASE_TEST_MASTER_LOCK=master_lock,
+        REDLEASE_TEST_LISTENERS="1",
+    )
+    migrate = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--run-syncdb", "-v", "0"],
+        cwd=SITE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert migrate.returncode == 0, migrate.stderr
+    with sqlite3.connect(database) as db:
+        db.execute("INSERT INTO redlease_shop_counter (id, value) VALUES (?, 0)", (pk,))
+    command = ["-m", "gunicorn", "--preload", "-w", "2", "--threads", "4"]
+    command += ["--graceful-timeout", "5"]
+    app = "redlease_site.wsgi:application"
+    with _serving(command, app, env, tmp_path) as (base, process), ThreadPoolExecutor(8) as pool:
+        counted = list(pool.map(lambda _: _get(f"{base}/count/{pk}"), range(REQUESTS)))
+        master_pid = process.pid
+    assert [status for status, _ in counted] == [200] * REQUESTS
+    with Client.from_url(server.url) as client:
+        r = client.redis
+        name = f"counter:{pk}"
+        assert int(r.get(f"events:acquired:{name}") or 0) == REQUESTS
+        assert int(r.get(f"events:released:{name}") or 0) == REQUESTS
+        pids = {int(p) for p in r.smembers(f"events:pids:{name}")}
+        assert pids and master_pid not in pids  # the workers' own clients
+        assert int(r.get(f"events:acquired:{master_lock}") or 0) == 1  # the master's too
+
+
 def test_uvicorn_async_views(server: RedisServer, tmp_path: Path) -> None:
     pytest.importorskip("uvicorn")
     pk = uuid.uuid4().int % 10**9

@@ -161,6 +161,8 @@ def test_a_forked_worker_makes_its_own_client(
         ({"URL": "redis://127.0.0.1:1/0", "KEY_PREFIX": 3}, "KEY_PREFIX is a str"),
         ({"URL": "redis://127.0.0.1:1/0", "PREFIX": "x"}, "The keys of REDLEASE are"),
         ({"URL": "http://example.com/"}, "Check the URL"),
+        ({"URL": "redis://127.0.0.1:1/0", "LISTENERS": ["no.such.listener"]}, "LISTENERS is"),
+        ({"URL": "redis://127.0.0.1:1/0", "LISTENERS": "x.y"}, "LISTENERS is a list"),
     ],
 )
 def test_check_hint_fits_the_error(value: Any, hint: str) -> None:

@@ -18,10 +18,12 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 
-from ... import AsyncClient, Client, RedleaseError
+from ... import AsyncClient, Client, InvalidArgumentError, RedleaseError
+from ...events import Listener
+from .. import _listeners
 
 SETTING = "REDLEASE"
-KEYS = ("URL", "CACHE", "OPTIONS", "KEY_PREFIX", "ON_BUSY")
+KEYS = ("URL", "CACHE", "OPTIONS", "KEY_PREFIX", "ON_BUSY", "LISTENERS")
 CLIENT_OPTIONS = ("watchdog_timeout", "handoff_window", "replicas", "replica_timeout")
 """The options of ``Client(...)``: all that ``OPTIONS`` may hold with ``CACHE`` (the Redis
 client is the cache's)."""
@@ -67,6 +69,8 @@ class Config:
     options: Mapping[str, Any] = field(default_factory=dict)
     key_prefix: str = ""
     on_busy: int | str = DEFAULT_ON_BUSY
+    listeners: tuple[Listener, ...] = ()
+    """Added to every client made from the setting: each process's, each event loop's."""
 
 
 URL_HINT = f"Set {EXAMPLE} (see the redlease docs, Django)."
@@ -79,6 +83,10 @@ ON_BUSY_HINT = (
     " (the default) or 423, or 'raise' (LockTimeoutError, for a middleware to handle)."
 )
 KEY_PREFIX_HINT = "KEY_PREFIX is a str put before every lock name, e.g. 'myapp:'."
+LISTENERS_HINT = (
+    "LISTENERS is a list of callables taking a LockEvent, or dotted paths to one, e.g."
+    " ['myapp.metrics.redlease_metrics'] for a redlease.metrics.PrometheusMetrics instance."
+)
 
 
 class SettingError(ImproperlyConfigured):  # type: ignore[misc]
@@ -136,7 +144,18 @@ def read_config() -> Config:
             f"ON_BUSY must be an HTTP status (e.g. 409 or 423) or 'raise', not {on_busy!r}",
             ON_BUSY_HINT,
         )
-    return Config(url=url, cache=cache, options=dict(options), key_prefix=prefix, on_busy=on_busy)
+    try:
+        listeners = _listeners("LISTENERS", raw.get("LISTENERS", ()))
+    except InvalidArgumentError as exc:
+        raise _bad(str(exc), LISTENERS_HINT) from None
+    return Config(
+        url=url,
+        cache=cache,
+        options=dict(options),
+        key_prefix=prefix,
+        on_busy=on_busy,
+        listeners=listeners,
+    )
 
 
 def is_status(value: object) -> bool:
@@ -222,11 +241,15 @@ def _wrapped(error: Exception, config: Config) -> ImproperlyConfigured:
 def _make_sync(config: Config) -> Client:
     try:
         if config.url is not None:
-            return Client.from_url(config.url, **config.options)
-        assert config.cache is not None
-        return Client(_cache_redis(config.cache), **config.options)
+            client = Client.from_url(config.url, **config.options)
+        else:
+            assert config.cache is not None
+            client = Client(_cache_redis(config.cache), **config.options)
     except (RedleaseError, TypeError, ValueError) as exc:
         raise _wrapped(exc, config) from None
+    for listener in config.listeners:
+        client.add_listener(listener)
+    return client
 
 
 def make_unused(config: Config) -> None:
@@ -237,14 +260,19 @@ def make_unused(config: Config) -> None:
 
 def _make_async(config: Config) -> tuple[AsyncClient, redis.asyncio.Redis | None]:
     """The client, and the Redis client made for it that closes after it (``CACHE``)."""
+    twin = None
     try:
         if config.url is not None:
-            return AsyncClient.from_url(config.url, **config.options), None
-        assert config.cache is not None
-        twin = _async_twin(_cache_redis(config.cache))
-        return AsyncClient(twin, **config.options), twin
+            client = AsyncClient.from_url(config.url, **config.options)
+        else:
+            assert config.cache is not None
+            twin = _async_twin(_cache_redis(config.cache))
+            client = AsyncClient(twin, **config.options)
     except (RedleaseError, TypeError, ValueError) as exc:
         raise _wrapped(exc, config) from None
+    for listener in config.listeners:
+        client.add_listener(listener)
+    return client, twin
 
 
 # --- one client per process, one async client per event loop ------------------------------

@@ -35,3 +35,5 @@ if CACHE:
 else:
     REDLEASE = {"URL": URL}
 REDLEASE["KEY_PREFIX"] = os.environ.get("REDLEASE_TEST_PREFIX", "")
+if os.environ.get("REDLEASE_TEST_LISTENERS"):
+    REDLEASE["LISTENERS"] = ["redlease_site.listeners.count"]
