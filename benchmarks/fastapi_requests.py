@@ -54,7 +54,7 @@ def make_app(url: str) -> FastAPI:
 
     @app.post("/locked/{key}")
     async def locked(
-        key: str, client: Client, lease: Annotated[Lease, Depends(lock("c:{key}", wait=120))]
+        key: str, client: Client, lease: Annotated[Lease, Depends(lock("c:{key}", timeout=120))]
     ) -> dict[str, int]:
         return {"value": await bump(client, f"count:{key}"), "token": lease.fencing_token}
 
