@@ -47,9 +47,12 @@ from .._shared.channels import (
     LINGER,
     SHARDED,
     SUBSCRIBE_TIMEOUT,
+    Abandoned,
     ChannelTable,
     Holders,
     Links,
+    Lost,
+    Orphan,
     Waiter,
     text,
     wake_everyone,
@@ -136,6 +139,21 @@ class Subscriber:
         if not all(self._table.waiting(channel) for channel in waiter.channels):
             # a little slack: call_later may fire a hair before LINGER by the monotonic clock
             asyncio.get_running_loop().call_later(LINGER + 0.05, self._work.set)
+
+    def abandon(
+        self, waiter: Waiter, wait: str, give_back: Callable[[Handed | None], None]
+    ) -> Abandoned:
+        """``waiter``'s wait ``wait`` is over without the lock and its leave is about to be
+        sent: until ``left``, a turn that comes for it is given back (``give_back``) at
+        once, and so is a hand-over that came for it already."""
+        record, orphan = self._table.abandon(waiter, wait, give_back, time.monotonic())
+        if orphan is not None:
+            orphan.give_back()
+        return record
+
+    def left(self, record: Abandoned) -> None:
+        """``record``'s leave was confirmed: its place is gone."""
+        self._table.left(record, time.monotonic())
 
     def waiting(self, channel: str) -> int:
         return self._table.waiting(channel)
@@ -308,9 +326,14 @@ class Subscriber:
                 kind, channel = text(message[0]), text(message[1])
                 holders = self.holders
                 if kind == kinds.message:
-                    notice = self._table.on_message(channel, text(message[2]))
-                    if notice is not None and holders is not None:
-                        holders.forced(notice)
+                    payload = text(message[2])
+                    notices: list[Lost | Orphan]
+                    notices = self._table.on_message(channel, payload, time.monotonic())
+                    for notice in notices:
+                        if not isinstance(notice, Lost):
+                            notice.give_back()  # a turn for an abandoned wait
+                        elif holders is not None:
+                            holders.forced(notice)
                 elif kind == kinds.subscribed:
                     if self._links.confirmed(link, channel) and holders is not None:
                         holders.check_holds_now()

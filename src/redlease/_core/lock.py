@@ -276,6 +276,7 @@ def acquire(
     token: int = 0,
     fair: bool = False,
     handover: bool = False,
+    handoff_ms: int = 0,
     clock: Callable[[], float] = time.monotonic,
     on_gone: Callable[[], None] = lambda: None,
     layout: Layout = REDLEASE,
@@ -308,9 +309,25 @@ def acquire(
     server (its lease ran out, or it was force-released) takes the lock afresh, as Redisson
     does; ``on_gone`` is called when a reply shows that. ``layout`` builds the calls and
     names the channels (redlease's own, or Redisson's fair lock's: ``fair.py``).
+
+    A hand-over that comes after this call gave up (its leave was lost: a frozen link) is
+    given back by the shell at once, as a release of the hold with the hand-over's token
+    (only that hold: never one the owner has since, whose token differs) that hands the lock
+    on to the next in line (``handoff_ms``: the window, as the client's releases use it).
     """
     deadline = None if timeout is None else clock() + timeout
     leave = layout.leave_call(keys, owner, wait_id, timeout, place_lease(lease, handover))
+
+    def grant_back(handed: Handed) -> Call:
+        return layout.release_call(
+            keys,
+            owner,
+            1,
+            request_id=uuid.uuid4().hex,
+            token=handed.token,
+            handoff_ms=handoff_ms,
+        )
+
     gone = GoneHold(on_gone)
     seen = 0  # the highest token or fence counter a reply of this call carried
     turn_wait = TURN_WAIT  # back-off while a free fair lock is another waiter's turn
@@ -391,7 +408,8 @@ def acquire(
         if not subscribed:
             # Subscribe, then try again at once: a release between our try and the
             # subscription would otherwise go unheard until the TTL ran out.
-            yield Subscribe(channel, owner, leave, private=private)  # listens, or raises
+            # listens, or raises
+            yield Subscribe(channel, owner, leave, False, private, wait_id, grant_back)
             subscribed = True
             continue
         if code == codes.GRANTED:  # it came too late: pause before the next try

@@ -46,7 +46,14 @@ class Subscribe:
     With ``only_if_live`` it listens only if the client's connection is already subscribed
     (no round trip); otherwise it subscribes and waits for the server's confirmation. If the
     operation is abandoned (an error, a cancellation) after this, the shell runs ``leave`` to
-    take the owner out of the line."""
+    take the owner out of the line.
+
+    ``wait``, the acquire call's wait id, names its place in a line where a release gives
+    the waiter its turn (a lock's hand-over, a read-write lock's first writer, a Redisson fair
+    lock's first waiter): once the wait is over without the lock, a turn that still comes to
+    that place is given back at once, not kept for a lease that nobody uses. The shell sends
+    ``grant_back(handed)`` for a hand-over (the lock was handed to the place), else ``leave``
+    again."""
 
     channel: str
     owner: str
@@ -54,6 +61,8 @@ class Subscribe:
     only_if_live: bool = False
     private: str | None = None
     """A channel of the owner's client's own to listen on as well (a lock's hand-overs)."""
+    wait: str = ""
+    grant_back: Callable[[Handed], Call] | None = None
 
 
 @dataclass(frozen=True)

@@ -454,7 +454,9 @@ def acquire(
     leave = keys.leave_call(side, owner, wait_id, give_back=True)
     # what running out of time sends (the last reply was not a grant): leave the line only
     out_of_time = keys.leave_call(side, owner, wait_id, give_back=False)
-    subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True)))
+    # (side == WRITE: only a writer has a place in line, which a release may name its turn)
+    wait = wait_id if side == WRITE else ""
+    subscribed = bool(blocking and (yield Subscribe(keys.channel, owner, leave, True, wait=wait)))
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     gone = GoneHold(on_gone)
     late = LateGrants()  # grants in a row that came too late, and the pause after them
@@ -512,7 +514,7 @@ def acquire(
         if not subscribed:
             # Subscribe, then try again at once: a wake-up between our try and the
             # subscription would otherwise go unheard until the next re-check.
-            yield Subscribe(keys.channel, owner, leave)
+            yield Subscribe(keys.channel, owner, leave, wait=wait)
             subscribed = True
             continue
         if code == GRANTED:  # it came too late: pause before the next try (see lock.acquire)

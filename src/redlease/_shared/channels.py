@@ -13,6 +13,17 @@ unlock channel (a Redisson release, or a redlease one with nobody in line) wakes
 waiter, the one that has waited longest (as Redisson releases one permit per unlock message).
 A woken waiter that leaves without taking its turn passes the wake on.
 
+A wait that is over without the lock (it timed out, was cancelled, or failed) but whose leave
+the server may not have run yet (it is on the wire, or it failed: a frozen link) is
+``abandon``-ed here: its waiter goes, and its place is remembered (``Abandoned``, at most
+``ABANDONED_KEPT``) on the channel where its turn would be told, until its leave is confirmed.
+A message that comes there for it, a turn nobody waits for (a lock handed to that wait id, a
+read-write lock's writer named, a "0" on a Redisson fair waiter's own channel with nobody
+listening), is handed back to the subscriber as that ``Abandoned``, whose ``give_back`` the
+client sends at once: the lock goes on to the next in line, not a whole lease later. A
+message for an owner of the client that waits again is that waiter's (a hint: its next try
+takes over what was made for the old wait).
+
 A client also listens on its own holder channel of each lock one of its owners holds (with a
 lease the watchdog renews; ``LockKeys.holder``), ``held`` here: a force release publishes there
 "lost <owner field> <token>" for each holder (``lock_force_release.lua``), which the table
@@ -101,6 +112,38 @@ def lost_notice(channel: str, payload: str) -> Lost | None:
     return Lost(channel, owner, int(token))
 
 
+ABANDONED_KEPT = 64
+"""At most this many abandoned waits are remembered per client (the oldest is forgotten: a
+turn that comes to it then costs what it cost before, the lease or the place's life)."""
+
+
+@dataclass(frozen=True)
+class Abandoned:
+    """A wait of ``owner`` (``wait``: its wait id) that is over without the lock while its
+    place may still be in line; ``give_back(handed)`` sends what hands its turn on at once
+    (``handed``: the hand-over that came for it, or ``None`` for a mere turn)."""
+
+    channel: str
+    owner: str
+    wait: str
+    give_back: Callable[[Handed | None], None]
+
+    def given_back(self, handed: Handed | None) -> Orphan:
+        return Orphan(self, handed)
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """A turn that came for an abandoned wait (``handed``: the hand-over, if it was one):
+    the subscriber calls ``give_back`` (outside its locks)."""
+
+    wait: Abandoned
+    handed: Handed | None
+
+    def give_back(self) -> None:
+        self.wait.give_back(self.handed)
+
+
 class Holders(Protocol):
     """What the subscriber tells the client about its holds (``ClientState`` is one)."""
 
@@ -118,7 +161,7 @@ class Holders(Protocol):
 
 
 class Entry:
-    __slots__ = ("confirmed", "held", "idle_since", "refusal", "rewake", "waiters")
+    __slots__ = ("abandoned", "confirmed", "held", "idle_since", "refusal", "rewake", "waiters")
 
     def __init__(self, confirmed: Any) -> None:
         self.waiters: dict[Waiter, None] = {}  # insertion order: longest waiting first
@@ -127,12 +170,19 @@ class Entry:
         self.idle_since: float | None = None
         self.rewake = False  # wake every waiter once re-subscribed after a reconnect
         self.held = 0  # 1: a hold of this client listens here
+        self.abandoned: dict[tuple[str, str], Abandoned] = {}  # (owner, wait id) -> its place
+
+    @property
+    def idle(self) -> bool:
+        """Nobody waits, holds or has a place in line here."""
+        return not self.waiters and not self.held and not self.abandoned
 
 
 class ChannelTable:
     def __init__(self, new_event: Callable[[], Any]) -> None:
         self._new_event = new_event
         self.entries: dict[str, Entry] = {}
+        self._abandoned: dict[Abandoned, None] = {}  # every entry's, oldest first
 
     def add(self, waiter: Waiter) -> tuple[list[Entry], list[str]]:
         """Register ``waiter`` on its channels: their entries, and the channels that are new
@@ -170,8 +220,64 @@ class ChannelTable:
             del entry.waiters[waiter]
             if waiter.event.is_set():
                 self._wake_one(entry)  # it was woken but leaves: pass the turn on
-            if not entry.waiters and not entry.held:
+            if entry.idle:
                 entry.idle_since = now
+
+    def abandon(
+        self,
+        waiter: Waiter,
+        wait: str,
+        give_back: Callable[[Handed | None], None],
+        now: float,
+    ) -> tuple[Abandoned, Orphan | None]:
+        """``waiter``'s wait ``wait`` is over without the lock, and its leave is about to be
+        sent: remove the waiter, and remember its place on the channel where its turn would
+        be told (its own, else the primitive's) until ``left``. Returns the record, and an
+        ``Orphan`` to give back now if a hand-over for that very wait already came (after its
+        last wake-up was consumed)."""
+        handed, waiter.handed = waiter.handed, None
+        self.remove(waiter, now)
+        record = Abandoned(waiter.channels[-1], waiter.owner, wait, give_back)
+        if handed is not None and handed.wait == wait:
+            return record, record.given_back(handed)
+        entry = self.entries.get(record.channel)
+        if entry is None:  # (the channel went: no turn can be heard there)
+            return record, None
+        old = entry.abandoned.pop((record.owner, wait), None)
+        if old is not None:
+            self._abandoned.pop(old, None)
+        entry.abandoned[(record.owner, wait)] = record
+        entry.idle_since = None
+        self._abandoned[record] = None
+        while len(self._abandoned) > ABANDONED_KEPT:
+            self.left(next(iter(self._abandoned)), now)
+        return record, None
+
+    def left(self, record: Abandoned, now: float) -> None:
+        """``record``'s leave was confirmed (or its turn given back, or it is forgotten):
+        its place is gone."""
+        self._abandoned.pop(record, None)
+        entry = self.entries.get(record.channel)
+        if entry is None or entry.abandoned.get((record.owner, record.wait)) is not record:
+            return
+        del entry.abandoned[(record.owner, record.wait)]
+        if entry.idle:
+            entry.idle_since = now
+
+    def _orphans(
+        self, entry: Entry, owner: str | None, handed: Handed | None, now: float
+    ) -> list[Lost | Orphan]:
+        """The abandoned places on ``entry`` that a turn for ``owner`` (``None``: for whoever
+        listens there; with ``handed``, for that wait id only) came to. Each is forgotten
+        here (a second copy of the message finds none) and given back by the caller."""
+        found = [
+            record
+            for (who, wait), record in entry.abandoned.items()
+            if (owner is None or who == owner) and (handed is None or wait == handed.wait)
+        ]
+        for record in found:
+            self.left(record, now)
+        return [record.given_back(handed) for record in found]
 
     def reconcile_holds(self, wanted: set[str], now: float) -> list[str]:
         """Listen for the holds on exactly ``wanted`` (the channels of the client's holds
@@ -188,38 +294,49 @@ class ChannelTable:
         for channel, entry in self.entries.items():
             if entry.held and channel not in wanted:
                 entry.held = 0
-                if not entry.waiters:
+                if entry.idle:
                     entry.idle_since = now
         return new
 
-    def on_message(self, channel: str, payload: str) -> Lost | None:
-        """Wake whom ``payload`` is for; a force release's message is handed back instead."""
+    def on_message(self, channel: str, payload: str, now: float) -> list[Lost | Orphan]:
+        """Wake whom ``payload`` is for; a force release's message, and a turn that came to
+        an abandoned wait, are handed back instead."""
         entry = self.entries.get(channel)
         if entry is None:
-            return None
+            return []
         if payload.startswith(LOST_PREFIX):
-            return lost_notice(channel, payload) if entry.held else None
+            notice = lost_notice(channel, payload) if entry.held else None
+            return [] if notice is None else [notice]
         if payload == "0" and not channel.startswith(LATCH_CHANNEL_PREFIX):
-            self._wake_one(entry)
+            if not self._wake_one(entry) and entry.abandoned and not entry.waiters:
+                # a waiter's own channel (Redisson's fair lock) with nobody on it any more
+                return self._orphans(entry, None, None, now)
         elif ":" in payload:  # the owner field of the waiter whose turn it is
             owner, _, grant = payload.partition(" ")
             for waiter in entry.waiters:
                 if waiter.owner == owner:
                     waiter.handed = handed(grant)
                     waiter.event.set()
-                    break
+                    return []
+            if entry.abandoned:
+                # nobody of that owner waits: a turn for a wait that is over
+                given = handed(grant)
+                if given is not None or not grant:
+                    return self._orphans(entry, owner, given, now)
         else:  # another Redisson message (a read-write lock's "1", a latch's "0", which
             # opens it for everyone): everyone re-checks
             for waiter in entry.waiters:
                 waiter.event.set()
-        return None
+        return []
 
     @staticmethod
-    def _wake_one(entry: Entry) -> None:
+    def _wake_one(entry: Entry) -> bool:
+        """Wake the longest-waiting waiter not woken yet; whether there was one."""
         for waiter in entry.waiters:
             if not waiter.event.is_set():
                 waiter.event.set()
-                return
+                return True
+        return False
 
     def on_subscribed(self, channel: str) -> bool:
         """``channel``'s subscription is confirmed; whether it was subscribed again (after a
@@ -255,7 +372,7 @@ class ChannelTable:
         entry = self.entries.get(channel)
         if entry is None:
             return False
-        if not entry.waiters and not entry.held:
+        if entry.idle:
             del self.entries[channel]
             return False
         entry.confirmed.clear()

@@ -129,6 +129,8 @@ class LockBase:
                 token=(self._token(owner) or 0) if held else 0,
                 fair=self._fair,
                 handover=chosen is None,  # the watchdog lengthens a hand-over's short lease
+                # a hand-over that comes after the wait ended goes on to the next in line
+                handoff_ms=self._state.handoff_ms or round(HANDOFF_WINDOW * 1000),
                 on_gone=lambda: gone.append(True),
                 layout=self._layout,
             )

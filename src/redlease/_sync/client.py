@@ -14,7 +14,7 @@ import redis.cluster
 import redis.exceptions
 
 from .._core.arguments import Seconds
-from .._core.requests import Call, Operation, Replication, Sleep, Subscribe, WaitWake
+from .._core.requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._redis.connections import (
     PROBE_ERRORS,
@@ -39,7 +39,7 @@ from .._redis.servers import CONFIG_PATTERN, Eviction, policy_of
 from .._redis.urls import checked_url, is_sentinel_url, sentinel_master
 from .._redis.wire import Packer
 from .._shared import fork
-from .._shared.channels import Waiter
+from .._shared.channels import Abandoned, Waiter
 from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
 from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key
 from .._shared.holders import parse as parse_record
@@ -755,6 +755,8 @@ class Client(ClientBase, Closing):
             self._check_servers(name)
         waiter: Waiter | None = None
         leave: Call | None = None  # run if the operation is abandoned while in line
+        listened: Subscribe | None = None  # how the waiter listens (its wait id, its give-back)
+        place: Abandoned | None = None  # the waiter's place once its wait is over
         reply: Any = None
         resume = op.send
         hung: ServerUnavailableError | None = None  # a call of this operation timed out
@@ -765,8 +767,12 @@ class Client(ClientBase, Closing):
                 if isinstance(request, Call):
                     if request.undo is not None:
                         self._stop_if_closed(name)  # never take what must be given back
+                    if waiter is not None and listened is not None and gives_back(request):
+                        # the wait is over without the lock: its leave goes now
+                        place = self._abandon(waiter, listened, name)
+                        waiter = None
                     if hung is not None and gives_back(request):
-                        self._give_back_later(request, name)
+                        self._give_back_later(request, name, place)
                         if request is leave:
                             leave = None
                         reply, resume = hung, op.throw
@@ -778,6 +784,8 @@ class Client(ClientBase, Closing):
                         if isinstance(exc, ServerUnavailableError) and timed_out(exc):
                             hung = exc
                     else:
+                        if place is not None and gives_back(request):
+                            self._left(place)
                         if request.undo is not None and self._closed:
                             # granted as the client closed: give it back
                             back = request.undo(reply)
@@ -787,6 +795,7 @@ class Client(ClientBase, Closing):
                             raise ClientClosedError(name=name)
                 elif isinstance(request, Subscribe):
                     leave = request.leave
+                    listened = request if request.wait else None
                     channel, owner, private = request.channel, request.owner, request.private
                     if request.only_if_live:
                         sub = self._subscriber
@@ -811,13 +820,40 @@ class Client(ClientBase, Closing):
             return result
         finally:
             op.close()
-            if waiter is not None and self._subscriber is not None:
+            if waiter is not None and leave is not None and listened is not None:
+                place = self._abandon(waiter, listened, name)
+            elif waiter is not None and self._subscriber is not None:
                 self._subscriber.unsubscribe(waiter)
             if leave is not None and hung is not None:
-                self._give_back_later(leave, name)
+                self._give_back_later(leave, name, place)
             elif leave is not None:
                 with contextlib.suppress(*compat.FAILED_OR_CANCELLED):
                     cancel.bounded(self._call(leave, name))
+                    if place is not None:
+                        self._left(place)
+
+    def _abandon(self, waiter: Waiter, listened: Subscribe, name: str) -> Abandoned | None:
+        """``waiter``'s wait is over without the lock, and its leave is about to be sent:
+        until the server confirms it, a turn that comes to its place (the leave was lost: a
+        frozen link) is given back at once (``listened.grant_back`` for a hand-over, else the
+        leave again), in a thread of its own."""
+        subscriber = self._subscriber
+        if subscriber is None:
+            return None
+        leave, grant_back = listened.leave, listened.grant_back
+
+        def give_back(handed: Handed | None) -> None:
+            if handed is not None and grant_back is not None:
+                self._give_back_later(grant_back(handed), name)
+            elif leave is not None:
+                self._give_back_later(leave, name)
+
+        return subscriber.abandon(waiter, listened.wait, give_back)
+
+    def _left(self, place: Abandoned) -> None:
+        """``place``'s leave was confirmed: no turn can come to it any more."""
+        if self._subscriber is not None:
+            self._subscriber.left(place)
 
     def _check_loop(self, name: str | None) -> None:
         """Raise ``EventLoopError`` if this client was first used on another event loop (for
@@ -825,13 +861,18 @@ class Client(ClientBase, Closing):
         ``eviction_policies()``, ...)."""
         self._loop.check(name)
 
-    def _give_back_later(self, call: Call, name: str | None) -> None:
+    def _give_back_later(
+        self, call: Call, name: str | None, place: Abandoned | None = None
+    ) -> None:
         """Send a give-back in a thread of its own: the server did not answer a call of this
-        operation in time, and the caller's error must not wait for it once more."""
+        operation in time, and the caller's error must not wait for it once more (or a turn
+        came to a wait that is over); ``place``: the wait's place, gone once it ran."""
 
         def send() -> None:
             with contextlib.suppress(RedleaseError):
                 self._call(call, name)
+                if place is not None:
+                    self._left(place)
 
         compat.spawn(send, "redlease-give-back")
 

@@ -50,10 +50,12 @@ from .._shared.channels import (
     LINGER,
     SHARDED,
     SUBSCRIBE_TIMEOUT,
+    Abandoned,
     ChannelTable,
     Holders,
     Links,
     Lost,
+    Orphan,
     Waiter,
     text,
     wake_everyone,
@@ -138,6 +140,23 @@ class Subscriber:
     def unsubscribe(self, waiter: Waiter) -> None:
         with self._mutex:
             self._table.remove(waiter, time.monotonic())
+
+    def abandon(
+        self, waiter: Waiter, wait: str, give_back: Callable[[Handed | None], None]
+    ) -> Abandoned:
+        """``waiter``'s wait ``wait`` is over without the lock and its leave is about to be
+        sent: until ``left``, a turn that comes for it is given back (``give_back``) at
+        once, and so is a hand-over that came for it already."""
+        with self._mutex:
+            record, orphan = self._table.abandon(waiter, wait, give_back, time.monotonic())
+        if orphan is not None:
+            orphan.give_back()
+        return record
+
+    def left(self, record: Abandoned) -> None:
+        """``record``'s leave was confirmed: its place is gone."""
+        with self._mutex:
+            self._table.left(record, time.monotonic())
 
     def watch_holds(self) -> None:
         """The client has a hold its watchdog renews: have the listener thread run, which
@@ -342,18 +361,21 @@ class Subscriber:
                 continue
             kind, channel = text(message[0]), text(message[1])
             moved = check = False
-            notice: Lost | None = None
+            notices: list[Lost | Orphan] = []
             with self._mutex:
                 if kind == kinds.message:
-                    notice = self._table.on_message(channel, text(message[2]))
+                    notices = self._table.on_message(channel, text(message[2]), time.monotonic())
                 elif kind == kinds.subscribed:
                     check = self._links.confirmed(link, channel)
                     self._failures = 0
                 elif kind == kinds.unsubscribed:
                     moved = self._links.unsubscribed(link, channel)
             holders = self.holders
-            if notice is not None and holders is not None:
-                holders.forced(notice)  # its listeners run here, outside our mutex
+            for notice in notices:  # (their listeners and give-backs run outside our mutex)
+                if not isinstance(notice, Lost):
+                    notice.give_back()  # a turn for an abandoned wait
+                elif holders is not None:
+                    holders.forced(notice)
             if check and holders is not None:
                 holders.check_holds_now()
             if moved:  # the server's doing: the slot moved to another master
