@@ -234,11 +234,11 @@ def test_a_waiter_listens_on_its_own_channel_and_leaves_with_its_wait() -> None:
     clock = FakeClock()
     op, first = _start(clock)
     leave = LAYOUT.leave_call(KEYS, OWNER, "w", 10.0, "w30000")
-    assert first == Subscribe(KEYS.channel, OWNER, leave, True, f"{KEYS.channel}:{OWNER}")
+    assert first == Subscribe(KEYS.channel, OWNER, leave, True, f"{KEYS.channel}:{OWNER}", "w")
     call = step(op, False)
     assert call.script is fair.REDISSON_FAIR_ACQUIRE and call.args[3:] == (10000, 1, "w", 0)
     assert step(op, [0, 0, 12000, 5]) == Subscribe(
-        KEYS.channel, OWNER, leave, private=f"{KEYS.channel}:{OWNER}"
+        KEYS.channel, OWNER, leave, private=f"{KEYS.channel}:{OWNER}", wait="w"
     )
     assert step(op, True).script is fair.REDISSON_FAIR_ACQUIRE  # tries again once listening
     assert step(op, [0, 0, 3000, 5]) == WaitWake(3.0)

@@ -62,7 +62,7 @@ def start(
     if blocking:  # a blocking caller first listens, if its client already does (here: not)
         private = KEYS.handover(OWNER)
         assert first == Subscribe(
-            KEYS.channel, OWNER, leave(lease), only_if_live=True, private=private
+            KEYS.channel, OWNER, leave(lease), only_if_live=True, private=private, wait=WAIT
         )
         first = step(op, False)
     return op, first
@@ -145,7 +145,7 @@ def test_held_subscribes_retries_then_waits_for_the_holders_ttl() -> None:
     clock = FakeClock()
     op, _ = start(clock, timeout=None)
     assert step(op, [HELD, 0, 12000, 5]) == Subscribe(
-        KEYS.channel, OWNER, leave=leave(), private=KEYS.handover(OWNER)
+        KEYS.channel, OWNER, leave=leave(), private=KEYS.handover(OWNER), wait=WAIT
     )
     # Right after subscribing it tries again, without waiting.
     assert_acquire_call(step(op, None), held=0, lease=30.0)
@@ -298,7 +298,7 @@ def test_late_grant_while_blocking_tries_again() -> None:
     clock.advance(2.0)
     first_id = assert_release_call(step(op, [GRANTED, 1, 1000, 5]), held=1)
     assert step(op, [codes.RELEASED, 0]) == Subscribe(
-        KEYS.channel, OWNER, leave=leave(1.0), private=KEYS.handover(OWNER)
+        KEYS.channel, OWNER, leave=leave(1.0), private=KEYS.handover(OWNER), wait=WAIT
     )
     assert_acquire_call(step(op, None), held=0, lease=1.0)
     clock.advance(2.0)

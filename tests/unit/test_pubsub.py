@@ -18,7 +18,16 @@ from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
 from redlease._core.requests import Call, Handed
 from redlease._core.rwlock_redisson import RedissonRwKeys
 from redlease._redis.connections import settle_pubsub
-from redlease._shared.channels import ANY_NODE, ChannelTable, Links, Waiter
+from redlease._shared.channels import (
+    ABANDONED_KEPT,
+    ANY_NODE,
+    Abandoned,
+    ChannelTable,
+    Links,
+    Lost,
+    Orphan,
+    Waiter,
+)
 
 from .test_scripts import LUA_DIR, publish_argument
 
@@ -283,9 +292,142 @@ def test_a_hand_over_message_reaches_only_its_waiter_with_the_grant() -> None:
     first = _wait(table, links, "ch")
     second = Waiter("ch", "client-b:2", threading.Event())
     table.add(second)
-    table.on_message("ch", "client-b:2 1700000000000123 1000 w7")
+    table.on_message("ch", "client-b:2 1700000000000123 1000 w7", 0.0)
     assert not first.event.is_set()
     assert second.woken(second.event.is_set()) == Handed(1700000000000123, 1000, "w7")
     assert second.woken(False) is False  # consumed
-    table.on_message("ch", "client-b:2")  # a reservation: a bare wake-up
+    table.on_message("ch", "client-b:2", 0.0)  # a reservation: a bare wake-up
     assert second.woken(second.event.is_set()) is True
+
+
+# --- a turn that comes to a wait that is over (issue 31 item 3) --------------------------------
+
+ME = "client-a"  # this client's id: its owners are "client-a:<n>"
+
+
+class GivenBack:
+    """A ``give_back`` that records what it was called with."""
+
+    def __init__(self) -> None:
+        self.calls: list[Handed | None] = []
+
+    def __call__(self, handed: Handed | None) -> None:
+        self.calls.append(handed)
+
+
+def _abandon(
+    table: ChannelTable, waiter: Waiter | None, channel: str, owner: str, wait: str
+) -> tuple[Abandoned, GivenBack, Orphan | None]:
+    given = GivenBack()
+    record = Abandoned(channel, owner, wait, given)
+    orphan, _ = table.abandon(record, waiter, now=0.0)
+    return record, given, orphan
+
+
+def _give_back(notices: list[Lost | Orphan]) -> None:
+    for notice in notices:
+        assert isinstance(notice, Orphan)
+        notice.give_back()
+
+
+def test_a_hand_over_to_an_abandoned_wait_is_given_back_once() -> None:
+    """A lock handed to a wait of this client that is over (its leave may be lost): the
+    table hands the grant back to be given back, once (a second copy finds nothing), and a
+    grant for another wait id of that owner is not that wait's."""
+    table = ChannelTable(threading.Event)
+    t1 = Waiter("unlock", f"{ME}:1", threading.Event(), private="mine")
+    t2 = Waiter("unlock", f"{ME}:2", threading.Event(), private="mine")
+    table.add(t1)
+    table.add(t2)
+    _, given, orphan = _abandon(table, t1, "mine", f"{ME}:1", "w1")
+    assert orphan is None and table.waiting("mine") == 1
+    assert table.on_message("mine", f"{ME}:1 900 20000 w0", 0.0) == []  # another wait's
+    notices = table.on_message("mine", f"{ME}:1 901 20000 w1", 0.0)
+    _give_back(notices)
+    assert given.calls == [Handed(901, 20000, "w1")]
+    assert not t2.event.is_set()  # the live waiter of another owner is not woken by it
+    assert table.on_message("mine", f"{ME}:1 901 20000 w1", 0.0) == []  # a second copy
+
+
+def test_a_grant_for_an_owner_that_waits_again_is_that_waiters() -> None:
+    """The owner of an abandoned wait waits again: a hand-over to the old wait wakes the new
+    one (a hint: its next try takes over the hold made for the old wait), and nothing is
+    given back, so no give-back can race the owner's new wait."""
+    table = ChannelTable(threading.Event)
+    old = Waiter("unlock", f"{ME}:1", threading.Event(), private="mine")
+    table.add(old)
+    _, given, _ = _abandon(table, old, "mine", f"{ME}:1", "w1")
+    new = Waiter("unlock", f"{ME}:1", threading.Event(), private="mine")
+    table.add(new)
+    assert table.on_message("mine", f"{ME}:1 901 20000 w1", 0.0) == []
+    assert new.woken(new.event.is_set()) == Handed(901, 20000, "w1")  # not its wait id
+    assert given.calls == []
+
+
+def test_a_hand_over_that_came_before_the_wait_ended_is_given_back_with_it() -> None:
+    """A hand-over delivered while the wait was giving up (never taken) is given back as the
+    wait is abandoned."""
+    table = ChannelTable(threading.Event)
+    waiter = Waiter("unlock", f"{ME}:1", threading.Event(), private="mine")
+    table.add(waiter)
+    table.on_message("mine", f"{ME}:1 901 20000 w1", 0.0)
+    _, given, orphan = _abandon(table, waiter, "mine", f"{ME}:1", "w1")
+    assert orphan is not None
+    orphan.give_back()
+    assert given.calls == [Handed(901, 20000, "w1")]
+
+
+def test_a_confirmed_leave_forgets_the_place() -> None:
+    table = ChannelTable(threading.Event)
+    waiter = Waiter("unlock", f"{ME}:1", threading.Event(), private="mine")
+    table.add(waiter)
+    record, given, _ = _abandon(table, waiter, "mine", f"{ME}:1", "w1")
+    assert table.drop_idle(now=100.0, linger=2.0) == ["unlock"]  # "mine" is kept
+    table.left(record, now=100.0)
+    assert table.on_message("mine", f"{ME}:1 901 20000 w1", 100.0) == []
+    assert table.drop_idle(now=200.0, linger=2.0) == ["mine"]
+    assert given.calls == []
+
+
+def test_a_writer_named_or_a_zero_on_its_own_channel_gives_the_turn_back() -> None:
+    """A read-write lock's release names the first writer (its owner field, no grant): for
+    an abandoned writer of this client, the turn is given back (its leave again). Redisson's
+    fair lock wakes the first waiter with "0" on that waiter's own channel: with nobody
+    listening there any more, the same."""
+    table = ChannelTable(threading.Event)
+    writer = Waiter("rw", f"{ME}:1", threading.Event())
+    other = Waiter("rw", f"{ME}:2", threading.Event())
+    table.add(writer)
+    table.add(other)
+    _, given, _ = _abandon(table, writer, "rw", f"{ME}:1", "w1")
+    assert table.on_message("rw", "client-b:9", 0.0) == []  # another client's writer
+    _give_back(table.on_message("rw", f"{ME}:1", 0.0))
+    assert given.calls == [None] and not other.event.is_set()
+
+    fair = Waiter("redisson", f"{ME}:3", threading.Event(), private=f"redisson:{ME}:3")
+    table.add(fair)
+    _, given, _ = _abandon(table, fair, f"redisson:{ME}:3", f"{ME}:3", "w3")
+    assert table.on_message("redisson", "0", 0.0) == []  # the lock's own channel: a hint
+    _give_back(table.on_message(f"redisson:{ME}:3", "0", 0.0))
+    assert given.calls == [None]
+
+
+def test_a_wait_that_never_listened_is_listened_for() -> None:
+    """A wait abandoned before its subscription was made (its link froze first) still has
+    its place: its channel is new to the table, to be subscribed."""
+    table = ChannelTable(threading.Event)
+    given = GivenBack()
+    orphan, new = table.abandon(Abandoned("mine", f"{ME}:1", "w1", given), None, now=0.0)
+    assert orphan is None and new == ["mine"]
+    _give_back(table.on_message("mine", f"{ME}:1 901 20000 w1", 0.0))
+    assert given.calls == [Handed(901, 20000, "w1")]
+
+
+def test_abandoned_places_are_bounded() -> None:
+    table = ChannelTable(threading.Event)
+    given = GivenBack()
+    for i in range(ABANDONED_KEPT + 5):
+        table.abandon(Abandoned("mine", f"{ME}:{i}", f"w{i}", given), None, now=0.0)
+    assert table.on_message("mine", f"{ME}:0 901 20000 w0", 0.0) == []  # the oldest: forgotten
+    last = ABANDONED_KEPT + 4
+    assert len(table.on_message("mine", f"{ME}:{last} 902 20000 w{last}", 0.0)) == 1

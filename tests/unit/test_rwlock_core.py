@@ -183,7 +183,8 @@ def start(
     first = step(op, first=True)
     if blocking:  # listens first, if its client already does (here: not)
         leave = core.leave_call(KEYS, side, OWNER, WAIT)  # gives back a hold made for the call
-        assert first == Subscribe(KEYS.channel, OWNER, leave, only_if_live=True)
+        wait = WAIT if side == WRITE else ""  # (only a writer has a place in line)
+        assert first == Subscribe(KEYS.channel, OWNER, leave, only_if_live=True, wait=wait)
         first = step(op, False)
     return op, first
 
@@ -218,7 +219,7 @@ def test_held_subscribes_retries_then_waits_bounded_by_the_hint() -> None:
     clock = FakeClock()
     op, _ = start(clock, WRITE, timeout=None)
     assert step(op, [HELD, 0, 600, 0]) == Subscribe(
-        KEYS.channel, OWNER, core.leave_call(KEYS, WRITE, OWNER, WAIT)
+        KEYS.channel, OWNER, core.leave_call(KEYS, WRITE, OWNER, WAIT), wait=WAIT
     )
     assert_acquire(step(op, None), WRITE)  # at once after subscribing
     assert step(op, [HELD, 0, 600, 0]) == WaitWake(0.6)  # the blocking holder's lease

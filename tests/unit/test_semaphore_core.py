@@ -904,9 +904,9 @@ def test_a_zero_on_a_latch_channel_wakes_every_waiter_and_on_a_lock_channel_one(
     sem = [Waiter(SEM.channel, f"c:{i}", threading.Event()) for i in range(3)]
     for waiter in (*gate, *sem):
         table.add(waiter)
-    table.on_message(LATCH.channel, "0")
-    table.on_message(SEM.channel, "0")
+    table.on_message(LATCH.channel, "0", 0.0)
+    table.on_message(SEM.channel, "0", 0.0)
     assert [w.event.is_set() for w in gate] == [True, True, True]
     assert [w.event.is_set() for w in sem] == [True, False, False]
-    table.on_message(SEM.channel, "2")  # a count: every waiter re-checks
+    table.on_message(SEM.channel, "2", 0.0)  # a count: every waiter re-checks
     assert all(w.event.is_set() for w in sem)

@@ -141,12 +141,24 @@ class Subscriber:
             asyncio.get_running_loop().call_later(LINGER + 0.05, self._work.set)
 
     def abandon(
-        self, waiter: Waiter, wait: str, give_back: Callable[[Handed | None], None]
+        self,
+        waiter: Waiter | None,
+        channel: str,
+        owner: str,
+        wait: str,
+        give_back: Callable[[Handed | None], None],
     ) -> Abandoned:
-        """``waiter``'s wait ``wait`` is over without the lock and its leave is about to be
-        sent: until ``left``, a turn that comes for it is given back (``give_back``) at
-        once, and so is a hand-over that came for it already."""
-        record, orphan = self._table.abandon(waiter, wait, give_back, time.monotonic())
+        """The wait ``wait`` of ``owner`` is over without the lock and its leave is about to
+        be sent (``waiter``: how it listened, if it did): until ``left``, a turn that comes
+        for it on ``channel`` is given back (``give_back``) at once, and so is a hand-over
+        that came for it already."""
+        record = Abandoned(channel, owner, wait, give_back)
+        orphan, new = self._table.abandon(record, waiter, time.monotonic())
+        if new and not self._closed:
+            self._ensure_task()
+            for each in new:
+                self._links.want(each)
+            self._work.set()
         if orphan is not None:
             orphan.give_back()
         return record

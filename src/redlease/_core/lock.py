@@ -336,7 +336,9 @@ def acquire(
     # and spares a waiter the subscribe-then-retry round trips. We listen on the lock's
     # channel and on our own: where a release hands it over to us.
     channel, private = layout.listen(keys, owner)
-    subscribed = bool(blocking and (yield Subscribe(channel, owner, leave, True, private)))
+    subscribed = bool(
+        blocking and (yield Subscribe(channel, owner, leave, True, private, wait_id, grant_back))
+    )
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     while True:
         sent_at = clock()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from .scripts import Script
@@ -62,7 +62,7 @@ class Subscribe:
     private: str | None = None
     """A channel of the owner's client's own to listen on as well (a lock's hand-overs)."""
     wait: str = ""
-    grant_back: Callable[[Handed], Call] | None = None
+    grant_back: Callable[[Handed], Call] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

@@ -224,34 +224,34 @@ class ChannelTable:
                 entry.idle_since = now
 
     def abandon(
-        self,
-        waiter: Waiter,
-        wait: str,
-        give_back: Callable[[Handed | None], None],
-        now: float,
-    ) -> tuple[Abandoned, Orphan | None]:
-        """``waiter``'s wait ``wait`` is over without the lock, and its leave is about to be
-        sent: remove the waiter, and remember its place on the channel where its turn would
-        be told (its own, else the primitive's) until ``left``. Returns the record, and an
-        ``Orphan`` to give back now if a hand-over for that very wait already came (after its
-        last wake-up was consumed)."""
-        handed, waiter.handed = waiter.handed, None
-        self.remove(waiter, now)
-        record = Abandoned(waiter.channels[-1], waiter.owner, wait, give_back)
-        if handed is not None and handed.wait == wait:
-            return record, record.given_back(handed)
+        self, record: Abandoned, waiter: Waiter | None, now: float
+    ) -> tuple[Orphan | None, list[str]]:
+        """``record``'s wait is over without the lock, and its leave is about to be sent:
+        remove its ``waiter`` (if it had one listening), and remember its place on
+        ``record.channel`` until ``left``. Returns an ``Orphan`` to give back now if a
+        hand-over for that very wait already came (after its last wake-up was consumed), and
+        the channels new to the table (each needs a SUBSCRIBE: the wait never listened)."""
+        handed = None
+        if waiter is not None:
+            handed, waiter.handed = waiter.handed, None
+            self.remove(waiter, now)
+        if handed is not None and handed.wait == record.wait:
+            return record.given_back(handed), []
+        new = []
         entry = self.entries.get(record.channel)
-        if entry is None:  # (the channel went: no turn can be heard there)
-            return record, None
-        old = entry.abandoned.pop((record.owner, wait), None)
+        if entry is None:
+            entry = self.entries[record.channel] = Entry(self._new_event())
+            new.append(record.channel)
+        key = (record.owner, record.wait)
+        old = entry.abandoned.pop(key, None)
         if old is not None:
             self._abandoned.pop(old, None)
-        entry.abandoned[(record.owner, wait)] = record
+        entry.abandoned[key] = record
         entry.idle_since = None
         self._abandoned[record] = None
         while len(self._abandoned) > ABANDONED_KEPT:
             self.left(next(iter(self._abandoned)), now)
-        return record, None
+        return None, new
 
     def left(self, record: Abandoned, now: float) -> None:
         """``record``'s leave was confirmed (or its turn given back, or it is forgotten):

@@ -767,7 +767,7 @@ class Client(ClientBase, Closing):
                 if isinstance(request, Call):
                     if request.undo is not None:
                         self._stop_if_closed(name)  # never take what must be given back
-                    if waiter is not None and listened is not None and gives_back(request):
+                    if listened is not None and place is None and gives_back(request):
                         # the wait is over without the lock: its leave goes now
                         place = self._abandon(waiter, listened, name)
                         waiter = None
@@ -820,9 +820,10 @@ class Client(ClientBase, Closing):
             return result
         finally:
             op.close()
-            if waiter is not None and leave is not None and listened is not None:
+            if leave is not None and listened is not None and place is None:
                 place = self._abandon(waiter, listened, name)
-            elif waiter is not None and self._subscriber is not None:
+                waiter = None
+            if waiter is not None and self._subscriber is not None:
                 self._subscriber.unsubscribe(waiter)
             if leave is not None and hung is not None:
                 self._give_back_later(leave, name, place)
@@ -832,11 +833,12 @@ class Client(ClientBase, Closing):
                     if place is not None:
                         self._left(place)
 
-    def _abandon(self, waiter: Waiter, listened: Subscribe, name: str) -> Abandoned | None:
-        """``waiter``'s wait is over without the lock, and its leave is about to be sent:
-        until the server confirms it, a turn that comes to its place (the leave was lost: a
-        frozen link) is given back at once (``listened.grant_back`` for a hand-over, else the
-        leave again), in a thread of its own."""
+    def _abandon(self, waiter: Waiter | None, listened: Subscribe, name: str) -> Abandoned | None:
+        """The wait that ``listened`` (its ``waiter``, if it listens yet) is over without the
+        lock, and its leave is about to be sent: until the server confirms it, a turn that
+        comes to its place (the leave was lost: a frozen link) is given back at once
+        (``listened.grant_back`` for a hand-over, else the leave again), in a thread of its
+        own."""
         subscriber = self._subscriber
         if subscriber is None:
             return None
@@ -848,7 +850,8 @@ class Client(ClientBase, Closing):
             elif leave is not None:
                 self._give_back_later(leave, name)
 
-        return subscriber.abandon(waiter, listened.wait, give_back)
+        channel = listened.private or listened.channel  # where its turn is told
+        return subscriber.abandon(waiter, channel, listened.owner, listened.wait, give_back)
 
     def _left(self, place: Abandoned) -> None:
         """``place``'s leave was confirmed: no turn can come to it any more."""
