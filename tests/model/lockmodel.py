@@ -29,10 +29,13 @@ glue between the operations and the hold table follows ``_shared/lockbase.LockBa
 (``held`` and ``token`` from the hold table, a release whose outcome is unknown re-sent first
 by the next acquire with its request id, ``unsure`` after a failed re-entry) and the sync shell
 (``_sync/client.py``: after a call timed out, a give-back goes to the background; an abandoned
-wait's leave is sent as the operation ends). ``uuid.uuid4`` in ``_core`` (the request ids of
-give-backs) is replaced by a deterministic unique id so that replays agree. The fair lock runs
-the same generators with ``fair.REDISSON_FAIR`` (or redlease's line with ``fair=True``); the
-read-write lock, ``_core.rwlock``'s (``rwmodel.py``).
+wait's leave is sent as the operation ends, and until it is confirmed a hand-over message to
+that wait that nobody of its owner waits for is given back in the background, as the core's
+``grant_back``: a release of the hold with the message's token, ``Client._abandon``).
+``uuid.uuid4`` in ``_core`` (the request ids of give-backs) is replaced by a deterministic
+unique id so that replays agree. The fair lock runs the same generators with
+``fair.REDISSON_FAIR`` (or redlease's line with ``fair=True``); the read-write lock,
+``_core.rwlock``'s (``rwmodel.py``).
 
 **Ids as the client mints them.** Each simulated process imports its own fresh copy of
 ``redlease/_shared/state.py`` (as another process would: its own counters, its own random
@@ -286,6 +289,10 @@ class Ghost(NamedTuple):
     ticks: int
     dups: int
     forced: int  # force releases by another client
+    abandoned: frozenset[tuple[str, str]] = frozenset()
+    """Waits that gave up and whose leave is not confirmed: (owner field, wait id). A
+    hand-over to one of them that nobody of its owner waits for is given back by the shell
+    (``Client._abandon``)."""
 
 
 class State(NamedTuple):
@@ -293,7 +300,7 @@ class State(NamedTuple):
     replica: tuple[Any, ...]
     procs: tuple[Proc, ...]
     owners: tuple[Owner, ...]
-    bg: tuple[tuple[int, CallT], ...]  # background give-backs: (owner, call)
+    bg: tuple[tuple[Any, ...], ...]  # background give-backs: (owner, call[, meta])
     msgs: tuple[tuple[str, tuple[Any, ...], int], ...]  # (owner field, hand-over, copies)
     ghost: Ghost
 
@@ -653,6 +660,8 @@ class Model:
                 value, cur = cur.mailbox, cur._replace(mailbox=None)
             elif isinstance(req, Call):
                 call = self._call_t(req)
+                if cur.kind == "acq" and call[0].endswith("_leave"):
+                    st, cur = self._abandon(st, o, cur)
                 if cur.hung and call[0].endswith(GIVE_BACKS):
                     st = st._replace(bg=(*st.bg, (o, call)))
                     how = "t"
@@ -710,6 +719,8 @@ class Model:
                 rec = rec._replace(unsure=True)  # ClientState.maybe_reentered
             ghost = st.ghost._replace(excused=st.ghost.excused | {(field, cur.id)})
             st = st._replace(ghost=ghost)
+            if cur.leave is not None:
+                st, cur = self._abandon(st, o, cur)
             if cur.leave is not None and cur.hung:
                 st = st._replace(bg=(*st.bg, (o, cur.leave)))
             elif cur.leave is not None:
@@ -940,7 +951,7 @@ class Model:
             else:
                 yield f"{n}: wake-up (re-check)", lambda o=o: self._advance(st, o, "s", False)
             yield from self._renewal_steps(st, o)
-        for i, (o, call) in enumerate(st.bg):
+        for i, (o, call, *_) in enumerate(st.bg):
             yield (
                 f"server runs {self.names[o]}'s background {call[0]}",
                 (lambda i=i: self._bg_run(st, i)),
@@ -1015,6 +1026,10 @@ class Model:
     def _owner_reply(self, st: State, o: int) -> State:
         cur = st.owners[o].cur
         assert cur is not None and cur.net is not None
+        if cur.kind == "acq" and cur.pending is not None and cur.pending[0].endswith("_leave"):
+            # the leave is confirmed: no turn can come to that wait any more
+            gone = st.ghost.abandoned - {(self.fields[o], cur.id)}
+            st = st._replace(ghost=st.ghost._replace(abandoned=gone))
         if cur.final is not None:
             return self._end_final(st, o)
         return self._advance(st, o, "s", cur.net[1])
@@ -1033,9 +1048,9 @@ class Model:
         return self._set(st, o, ow._replace(cur=None, op=ow.op + 1, seq=ow.seq + 1, retries=0))
 
     def _bg_run(self, st: State, i: int) -> State:
-        o, call = st.bg[i]
+        o, call, *meta = st.bg[i]
         st = st._replace(bg=st.bg[:i] + st.bg[i + 1 :])
-        st, reply = self._run(st, call, ("leave", o))
+        st, reply = self._run(st, call, meta[0] if meta else ("leave", o))
         self.label_extra = f"{call[0]}{_args(call[2])} -> {_short(reply)}"
         return st
 
@@ -1053,11 +1068,44 @@ class Model:
             return self._told_lost(st, o, h[1])
         cur = ow.cur
         if cur is None or cur.kind != "acq" or not cur.registered or cur.final is not None:
+            if (field, h[3]) in st.ghost.abandoned:
+                self.label_extra = "nobody waits, an abandoned wait's: given back"
+                return self._grant_back(st, o, h)
             self.label_extra = "nobody waits: dropped"
             return st
         if cur.pending is None:  # waiting now: woken with it
             return self._advance(st, o, "s", h)
         return self._set(st, o, ow._replace(cur=cur._replace(mailbox=h)))
+
+    def _abandon(self, st: State, o: int, cur: Cur) -> tuple[State, Cur]:
+        """The shell sends the leave of the acquire ``cur`` (``Client._abandon``): until it
+        is confirmed, a hand-over to that wait is given back; one that came already and was
+        never taken (its mailbox) is given back now."""
+        field = self.fields[o]
+        st = st._replace(ghost=st.ghost._replace(abandoned=st.ghost.abandoned | {(field, cur.id)}))
+        h = cur.mailbox
+        if h is not None and h[0] == "H" and h[3] == cur.id:
+            cur = cur._replace(mailbox=None)
+            st = self._set(st, o, st.owners[o]._replace(cur=cur))
+            st = self._grant_back(st, o, h)
+        return st, cur
+
+    def _grant_back(self, st: State, o: int, h: tuple[Any, ...]) -> State:
+        """The shell gives back the hand-over ``h`` to an abandoned wait of ``o`` (the core's
+        ``grant_back``: a release of the hold with the hand-over's token, handing the lock
+        on), in the background: run any time later, or lost."""
+        field = self.fields[o]
+        st = st._replace(ghost=st.ghost._replace(abandoned=st.ghost.abandoned - {(field, h[3])}))
+        st, rid = self._mint(st, o)
+        call = self.layout.release_call(
+            self.keys,
+            field,
+            1,
+            request_id=rid,
+            token=h[1],
+            handoff_ms=self.config.window * self.config.unit_ms,
+        )
+        return st._replace(bg=(*st.bg, (o, self._call_t(call), ("rel", o, h[1], rid))))
 
     def _told_lost(self, st: State, o: int, token: int) -> State:
         """A force release's message "lost <owner> <token>" reaches the owner's client

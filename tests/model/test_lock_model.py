@@ -13,13 +13,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from redlease._core import scripts
 
 from .engine import ServerEngine
-from .lockmodel import Config, Result, explore
+from .lockmodel import Config, Model, Result, State, explore
 
 LUA = Path(__file__).resolve().parents[2] / "src" / "redlease" / "lua"
 QUIET = {"renewals": False, "messages": False, "unsubscribe": False}
@@ -300,3 +301,73 @@ def test_rw_release_acts_on_a_stale_hold(
         layout=layout, **QUIET,
     )  # fmt: skip
     found(engine, config, "I4", unfixed)
+
+
+# --- issue 31 item 3: a hand-over to a wait that is over is given back ----------------------
+
+
+class GrantBacks:
+    """Counts the shell's give-backs of a hand-over to an abandoned wait in an exploration;
+    ``broken``: the give-back names no token (it would act on any hold of the owner field)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, broken: bool = False) -> None:
+        self.count = 0
+        give_back = Model._grant_back
+
+        def counted(model: Model, st: State, o: int, h: tuple[Any, ...]) -> State:
+            self.count += 1
+            return give_back(model, st, o, (h[0], 0, *h[2:]) if broken else h)
+
+        monkeypatch.setattr(Model, "_grant_back", counted)
+
+
+# the waiter B ("L": a lease of its own) gives up (its timeout, one unit, runs out) and its
+# leave may be lost; A's release hands the lock to its place; the message comes late, twice
+# or never, while nobody of B waits (or B waits again: "LA"), and B's client gives it back
+GIVEN_BACK = [
+    lock("AR", "L", depth=14, timeout=1, ticks=1, renewals=False, unsubscribe=False),
+    lock("AR", "L", depth=14, timeout=1, ticks=1, dups=0, layout="redlease-fair", **QUIET),
+]
+GIVEN_BACK_SLOW = [
+    lock("AR", "LA", depth=15, timeout=1, ticks=2, dups=0, renewals=False, unsubscribe=False),
+    lock("AR", "L", "A", depth=14, timeout=1, ticks=1, dups=0, **QUIET),
+]
+
+
+@pytest.mark.parametrize("config", GIVEN_BACK, ids=label)
+def test_a_hand_over_to_an_abandoned_wait_is_given_back_safely(
+    engine: ServerEngine, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The give-back (a release of the hold with the hand-over's token, handing the lock on)
+    keeps I1-I6 whenever it runs, late, twice or never, the owner waiting again meanwhile."""
+    grant_backs = GrantBacks(monkeypatch)
+    result = run(engine, config)
+    assert result.violation is None, result.report()
+    assert grant_backs.count > 0  # the exploration reached it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("config", GIVEN_BACK_SLOW, ids=label)
+def test_a_hand_over_to_an_abandoned_wait_is_given_back_safely_deeper(
+    engine: ServerEngine, config: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    grant_backs = GrantBacks(monkeypatch)
+    result = run(engine, config)
+    assert result.violation is None, result.report()
+    assert grant_backs.count > 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_give_back_without_the_token_frees_the_owners_next_hold(
+    engine: ServerEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Why the give-back names the hand-over's token: without it, it frees the hold the same
+    owner's next call took meanwhile (I3: that owner believes it holds)."""
+    GrantBacks(monkeypatch, broken=True)
+    config = lock("AR", "LA", depth=15, timeout=1, ticks=2, dups=0, lease=3, **QUIET)
+    result = run(engine, config)
+    assert result.violation is not None and result.violation.startswith("I3"), result.report()
+    monkeypatch.undo()  # the shell's own give-back, with the token
+    assert run(engine, config).violation is None
