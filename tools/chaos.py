@@ -60,6 +60,10 @@ reentry-drop        every hold is re-entered (acquire twice, release twice); rep
                     re-entrant acquire and to the inner release are dropped after the server ran
                     them (once, twice, or every reply within the call's timeout)
 
+postgres-rmw        in ``tools/chaos_postgres.py`` (it runs this file's servers, traps and
+                    failovers): the workers increment a PostgreSQL row with the SQL fencing
+                    helpers, and without them, while holders are stopped past their lease
+
 Measured per scenario: overlapping holds; lost updates on the unfenced and on the fenced
 resource; fenced writes refused as stale; leases lost and how many of those the holder was
 told of (``on_lease_lost`` or ``LeaseLostError`` from release); the longest stretch with a
