@@ -18,10 +18,11 @@ Each seed runs twice, fenced and unfenced, with the same faults drawn from the s
 
 pause       a holder stops itself (SIGSTOP) when the parent asks, alternately between its read
             and its write (inside the transaction) and just after ``acquire`` (before its
-            claim/read), and stays stopped 2-3 L, past its lease, while the others go on;
-            then it is resumed (SIGCONT) and finishes its transaction with its old token; the
-            first pause (mid-transaction) and half of the others have a failover of the lock
-            server in the middle
+            claim/read), and stays stopped 2-4 L (the first 4 L), past its lease, and until
+            another holder went past it (wrote the row; took the lock, when the stopped one
+            keeps the row locked by its claim); then it is resumed (SIGCONT) and finishes its
+            transaction with its old token; the second pause (before the claim) and half of
+            those after it have a failover of the lock server in the middle
 failover    replication stalls (0-0.4 L: the replica misses the last hand-overs), the lock
             server is killed (SIGKILL), the replica promoted, the clients' proxy moved to it and
             every connection cut (as ``failover-rmw`` does); a new replica is started
@@ -70,8 +71,11 @@ from redlease.testing import PostgresServer
 
 BEFORE_CLAIM, MID_TRANSACTION = 1, 2
 """Where a paused holder stops: just after ``acquire``; between its read and its write."""
-PAUSE = (2.0, 3.0)
-"""How long a paused holder stays stopped, in leases: past its lease."""
+PAUSE = (2.0, 4.0)
+"""How long a paused holder stays stopped, in leases: past its lease (the first, the longest)."""
+MOVED_ON = 10.0
+"""A paused holder stays stopped, past its drawn time, until another holder went past it (at
+most this many leases)."""
 STALL = (0.0, 0.4)
 """How long replication stalls before the lock server dies, in leases."""
 SQL_OPTIONS = "-c lock_timeout=30s -c statement_timeout=60s"
@@ -179,6 +183,7 @@ def pg_worker(
             continue
         token = lock.fencing_token or 0
         hold: dict[str, Any] = {"k": "hold", "w": cfg.index, "n": n, "token": token}
+        hold.update(asked=asked, start=clock())
         n += 1
         holding[cfg.index] = chaos.HOLDING
         trap(BEFORE_CLAIM)
@@ -205,6 +210,7 @@ def pg_worker(
                 conn.close()
             conn = engine.connect()
         holding[cfg.index] = 0
+        hold["end"] = clock()
         hold["release"] = chaos._release(lock, redlease.ReplicaError)[0]
         hold["told"] = told.is_set() or hold["release"] == "lost"
         emit(hold)
@@ -277,14 +283,14 @@ def plan(seed: int, duration: float, lease: float) -> list[Event]:
     first, last = min(1.0, duration / 5), max(1.0, duration - 4 * lease)
     pauses = max(2, int(duration // 6))
     failovers = max(1, int(duration // 12))
-    events = [  # the first: a holder stopped mid-transaction across a failover
+    events = [  # the first two: mid-transaction; before the claim, across a failover
         Event(
             first if i == 0 else rng.uniform(first, last),
             "pause",
             rng.uniform(*STALL) * lease,
             MID_TRANSACTION if i % 2 == 0 else BEFORE_CLAIM,
-            rng.uniform(*PAUSE) * lease,
-            i == 0 or rng.random() < 0.5,
+            (PAUSE[1] if i == 0 else rng.uniform(*PAUSE)) * lease,
+            i == 1 or (i > 1 and rng.random() < 0.5),
         )
         for i in range(pauses)
     ]
@@ -310,7 +316,17 @@ def _failover(run: PgRun, stall: float) -> None:
     run.failovers += 1
 
 
-def inject(run: PgRun, events: Sequence[Event]) -> None:
+def _moved_on(run: PgRun, engine: sa.Engine, index: int, where: int, writes: int) -> bool:
+    """Another holder went past the paused one ``index``: it wrote the row (``writes``: the
+    row's count when the pause began); when the paused one keeps the row locked (fenced, its
+    claim made), nobody can write it: another holder took the lock."""
+    if run.fenced and where == MID_TRANSACTION:
+        return any(run.holding[j] for j in run.workers if j != index)
+    with engine.connect() as conn:
+        return int(conn.scalar(sa.text("SELECT writes FROM chaos_counter")) or 0) > writes
+
+
+def inject(run: PgRun, engine: sa.Engine, events: Sequence[Event]) -> None:
     lease = run.s.lease
     for event in events:
         run.sleep_until(run.started_at + event.at)
@@ -326,11 +342,18 @@ def inject(run: PgRun, events: Sequence[Event]) -> None:
             run.notes.append(f"pause at {event.at:.1f} s: no holder reached the trap")
             continue
         run.pauses += 1
-        resume_at = time.monotonic() + event.length
+        stopped = time.monotonic()
+        with engine.connect() as conn:
+            writes = int(conn.scalar(sa.text("SELECT writes FROM chaos_counter")) or 0)
         if event.across:
             time.sleep(event.length / 2)
             _failover(run, event.stall)
-        run.sleep_until(resume_at)
+        run.sleep_until(stopped + event.length)
+        while not _moved_on(run, engine, index, event.where, writes):
+            if time.monotonic() > stopped + MOVED_ON * lease:
+                run.notes.append(f"pause at {event.at:.1f} s: nobody went past in {MOVED_ON:g} L")
+                break
+            time.sleep(0.02)
         run.resume(index)
     run.point.value = 0
 
@@ -415,7 +438,7 @@ def run_one(
             chaos.setup_failover(run)
             if not run.start_workers():
                 run.notes.append("workers did not start: run called off")
-            inject(run, plan(seed, settings.duration, settings.lease))
+            inject(run, engine, plan(seed, settings.duration, settings.lease))
             run.sleep_until(run.end_at)
             run.finish()
             return check(run, engine, seed)

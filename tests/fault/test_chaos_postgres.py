@@ -37,7 +37,7 @@ def test_fenced_sql_writes_lose_no_update_under_pauses_and_failovers(fault_binar
         pytest.skip(str(exc))
     out = subprocess.run(
         [sys.executable, str(TOOL), "--quick", "--seed", "1", "--workers", "3",
-         "--duration", "8", "--server", fault_binary.path],
+         "--duration", "10", "--server", fault_binary.path],
         capture_output=True, text=True, timeout=220, check=False,
     )  # fmt: skip
     assert out.returncode in (0, 1), out.stderr[-2000:]
@@ -48,6 +48,6 @@ def test_fenced_sql_writes_lose_no_update_under_pauses_and_failovers(fault_binar
         assert holds > 0 and writes > 0, (mode, out.stdout)
     lost, stale, counter, writes = runs["fenced"][:4]
     assert (lost, stale, counter) == (0, 0, writes), out.stdout
-    # the same faults without fencing: a holder stopped 2-3 leases between its read and its
+    # the same faults without fencing: a holder stopped 4 leases between its read and its
     # write resumes and writes over the increments of the holders that ran meanwhile
     assert runs["unfenced"][0] > 0, out.stdout
