@@ -78,7 +78,7 @@ class AsyncSemaphore(AsyncHeld):
         count = core.permits_arg(permits)
         await self.client._run(core.set_permits(self._keys, count), self.name)
 
-    async def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> bool:
+    async def acquire(self, permits: int = 1, *, timeout: Seconds | None = None) -> bool:
         """Take ``permits`` at once; ``False`` when ``timeout`` ran out first (``None``: wait
         as long as it takes; ``0``: try once). Waiters are woken by releases (pub/sub) and
         re-check at least every few seconds. ``acquire(0)`` succeeds at once.
@@ -165,7 +165,9 @@ class AsyncSemaphore(AsyncHeld):
         return core.statistics(status, self.name, _local_waiters(self.client, self._keys.channel))
 
     @asynccontextmanager
-    async def hold(self, permits: int = 1, timeout: Seconds | None = None) -> AsyncIterator[None]:
+    async def hold(
+        self, permits: int = 1, *, timeout: Seconds | None = None
+    ) -> AsyncIterator[None]:
         """``async with sem.hold(timeout=5):`` a bounded wait that raises
         ``LockTimeoutError`` when it runs out, then gives the permits back on exit.
 
@@ -176,7 +178,7 @@ class AsyncSemaphore(AsyncHeld):
         Raises:
             LockTimeoutError: the permits were not taken in time.
             InvalidArgumentError: bad ``permits`` or ``timeout``."""
-        if not await self.acquire(permits, timeout):
+        if not await self.acquire(permits, timeout=timeout):
             raise _timeout(self.name, self.client._owner(), timeout)
         try:
             yield
@@ -241,7 +243,7 @@ class AsyncLeaseSemaphore:
         await self.client._run(core.lease_set_permits(self._keys, count), self.name)
 
     async def acquire(
-        self, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> str | None:
         """Take one permit; returns its id, or ``None`` when ``timeout`` ran out first
         (``None``: wait as long as it takes; ``0``: try once).
@@ -262,7 +264,7 @@ class AsyncLeaseSemaphore:
         return None if ids is None else ids[0]
 
     async def acquire_many(
-        self, permits: int, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, permits: int, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> list[str] | None:
         """Take ``permits`` at once, all under one lease (Redisson's ``acquire(permits)``);
         returns their ids, or ``None`` when ``timeout`` ran out first. ``acquire_many(0)``
@@ -424,7 +426,7 @@ class AsyncLeaseSemaphore:
 
     @asynccontextmanager
     async def hold(
-        self, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> AsyncIterator[str]:
         """``async with sem.hold(timeout=5) as permit_id:`` a bounded wait that raises
         ``LockTimeoutError`` when it runs out, then gives the permit back on exit.
@@ -436,7 +438,7 @@ class AsyncLeaseSemaphore:
         Raises:
             LockTimeoutError: no permit was taken in time.
             LeaseLostError: on exit, the permit's lease had run out."""
-        permit = await self.acquire(timeout, lease)
+        permit = await self.acquire(timeout=timeout, lease=lease)
         if permit is None:
             raise _timeout(self.name, self.client._owner(), timeout)
         try:

@@ -77,7 +77,7 @@ class Semaphore(Held):
         count = core.permits_arg(permits)
         self.client._run(core.set_permits(self._keys, count), self.name)
 
-    def acquire(self, permits: int = 1, timeout: Seconds | None = None) -> bool:
+    def acquire(self, permits: int = 1, *, timeout: Seconds | None = None) -> bool:
         """Take ``permits`` at once; ``False`` when ``timeout`` ran out first (``None``: wait
         as long as it takes; ``0``: try once). Waiters are woken by releases (pub/sub) and
         re-check at least every few seconds. ``acquire(0)`` succeeds at once.
@@ -164,7 +164,7 @@ class Semaphore(Held):
         return core.statistics(status, self.name, _local_waiters(self.client, self._keys.channel))
 
     @contextmanager
-    def hold(self, permits: int = 1, timeout: Seconds | None = None) -> Iterator[None]:
+    def hold(self, permits: int = 1, *, timeout: Seconds | None = None) -> Iterator[None]:
         """``with sem.hold(timeout=5):`` a bounded wait that raises
         ``LockTimeoutError`` when it runs out, then gives the permits back on exit.
 
@@ -175,7 +175,7 @@ class Semaphore(Held):
         Raises:
             LockTimeoutError: the permits were not taken in time.
             InvalidArgumentError: bad ``permits`` or ``timeout``."""
-        if not self.acquire(permits, timeout):
+        if not self.acquire(permits, timeout=timeout):
             raise _timeout(self.name, self.client._owner(), timeout)
         try:
             yield
@@ -237,7 +237,9 @@ class LeaseSemaphore:
         count = core.permits_arg(permits)
         self.client._run(core.lease_set_permits(self._keys, count), self.name)
 
-    def acquire(self, timeout: Seconds | None = None, lease: Seconds | None = None) -> str | None:
+    def acquire(
+        self, *, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> str | None:
         """Take one permit; returns its id, or ``None`` when ``timeout`` ran out first
         (``None``: wait as long as it takes; ``0``: try once).
 
@@ -257,7 +259,7 @@ class LeaseSemaphore:
         return None if ids is None else ids[0]
 
     def acquire_many(
-        self, permits: int, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, permits: int, *, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> list[str] | None:
         """Take ``permits`` at once, all under one lease (Redisson's ``acquire(permits)``);
         returns their ids, or ``None`` when ``timeout`` ran out first. ``acquire_many(0)``
@@ -417,7 +419,9 @@ class LeaseSemaphore:
         return core.lease_statistics(status, self.name, local)
 
     @contextmanager
-    def hold(self, timeout: Seconds | None = None, lease: Seconds | None = None) -> Iterator[str]:
+    def hold(
+        self, *, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> Iterator[str]:
         """``with sem.hold(timeout=5) as permit_id:`` a bounded wait that raises
         ``LockTimeoutError`` when it runs out, then gives the permit back on exit.
 
@@ -428,7 +432,7 @@ class LeaseSemaphore:
         Raises:
             LockTimeoutError: no permit was taken in time.
             LeaseLostError: on exit, the permit's lease had run out."""
-        permit = self.acquire(timeout, lease)
+        permit = self.acquire(timeout=timeout, lease=lease)
         if permit is None:
             raise _timeout(self.name, self.client._owner(), timeout)
         try:
