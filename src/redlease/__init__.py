@@ -14,6 +14,8 @@ from ._async.redlock_lock import AsyncRedlockLock
 from ._async.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from ._async.scheduled import AsyncScheduledLock
 from ._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
+from ._async.spinlock import AsyncSpinLock
+from ._core.backoff import ExponentialBackoff
 from ._core.latch import LatchStatistics
 from ._core.semaphore import SemaphoreStatistics
 from ._shared.locked import locked
@@ -28,6 +30,7 @@ from ._sync.redlock_lock import RedlockLock
 from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from ._sync.scheduled import ScheduledLock
 from ._sync.semaphore import LeaseSemaphore, Semaphore
+from ._sync.spinlock import SpinLock
 from .errors import (
     ArgumentTypeError,
     ClientClosedError,
@@ -66,6 +69,7 @@ __all__ = [
     "AsyncRedlockLock",
     "AsyncScheduledLock",
     "AsyncSemaphore",
+    "AsyncSpinLock",
     "AsyncTerm",
     "AsyncWriteLock",
     "Client",
@@ -75,6 +79,7 @@ __all__ = [
     "EventLoopError",
     "EvictionPolicy",
     "EvictionPolicyError",
+    "ExponentialBackoff",
     "FairLock",
     "HolderInfo",
     "InvalidArgumentError",
@@ -104,6 +109,7 @@ __all__ = [
     "SemaphoreStatistics",
     "ServerError",
     "ServerUnavailableError",
+    "SpinLock",
     "StaleTokenError",
     "Term",
     "WriteLock",

@@ -18,6 +18,7 @@ from .._asyncio.subscriber import Subscriber, wait
 from .._asyncio.transport import Pipeline, send_checked_out
 from .._asyncio.watchdog import AsyncWatchdog
 from .._core.arguments import Seconds
+from .._core.backoff import ExponentialBackoff
 from .._core.requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._redis.connections import (
@@ -69,6 +70,7 @@ from .rwlock import AsyncReadWriteLock
 from .scheduled import AsyncScheduledLock
 from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from .shared import AsyncClosing
+from .spinlock import AsyncSpinLock
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -250,6 +252,42 @@ class AsyncClient(ClientBase, AsyncClosing):
             InvalidArgumentError: an empty name, a bad lease.
         """
         return AsyncLock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+
+    def spin_lock(
+        self,
+        name: str,
+        *,
+        backoff: ExponentialBackoff | None = None,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
+    ) -> AsyncSpinLock:
+        """A reentrant lock whose waiters never subscribe (Redisson's ``RSpinLock``; see
+        ``AsyncSpinLock``): while it is held they sleep a growing pause between tries. The
+        lock's keys: it excludes ``lock(name)`` and a Redisson RLock of the same name.
+
+        Args:
+            name: The lock's name, shared by every client (and Redisson service) using it.
+            backoff: How waiters pace their tries (``redlease.ExponentialBackoff``); ``None``:
+                Redisson's defaults (1 ms, doubling, up to 128 ms, plus up to 2 ms of jitter).
+            lease: The default lease of its acquires, in seconds, not renewed; ``None``: the
+                watchdog renews each hold until released.
+            on_lease_lost: Called (from the watchdog) with a ``LeaseLostError`` when a hold
+                of this lock is found lost while held.
+            replicas: Overrides the client's replica-confirmed writes for this lock.
+
+        Raises:
+            InvalidArgumentError: an empty name, a bad lease, a ``backoff`` that is not an
+                ``ExponentialBackoff``.
+        """
+        return AsyncSpinLock(
+            self,
+            name,
+            backoff=backoff,
+            lease=lease,
+            on_lease_lost=on_lease_lost,
+            replicas=replicas,
+        )
 
     def scheduled_lock(
         self,

@@ -10,9 +10,13 @@ from __future__ import annotations
 import math
 import sys
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgumentError
 from .requests import Replication
+
+if TYPE_CHECKING:
+    from .backoff import ExponentialBackoff
 
 MIN_LEASE = 0.01
 """The shortest lease (and ``watchdog_timeout``, ``handoff_window``) accepted: 10 ms.
@@ -235,4 +239,41 @@ def milliseconds(value: object, what: str) -> int:
     """A time in milliseconds (``px``): a positive int."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise InvalidArgumentError(f"{what} must be a positive int of milliseconds, got {value!r}")
+    return value
+
+
+def backoff_fields(
+    initial: object, maximum: object, multiplier: object, jitter: object
+) -> tuple[float, float, float, float]:
+    """An ``ExponentialBackoff``'s fields: ``initial`` and ``maximum`` seconds ``> 0``
+    (``maximum >= initial``, at most ``MAX_LEASE``), ``multiplier`` a number ``>= 1``,
+    ``jitter`` seconds ``>= 0``."""
+    first = duration(initial, "backoff initial")
+    last = duration(maximum, "backoff maximum")
+    if last < first:
+        raise InvalidArgumentError(
+            f"backoff maximum must be at least its initial ({_shown(initial)} s), "
+            f"got {_shown(maximum)}"
+        )
+    factor = _number(multiplier, "backoff multiplier", "a number")
+    if factor < 1 or math.isinf(factor):
+        raise InvalidArgumentError(
+            f"backoff multiplier must be a finite number >= 1 (1: a constant pause), "
+            f"got {_shown(multiplier)}"
+        )
+    spread = non_negative_seconds(jitter, "backoff jitter")  # type: ignore[arg-type]
+    return first, last, factor, spread
+
+
+def backoff(value: object) -> ExponentialBackoff:
+    """A spin lock's ``backoff``: ``None`` (the default) or an ``ExponentialBackoff``."""
+    from .backoff import ExponentialBackoff  # (it checks its fields here: imported late)
+
+    if value is None:
+        return ExponentialBackoff()
+    if not isinstance(value, ExponentialBackoff):
+        raise InvalidArgumentError(
+            "backoff must be a redlease.ExponentialBackoff(initial=..., maximum=..., "
+            f"multiplier=..., jitter=...) or None, got {_shown(value)}"
+        )
     return value

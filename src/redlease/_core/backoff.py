@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 MIN_PAUSE = 0.005
 """The shortest pause before a retry that follows a try that could not succeed (a grant that
@@ -102,3 +103,42 @@ class LateGrants:
         """A try that got somewhere (held by another, or granted in time)."""
         self._count = 0
         self._pace.reset()
+
+
+@dataclass(frozen=True)
+class ExponentialBackoff:
+    """How a spin lock's waiter paces its tries (Redisson's ``LockOptions.ExponentialBackOff``):
+    it tries, and while the lock is held pauses ``initial`` seconds, then ``multiplier`` times
+    longer after each failed try, at most ``maximum``, each pause plus a random ``[0,
+    jitter)`` so that waiters that started together drift apart. The defaults are Redisson's
+    (1 ms, doubling, up to 128 ms) with 2 ms of jitter. A pause never runs past the caller's
+    ``timeout``: the last try is made at the deadline.
+
+    Raises:
+        InvalidArgumentError: ``initial`` or ``maximum`` not a positive number of seconds,
+            ``maximum`` below ``initial``, ``multiplier`` below 1, ``jitter`` negative; the
+            error names the argument.
+    """
+
+    initial: float = 0.001
+    """The first pause, in seconds (``> 0``)."""
+    maximum: float = 0.128
+    """The longest pause before the jitter, in seconds (``>= initial``)."""
+    multiplier: float = 2.0
+    """How much longer each pause is than the one before (``>= 1``; 1: a constant pause)."""
+    jitter: float = 0.002
+    """Up to this many seconds, drawn at random, are added to each pause (``>= 0``)."""
+
+    def __post_init__(self) -> None:
+        from .arguments import backoff_fields
+
+        fields = backoff_fields(self.initial, self.maximum, self.multiplier, self.jitter)
+        for name, value in zip(("initial", "maximum", "multiplier", "jitter"), fields, strict=True):
+            object.__setattr__(self, name, value)
+
+    def pauses(self, random: Callable[[], float] = random.random) -> Iterator[float]:
+        """The pauses of one acquire call, one after each failed try (endless)."""
+        pause = self.initial
+        while True:
+            yield pause + random() * self.jitter
+            pause = min(self.maximum, pause * self.multiplier)

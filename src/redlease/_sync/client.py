@@ -14,6 +14,7 @@ import redis.cluster
 import redis.exceptions
 
 from .._core.arguments import Seconds
+from .._core.backoff import ExponentialBackoff
 from .._core.requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._redis.connections import (
@@ -70,6 +71,7 @@ from .rwlock import ReadWriteLock
 from .scheduled import ScheduledLock
 from .semaphore import LeaseSemaphore, Semaphore
 from .shared import Closing
+from .spinlock import SpinLock
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -248,6 +250,42 @@ class Client(ClientBase, Closing):
             InvalidArgumentError: an empty name, a bad lease.
         """
         return Lock(self, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas)
+
+    def spin_lock(
+        self,
+        name: str,
+        *,
+        backoff: ExponentialBackoff | None = None,
+        lease: Seconds | None = None,
+        on_lease_lost: Callable[[LeaseLostError], None] | None = None,
+        replicas: int | None = None,
+    ) -> SpinLock:
+        """A reentrant lock whose waiters never subscribe (Redisson's ``RSpinLock``; see
+        ``SpinLock``): while it is held they sleep a growing pause between tries. The
+        lock's keys: it excludes ``lock(name)`` and a Redisson RLock of the same name.
+
+        Args:
+            name: The lock's name, shared by every client (and Redisson service) using it.
+            backoff: How waiters pace their tries (``redlease.ExponentialBackoff``); ``None``:
+                Redisson's defaults (1 ms, doubling, up to 128 ms, plus up to 2 ms of jitter).
+            lease: The default lease of its acquires, in seconds, not renewed; ``None``: the
+                watchdog renews each hold until released.
+            on_lease_lost: Called (from the watchdog) with a ``LeaseLostError`` when a hold
+                of this lock is found lost while held.
+            replicas: Overrides the client's replica-confirmed writes for this lock.
+
+        Raises:
+            InvalidArgumentError: an empty name, a bad lease, a ``backoff`` that is not an
+                ``ExponentialBackoff``.
+        """
+        return SpinLock(
+            self,
+            name,
+            backoff=backoff,
+            lease=lease,
+            on_lease_lost=on_lease_lost,
+            replicas=replicas,
+        )
 
     def scheduled_lock(
         self,
