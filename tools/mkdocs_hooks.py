@@ -104,11 +104,13 @@ _VALUES = [
     "SemaphoreStatistics",
     "LatchStatistics",
     "ScheduledRun",
+    "ExponentialBackoff",
 ]
 _SYNC = [
     "Client",
     "Lock",
     "FairLock",
+    "SpinLock",
     "ReadWriteLock",
     "ReadLock",
     "WriteLock",
@@ -127,6 +129,8 @@ _GUIDES = {
     "Client": ("lock.md", "Lock"),
     "Lock": ("lock.md", "Lock"),
     "FairLock": ("fair-lock.md", "Fair lock"),
+    "SpinLock": ("spin-lock.md", "Spin lock"),
+    "ExponentialBackoff": ("spin-lock.md", "Spin lock"),
     "ReadWriteLock": ("rw-lock.md", "Read-write lock"),
     "ReadLock": ("rw-lock.md", "Read-write lock"),
     "WriteLock": ("rw-lock.md", "Read-write lock"),
