@@ -14,7 +14,7 @@ import redis
 
 import redlease._async.client as async_client
 import redlease._sync.client as sync_client
-from redlease import ClientClosedError, RedleaseError
+from redlease import AsyncClient, ClientClosedError, RedleaseError
 from redlease._core import codes
 from redlease._core.keys import LockKeys
 
@@ -74,9 +74,9 @@ def _nothing_running(client: Any) -> bool:
             return False
     if watchdog is None:
         return True
-    if isinstance(watchdog, asyncio.Task):
-        return watchdog.done()
-    return watchdog._thread is None or not watchdog._thread.is_alive()
+    task = getattr(watchdog, "_task", None)  # an AsyncWatchdog's
+    thread = getattr(watchdog, "_thread", None)  # a Watchdog's
+    return (task is None or task.done()) and (thread is None or not thread.is_alive())
 
 
 async def test_close_stops_waiters_promptly(side, server, name):
@@ -217,3 +217,34 @@ async def test_hand_over_as_the_client_closes_is_given_back(side, server, name, 
         handed[1].join(10)
     assert _nothing_running(closing) and closing._watchdog is None
     raw.close()
+
+
+async def test_close_stops_the_watchdog_as_a_renewal_ends(server, name, monkeypatch):
+    """``close()`` stops the watchdog in the very turn a renewal call ends. On Python 3.10
+    the renewal runs in ``asyncio.wait_for``, which then returns the call's outcome and drops
+    the stop (CPython gh-86296): the watchdog went on renewing and ``close()`` waited for it
+    for ever (a cluster's waiter test hung at its client's close, its nodes gone)."""
+    closing = AsyncClient.from_url(server.url, watchdog_timeout=0.6)
+    lock = closing.lock(name)
+    real = closing._call
+    background: list[asyncio.Task[Any]] = []
+
+    async def call(call: Any, *args: Any, **kwargs: Any) -> Any:
+        reply = await real(call, *args, **kwargs)
+        if call.script.name == "lock_renew" and not background:
+            watchdog = closing._watchdog
+            background.append(watchdog._task)
+            background.append(asyncio.ensure_future(closing.close()))
+            for _ in range(100_000):  # until close() has stopped the watchdog: the reply is in
+                if watchdog._task is None:
+                    break
+                await asyncio.sleep(0)
+        return reply
+
+    monkeypatch.setattr(closing, "_call", call)
+    assert await lock.acquire()
+    await eventually(lambda: bool(background), timeout=10)
+    renewing, closed = background
+    await asyncio.wait([closed], timeout=10)
+    assert closed.done(), "close() waits for a watchdog that did not stop"
+    assert renewing.done() and _nothing_running(closing)

@@ -41,7 +41,8 @@ OWN: dict[tuple[str, str], set[str]] = {
         "_read_available",
     },
     # asyncio: one bounded call per renewal; threads: its own bounded connections
-    ("watchdog", "Watchdog"): {"_renew_on", "_round", "_refresh_record", "_via"},
+    # (and asyncio's loop checks it was not stopped: a cancellation may be swallowed)
+    ("watchdog", "Watchdog"): {"_renew_on", "_round", "_refresh_record", "_via", "_stopped"},
     # asyncio: a future per waiter; threads: an event and a fork hook (fork.in_child)
     ("line", "Lines"): {"_fresh_after_fork", "_outcome"},
     # the fan-out: tasks on asyncio, polled sockets and helper threads on threads

@@ -73,6 +73,8 @@ class AsyncWatchdog:
         while True:
             wake = state.watchdog_wake(next_round)
             await wait_event(kick, max(0.0, wake - time.monotonic()))
+            if self._stopped():
+                return
             kick.clear()
             if time.monotonic() < wake:
                 continue  # kicked: a hold must be renewed sooner than planned
@@ -96,6 +98,16 @@ class AsyncWatchdog:
             # renewals count from when they were sent; the next round is due an interval
             # after this one was due (fixed rate: a steady lateness of a busy loop cancels out)
             next_round = policy.next_round(wake, started, all(done), time.monotonic())
+            if self._stopped():
+                return
+
+    def _stopped(self) -> bool:
+        """Whether ``stop()`` was called on the running loop (or another loop replaced it).
+        Checked after each wait and round, not only left to the cancellation: on Python 3.10
+        ``asyncio.wait_for`` (around a renewal, a wait) returns the outcome of a call that ended
+        in the very turn of the cancellation and drops it (CPython gh-86296), and ``stop()``
+        would wait for a loop that goes on for ever."""
+        return self._task is not asyncio.current_task()
 
     async def _renew_on(self, jobs: list[RenewalJob]) -> bool:
         """Send one node's renewal calls in order; True when every one succeeded. After a
