@@ -257,6 +257,35 @@ async def test_a_restart_mid_flight_fails_or_retries_never_misdelivers(private_s
     await _cut_mid_flight(private_server, private_server.restart, data_lost=True)
 
 
+async def test_a_connection_closed_under_the_pipeline_is_a_lost_connection(server):
+    """The application closes the pool's connections (``pool.disconnect()``, which closes the
+    pipeline's too, in tasks of its own) as calls are queued: a write finds its connection's
+    transport closing. The calls are sent again on a fresh connection, as after any lost
+    connection; on Python 3.13.0 the write raised ``TypeError`` ('NoneType' object is not
+    callable) into every caller (also what ``_drop_idle`` did to a connection the pool
+    handed out meanwhile, after a restart)."""
+    client = AsyncClient.from_url(server.url, pipeline=True)
+    locks = [client.lock(f"pipeline:closed-under:{i}") for i in range(20)]
+
+    async def cycle(lock: Any) -> bool:
+        taken = await lock.acquire(blocking=False)
+        await lock.release()
+        return bool(taken)
+
+    try:
+        for _ in range(5):
+            assert all(await asyncio.gather(*(cycle(lock) for lock in locks)))
+            # its close runs first (a task per connection), the pipeline's write next
+            closing = asyncio.ensure_future(client.redis.connection_pool.disconnect())
+            calls = [asyncio.ensure_future(cycle(lock)) for lock in locks]
+            outcomes = await asyncio.wait_for(asyncio.gather(*calls, return_exceptions=True), WAIT)
+            await closing
+            assert all(outcome is True for outcome in outcomes), outcomes
+            assert _in_step(client)
+    finally:
+        await client.close()
+
+
 async def test_every_pipeline_connection_dead_at_once(private_server):
     """A cut kills every connection at once: the first failure retires the others (idle at
     once, busy once drained), so the calls' second tries go to a fresh connection and succeed

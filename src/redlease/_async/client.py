@@ -15,7 +15,7 @@ import redis.exceptions
 from .._asyncio import cancel, compat
 from .._asyncio.line import AsyncLines
 from .._asyncio.subscriber import Subscriber, wait
-from .._asyncio.transport import Pipeline, send_checked_out
+from .._asyncio.transport import Pipeline, drop_idle, send_checked_out
 from .._asyncio.watchdog import AsyncWatchdog
 from .._core.arguments import Seconds
 from .._core.backoff import ExponentialBackoff
@@ -659,7 +659,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             await conn.disconnect()
             await self.redis.connection_pool.release(conn)
         if pool is not None:  # None for a RedisCluster (a pool per node) and on close
-            await pool.disconnect(inuse_connections=False)
+            await drop_idle(pool)
 
     def _send(
         self,

@@ -42,6 +42,7 @@ else:  # redis-py's own dependency there
 from .._redis.errors import HUNG, Hung
 from .._redis.wire import SPARE_CONNECTIONS
 from .._shared import fork
+from .._shared.log import log
 from .cancel import CANCEL_GRACE, Cancelled, cancellable, keeping
 
 WIDTH = 2
@@ -331,6 +332,8 @@ class Pipeline:
                     raise redis.exceptions.ConnectionError("pipeline connection closed")
                 if not pending and conn.health_check_interval:
                     await conn.check_health()  # PING while no reply is due (the reader idles)
+                if _closed_under(conn):  # (on 3.12+ nothing suspends from here to the write)
+                    raise redis.exceptions.ConnectionError("pipeline connection closed")
                 batch, link.outgoing = link.outgoing, []
                 # a call cancelled before it is written is never sent
                 live = [(packed, future) for packed, future in batch if not future.done()]
@@ -391,7 +394,7 @@ class Pipeline:
         if link.dead:
             return
         self._retire(link)
-        error = exc if isinstance(exc, Exception) else PipelineClosedError("pipeline stopped")
+        error = _connection_error(exc)
         sent, unsent = list(link.pending), [future for _, future in link.outgoing]
         link.pending.clear()
         link.outgoing.clear()
@@ -464,6 +467,44 @@ class Pipeline:
         self._queued = 0
         self._room = None
         self._retiring = set()
+
+
+def _closed_under(conn: Any) -> bool:
+    """Whether ``conn`` was closed by another task, its close not finished yet (redis-py's
+    ``disconnect()`` closes the transport, then awaits its end before it forgets it: a
+    ``pool.disconnect()`` of the application's, say). Writing on it then is no write at all;
+    on Python 3.12 and 3.13.0 ``writelines`` even raises ``TypeError`` ('NoneType' object is not
+    callable: a closed transport's write callback is gone)."""
+    writer = getattr(conn, "_writer", None)  # an asyncio.StreamWriter
+    return writer is not None and writer.transport.is_closing()
+
+
+def _connection_error(exc: BaseException) -> Exception:
+    """What the calls of a connection that failed with ``exc`` get: a redis-py error as it
+    is; a stop (a cancellation) as ``PipelineClosedError``; anything else that broke the
+    connection's reader or writer as a ``ConnectionError`` (logged, with its cause): the call
+    is then retried as after a lost connection, and never hands an internal error (a
+    ``TypeError`` from a transport closed mid-write) to the caller."""
+    if isinstance(exc, redis.exceptions.RedisError):
+        return exc
+    if not isinstance(exc, Exception):
+        return PipelineClosedError("pipeline stopped")
+    log.warning("pipeline connection broke unexpectedly", exc_info=exc)
+    error = redis.exceptions.ConnectionError(f"pipeline connection broke: {exc!r}")
+    error.__cause__ = exc
+    return error
+
+
+async def drop_idle(pool: Any) -> None:
+    """Close the idle connections of ``pool`` (a call's connection failed: the others most
+    likely died with it), each one at once, while it is still idle. Not redis-py's
+    ``pool.disconnect(inuse_connections=False)``: it closes them in tasks of their own, a turn
+    later, by when the pool may have handed one out (to the pipeline opening a connection),
+    which was then closed under its new user."""
+    idle = pool._available_connections
+    for conn in list(idle):
+        if conn in idle:  # still idle: nothing else uses it, and closing it never suspends
+            await conn.disconnect(nowait=True)
 
 
 async def send_checked_out(

@@ -52,7 +52,7 @@ from .._shared.state import HANDOFF_WINDOW
 from .._threads import cancel, compat
 from .._threads.line import Lines
 from .._threads.subscriber import Subscriber, wait
-from .._threads.transport import Pipeline, send_checked_out
+from .._threads.transport import Pipeline, drop_idle, send_checked_out
 from .._threads.watchdog import Watchdog
 from ..errors import (
     ClientClosedError,
@@ -655,7 +655,7 @@ class Client(ClientBase, Closing):
             conn.disconnect()
             self.redis.connection_pool.release(conn)
         if pool is not None:  # None for a RedisCluster (a pool per node) and on close
-            pool.disconnect(inuse_connections=False)
+            drop_idle(pool)
 
     def _send(
         self,

@@ -36,6 +36,13 @@ class Pipeline:
         """Nothing to close."""
 
 
+def drop_idle(pool: Any) -> None:
+    """Close the idle connections of ``pool`` (a call's connection failed: the others most
+    likely died with it); redis-py closes them under the pool's lock, so none is handed out
+    meanwhile."""
+    pool.disconnect(inuse_connections=False)
+
+
 def send_checked_out(pool: Any, checkout: tuple[str, ...], spare: list[Any], packed: bytes) -> Any:
     """A command packed by redlease, on a connection kept between calls (``spare``, at most
     ``SPARE_CONNECTIONS``; else one from ``pool``); a dead connection is retried as redis-py's
