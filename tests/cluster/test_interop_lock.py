@@ -17,8 +17,9 @@ from integration.test_semaphore import Background
 from interop.test_lock import JavaThread, held_then_released, unique
 from redis.cluster import RedisCluster
 
-from redlease._core.keys import LockKeys, hash_slot, redisson_prefixed
+from redlease._core.keys import LockKeys, hash_slot, lock_token_key, redisson_prefixed
 from redlease.peers import RedissonLock
+from redlease.testing.redisson import RedissonFencedLock
 
 from .conftest import LocalCluster
 from .test_sharded_pubsub import Listener, classic_subscribers, shard_subscribers
@@ -180,3 +181,24 @@ async def test_classic_pub_sub_both_ways_on_a_redis_6_2_cluster(side, legacy_clu
         assert java.unlock()
     finally:
         java.close()
+
+
+async def test_java_fenced_lock_and_redlease_share_one_token_sequence(side, cluster, lock_name):
+    """Java's ``RFencedLock`` in cluster mode (``redisson_lock_token:{name}``, in the slot of
+    the lock key ``name``) and redlease's cluster client take the lock in turn: one strictly
+    increasing sequence, both keys on the master of the name's slot."""
+    assert hash_slot(lock_token_key(lock_name)) == hash_slot(lock_name)
+    java = RedissonFencedLock(cluster.url, lock_name, cluster=True)
+    lock = side.client(cluster.url, cluster=True).lock(lock_name)
+    tokens: list[int] = []
+    try:
+        for _ in range(3):
+            token = java.try_lock_and_get_token(10)
+            assert token is not None
+            tokens.append(token)
+            assert java.unlock()
+            async with side.hold(lock, timeout=10) as lease:
+                tokens.append(lease.fencing_token)
+    finally:
+        java.close()
+    assert tokens == sorted(set(tokens)), tokens

@@ -120,7 +120,7 @@ async def test_a_handover_after_a_failover_hands_out_a_fresh_token(side, failove
         await side(lock.release())  # sent again: on the promoted replica it still holds T
         e_thread.join(20)
         assert e["token"] > d["token"], (token, d, e)
-        assert int(replica.get(f"redlease:fence:{{{name}}}") or 0) >= e["token"]
+        assert int(replica.get(f"redisson_lock_token:{{{name}}}") or 0) >= e["token"]
     finally:
         d_client.close()
         e_client.close()

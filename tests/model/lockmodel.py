@@ -66,7 +66,11 @@ kept relative to the model's clock instead (``"@<units from now>"``) and move wi
   deadline not passed), unless data was lost on the path (or a force release ran);
 * I2 tokens: every token a server step hands out (a hold with a new ``redlease:fence``) is
   above every token handed out before for the name, across data loss; a first hold the
-  client accepts carries the token handed out for that very call (owner and wait id);
+  client accepts carries the token handed out for that very call (owner and wait id); with
+  a Java thread's ``RFencedLock`` on the same name (``Config.java``: its script from
+  ``redlease/testing/lua``, run on the state as any step), every token redlease hands out is
+  above Java's too, and Java's (``INCR`` of the shared key) above every token handed out
+  before, unless data was lost on the path (Java's ``INCR`` has no time floor: I2j);
 * I3 belief: each owner that believes it holds has its hold alive on the server with its
   token, and a TTL at least its local deadline (no data loss or force release on the path);
   an explicit lease's deadline is the call's start plus the lease asked for, a watched hold's
@@ -101,7 +105,7 @@ from typing import Any, NamedTuple
 from redlease._core import fair, keep, rwlock, scripts
 from redlease._core import lock as core
 from redlease._core.fair import REDISSON_FAIR
-from redlease._core.keys import CLASSIC
+from redlease._core.keys import CLASSIC, lock_token_key
 from redlease._core.lock import Acquired, Hold, HoldTable
 from redlease._core.requests import Call, Handed, Sleep, Subscribe, WaitWake
 from redlease._core.watchdog import RenewalPolicy
@@ -109,6 +113,7 @@ from redlease._shared import state as _owners
 from redlease._shared.channels import handed as parse_handed
 from redlease._shared.channels import lost_notice
 from redlease.errors import LeaseLostError, RedleaseError, ServerUnavailableError
+from redlease.testing.redisson._scripts import load as load_standin
 
 from . import unfixed
 from .engine import RespError, ServerEngine
@@ -119,6 +124,11 @@ GAP = 1000
 GIVE_BACKS = ("_leave", "_undo")
 """Scripts the sync shell sends in the background once a call of the operation timed out
 (``_connections.gives_back``)."""
+
+JAVA_FIELD = "0000a1a0-0000-4000-8000-000000000000:1"
+"""The owner field of the Java thread (``Config.java``)."""
+JAVA_SCRIPT = "redisson_fenced_lock_try"
+"""The model's name for the Java thread's ``RFencedLock`` script (the stand-in's own file)."""
 
 ACQUIRE_PARAMS = frozenset(inspect.signature(core.acquire).parameters)
 RELEASE_PARAMS = frozenset(inspect.signature(core.release).parameters)
@@ -293,6 +303,7 @@ class Ghost(NamedTuple):
     """Waits that gave up and whose leave is not confirmed: (owner field, wait id). A
     hand-over to one of them that nobody of its owner waits for is given back by the shell
     (``Client._abandon``)."""
+    java: int = 0  # acquisitions (tries) by the Java thread's RFencedLock
 
 
 class State(NamedTuple):
@@ -345,6 +356,13 @@ class Config:
     overrides: tuple[tuple[str, bytes], ...] = ()
     """Script name -> source run instead of ``src/redlease/lua``'s (the unfixed copies)."""
     max_states: int = 400_000
+    java: int = 0
+    """Tries of a Java thread's ``RFencedLock`` on the name on a path (a free lock taken with
+    the model's lease, or its own re-entered: ``INCR`` of ``redisson_lock_token:{name}``);
+    its hold ends by expiry."""
+    counter: str = ""
+    """The fencing counter redlease uses, when not the lock's own (the unfixed: redlease's
+    former ``redlease:fence:{name}``, beside the Java thread's key)."""
     keep: int = 2
     """Units a ``K`` release keeps the lock taken."""
     carried_receipts_expire: bool = True
@@ -418,6 +436,7 @@ class Model:
         self.setup()
         self.channel_names = frozenset(c for chs in self.channels for c in chs)
         self.sources = dict(config.overrides)
+        self.sources[JAVA_SCRIPT] = load_standin("fenced_lock_try").encode()
         self.unit = config.unit_ms / 1000
         self.policy = RenewalPolicy(config.watchdog * self.unit)
         self.cache: dict[Any, Any] = {}
@@ -528,6 +547,8 @@ class Model:
         self.layout = REDISSON_FAIR if cfg.layout == "redisson-fair" else core.REDLEASE
         self.fair = cfg.layout != "redlease"
         self.keys = k = self.layout.keys(NAME, CLASSIC)
+        if cfg.counter:
+            self.keys = k = dataclasses.replace(k, fence=cfg.counter)
         self.times = frozenset({k.deadlines} if self.layout is REDISSON_FAIR else ())
         for p in range(len(self.processes)):
             channels: set[str] = set()
@@ -850,6 +871,8 @@ class Model:
         holders = [f for f, c in post_h.items() if not f.startswith("redlease:") and int(c) > 0]
         kind, o = meta[0], meta[1]
         who = f"{self.names[o]}'s {kind}" if o >= 0 else "a force release"
+        if kind == "java":
+            who = "the Java thread"
         if post_fence and holders and (not pre_h or pre_fence != post_fence):
             if post_fence <= ghost.top:
                 _fail(
@@ -981,6 +1004,8 @@ class Model:
                     yield "failover to the replica's copy", lambda: self._lose(st, st.replica)
                 if cfg.restart and st.server:
                     yield "the server restarts empty", lambda: self._lose(st, ())
+        if g.java < cfg.java:
+            yield "a Java thread's RFencedLock tries the lock", lambda: self._java(st)
         if g.forced < cfg.force and self.held_now(st.server):
             yield "another client force-releases the lock", lambda: self._force(st)
         if cfg.unsubscribe:
@@ -1183,6 +1208,28 @@ class Model:
         st, reply = self._run(st, call, ("force", -1))
         self.label_extra = f"-> {reply}"
         return st._replace(ghost=st.ghost._replace(forced=st.ghost.forced + 1))
+
+    def _java(self, st: State) -> State:
+        """One try of a Java thread's ``RFencedLock``: its script (the stand-in's), with the
+        keys and arguments its Java code computes. A token it takes must be above every token
+        handed out before, unless data was lost on the path (I2j); redlease's next must be
+        above it (I2h: ``top``)."""
+        lease_ms = self.config.lease * self.config.unit_ms
+        call = (JAVA_SCRIPT, (NAME, lock_token_key(NAME)), (lease_ms, JAVA_FIELD))
+        st, reply = self._run(st, call, ("java", -1))
+        ttl, token = (int(x) for x in _as_list(reply))
+        self.label_extra = f"-> {ttl} {token}"
+        g = st.ghost._replace(java=st.ghost.java + 1)
+        if ttl == -1:
+            if token <= g.top and not g.losses:
+                _fail(
+                    self.config,
+                    "I2j",
+                    f"I2: the Java thread's RFencedLock takes token {token}, not above "
+                    f"{g.top} already handed out",
+                )
+            g = g._replace(top=max(g.top, token))
+        return st._replace(ghost=g)
 
     def _unlisten(self, st: State, p: int) -> State:
         procs = list(st.procs)

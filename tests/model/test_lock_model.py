@@ -371,3 +371,35 @@ def test_a_give_back_without_the_token_frees_the_owners_next_hold(
     assert result.violation is not None and result.violation.startswith("I3"), result.report()
     monkeypatch.undo()  # the shell's own give-back, with the token
     assert run(engine, config).violation is None
+
+
+# --- issue 35 part 3: one token sequence with Java's RFencedLock ----------------------------
+
+JAVA = [
+    lock("AR", "TR", depth=9, java=2, **QUIET),
+    lock("TR", depth=10, java=2, losses=1, **QUIET),
+    lock("AR", depth=9, java=2, layout="redlease-fair", **QUIET),
+    lock("TR", depth=9, java=2, losses=1, layout="redisson-fair", **QUIET),
+]
+
+
+@pytest.mark.parametrize("config", JAVA, ids=lambda c: label(c) + "-java")
+def test_tokens_shared_with_a_java_fenced_lock(engine: ServerEngine, config: Config) -> None:
+    """A Java thread's ``RFencedLock`` (the stand-in's script, INCR of
+    ``redisson_lock_token:{name}``) takes the lock between redlease's owners, its hold ending
+    by expiry: every token either side takes is above every one before (I2h, I2j), across a
+    failover or restart for redlease's (the time floor), with the other invariants."""
+    result = run(engine, config)
+    assert result.violation is None, result.report()
+    assert result.states > 1_000
+
+
+def test_a_separate_counter_lets_java_repeat_tokens(engine: ServerEngine) -> None:
+    """On redlease's former counter (``redlease:fence:{name}``, not the key Java INCRs) a Java
+    thread that takes the lock after a redlease holder takes a token below that holder's."""
+    config = lock("TR", depth=8, java=1, **QUIET)
+    broken = run(engine, dataclasses.replace(config, counter="redlease:fence:{mlock}"))
+    assert (broken.violation or "").startswith("I2"), broken.report()
+    assert "Java" in (broken.violation or ""), broken.report()
+    fixed = run(engine, config)
+    assert fixed.violation is None, fixed.report()

@@ -90,6 +90,21 @@ def redisson_suffixed(name: str, suffix: str) -> str:
     return key
 
 
+def lock_token_key(name: str) -> str:
+    """The fencing counter of the lock ``name``: Redisson's ``RFencedLock`` token key,
+    ``redisson_lock_token:{name}`` (``prefixName``), which Java's ``INCR``s at every
+    acquisition. A redlease lock is in Redisson's ``RLock`` layout, so a Java service may take
+    the same name with ``RFencedLock``: both then hand out tokens from this one key (see
+    ``lock_acquire.lua``). It hashes to the slot of ``name`` (a plain name is its own tag); a
+    name whose braces form no tag would put it elsewhere: refused (``ValueError``)."""
+    key = redisson_prefixed("redisson_lock_token", name)
+    if hash_slot(key) != hash_slot(name) or hash_tag(key) != hash_tag(name):
+        raise ValueError(
+            f"lock name {name!r} has braces that do not form a hash tag; use '{{tag}}' or none"
+        )
+    return key
+
+
 PUBLISH_COMMANDS = ("publish", "spublish")
 """The commands a script may publish a wake-up with (each script refuses any other)."""
 
@@ -164,7 +179,7 @@ class LockKeys:
             channel=redisson_prefixed("redisson_lock__channel", name),
             queue=same_slot_key(name, "redlease:line:"),
             deadlines=same_slot_key(name, "redlease:queue-deadlines:"),
-            fence=same_slot_key(name, "redlease:fence:"),
+            fence=lock_token_key(name),
             receipt_prefix=same_slot_key(name, "redlease:released:", ":"),
             pubsub=pubsub,
             handover_prefix=same_slot_key(name, "redlease:handover:", ":"),

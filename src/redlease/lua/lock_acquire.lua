@@ -4,7 +4,9 @@
 --          microseconds (server clock)}; no TTL: a place goes when its waiter takes the lock,
 --          leaves, or is found dead (see below); the key goes with its last place
 -- KEYS[3]  outsiders' turn: hash, field "redlease:outsiders" (see lock_release.lua)
--- KEYS[4]  fencing counter: the last token handed out for this name (never expires)
+-- KEYS[4]  fencing counter: the last token handed out for this name (never expires); it is
+--          Redisson's RFencedLock token key, redisson_lock_token:{name}, which a Java thread
+--          INCRs at each of its acquisitions (and re-entries) of the same lock: one sequence
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client-id>:<thread-id>"
 -- ARGV[3]  hold count the caller believes it has (0 on a first acquire)
@@ -54,7 +56,11 @@
 -- server lost its data (a restart without persistence, a failover to a replica that missed the
 -- last grants), as long as the server's clock does not step back past tokens already handed
 -- out. The hold's token is kept in the lock hash (field "redlease:fence"), which Redisson
--- ignores.
+-- ignores. Shared with Java's RFencedLock: a token here is above every INCR Java made (the
+-- counter), and the counter is left at the token, so Java's next INCR lands above it. Java's
+-- INCR has no time floor: after a failover to a replica that missed some of its INCRs (or
+-- redlease's tokens), Java's next tokens may repeat until a redlease acquisition of the name
+-- lifts the counter to the clock; redlease's own tokens never repeat (the floor).
 -- Hot path: a caller that finds the lock held runs hmget, time, zadd and zrange, then pttl
 -- (first in line) or pubsub numsub (behind a live waiter).
 -- A line has no TTL: a dead waiter's place goes when its turn comes or a free lock meets it.

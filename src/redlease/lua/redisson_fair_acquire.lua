@@ -4,7 +4,7 @@
 -- KEYS[2]  Redisson's line "redisson_lock_queue:{<name>}": a list of owner fields, by arrival
 -- KEYS[3]  Redisson's places "redisson_lock_timeout:{<name>}": a zset {owner field -> when
 --          its place lapses, epoch ms}; lapsed places leave the line from its head
--- KEYS[4]  fencing counter (redlease's, as for the plain lock; never expires)
+-- KEYS[4]  fencing counter (the plain lock's, redisson_lock_token:{name}: see lock_acquire.lua)
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client-id>:<thread-id>"
 -- ARGV[3]  hold count the caller believes it has (0 on a first acquire)

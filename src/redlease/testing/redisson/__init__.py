@@ -2,7 +2,7 @@
 
 Each is written from reading Redisson's public source (the keys and arguments its Java code
 computes, the effects of its scripts, its channels and messages), in scripts of our own
-(``redlease/testing/lua``): what a Java service using ``RLock``, ``RFairLock``,
+(``redlease/testing/lua``): what a Java service using ``RLock``, ``RFencedLock``, ``RFairLock``,
 ``RReadWriteLock``, ``RSemaphore``, ``RPermitExpirableSemaphore`` or ``RCountDownLatch`` does
 on the server, to test that redlease and Redisson exclude each other. No watchdog thread:
 ``renew()`` is one turn of it.
@@ -11,6 +11,7 @@ on the server, to test that redlease and Redisson exclude each other. No watchdo
 from __future__ import annotations
 
 from .fair_lock import RedissonFairLock
+from .fenced_lock import RedissonFencedLock
 from .lock import RedissonLock
 from .rwlock import RedissonReadWriteLock
 from .synchronizers import (
@@ -22,6 +23,7 @@ from .synchronizers import (
 __all__ = [
     "RedissonCountDownLatch",
     "RedissonFairLock",
+    "RedissonFencedLock",
     "RedissonLock",
     "RedissonPermitExpirableSemaphore",
     "RedissonReadWriteLock",
