@@ -8,23 +8,23 @@ from ._async.client import AsyncClient
 from ._async.election import AsyncElection, AsyncTerm
 from ._async.latch import AsyncCountDownLatch
 from ._async.lock import AsyncFairLock, AsyncLock
-from ._async.multilock import AsyncMultiLock
+from ._async.multilock import AsyncMultiLock, SupportsAsyncLock
 from ._async.redlock import AsyncRedlockClient
 from ._async.redlock_lock import AsyncRedlockLock
 from ._async.rwlock import AsyncReadLock, AsyncReadWriteLock, AsyncWriteLock
 from ._async.scheduled import AsyncScheduledLock
 from ._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from ._async.spinlock import AsyncSpinLock
+from ._core.arguments import LayoutName, Seconds
 from ._core.backoff import ExponentialBackoff
-from ._core.latch import LatchStatistics
-from ._core.semaphore import SemaphoreStatistics
-from ._shared.locked import locked
+from ._redis.servers import Eviction
+from ._shared.locked import OnBusy, locked
 from ._shared.scheduledbase import ScheduledRun
 from ._sync.client import Client
 from ._sync.election import Election, Term
 from ._sync.latch import CountDownLatch
 from ._sync.lock import FairLock, Lock
-from ._sync.multilock import MultiLock
+from ._sync.multilock import MultiLock, SupportsLock
 from ._sync.redlock import RedlockClient
 from ._sync.redlock_lock import RedlockLock
 from ._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
@@ -52,7 +52,14 @@ from .errors import (
     StaleTokenError,
     WrongTypeError,
 )
-from .stats import EvictionPolicy, HolderInfo, Lease, LockStatistics
+from .stats import (
+    EvictionPolicy,
+    HolderInfo,
+    LatchStatistics,
+    Lease,
+    LockStatistics,
+    SemaphoreStatistics,
+)
 
 __all__ = [
     "ArgumentTypeError",
@@ -77,6 +84,7 @@ __all__ = [
     "CountDownLatch",
     "Election",
     "EventLoopError",
+    "Eviction",
     "EvictionPolicy",
     "EvictionPolicyError",
     "ExponentialBackoff",
@@ -84,6 +92,7 @@ __all__ = [
     "HolderInfo",
     "InvalidArgumentError",
     "LatchStatistics",
+    "LayoutName",
     "Lease",
     "LeaseLostError",
     "LeaseSemaphore",
@@ -94,6 +103,7 @@ __all__ = [
     "LossCause",
     "MultiLock",
     "NotOwnedError",
+    "OnBusy",
     "PermissionDeniedError",
     "QuorumError",
     "ReadLock",
@@ -105,12 +115,15 @@ __all__ = [
     "ReplicaError",
     "ScheduledLock",
     "ScheduledRun",
+    "Seconds",
     "Semaphore",
     "SemaphoreStatistics",
     "ServerError",
     "ServerUnavailableError",
     "SpinLock",
     "StaleTokenError",
+    "SupportsAsyncLock",
+    "SupportsLock",
     "Term",
     "WriteLock",
     "WrongTypeError",

@@ -1,4 +1,4 @@
-"""Frozen values handed to users."""
+"""Frozen values handed to users: a hold's ``Lease``, and each primitive's statistics."""
 
 from __future__ import annotations
 
@@ -96,3 +96,40 @@ class EvictionPolicy:
     (``maxmemory 0``); ``None`` when not known."""
     source: str | None
     """Where it was read: ``"config"``, ``"info"``, or ``None``."""
+
+
+@dataclass(frozen=True)
+class SemaphoreStatistics:
+    """A semaphore as the server and this client see it, read in one round trip."""
+
+    name: str
+    """The semaphore's name."""
+    permits: int | None
+    """Total permits: set plus added (``None``: never set, or set by a Redisson client)."""
+    available: int
+    """Permits free now (a lease semaphore counts run-out leases as free)."""
+    holders: int | None
+    """Permits taken now (``None`` when the total is unknown)."""
+    waiters: int
+    """Callers of every client waiting for permits now (registrations kept on the server)."""
+    local_waiters: int
+    """Threads or tasks of this client waiting now."""
+    ttl: float | None
+    """Counting semaphore: the key's expiry (``None``: none). Lease semaphore: seconds until
+    the soonest held permit's lease ends (``None``: none held)."""
+
+
+@dataclass(frozen=True)
+class LatchStatistics:
+    """A latch as the server and this client see it, read in one round trip."""
+
+    name: str
+    """The latch's name."""
+    count: int
+    """0: open."""
+    waiters: int
+    """Callers of every client waiting now (registrations kept on the server)."""
+    local_waiters: int
+    """Threads or tasks of this client waiting now."""
+    ttl: float | None
+    """The latch key's expiry (``None``: none, or open)."""

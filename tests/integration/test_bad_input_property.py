@@ -229,7 +229,6 @@ def test_lease_semaphore_calls_work_or_raise_redlease_errors(
     if sem.available() > 0:  # a permit is free: the acquire cannot block
         ok, permit = check("acquire", lambda: sem.acquire(timeout=timeout, lease=lease))
         if ok and permit is not None:
-            check("renew", lambda: sem.renew(permit, lease=lease))
             check("update_lease_time", lambda: sem.update_lease_time(permit, lease))
             check("release", lambda: sem.release(permit))
     check("release(garbage)", lambda: sem.release(permits))

@@ -540,7 +540,7 @@ async def test_lease_semaphore_expired_permit_comes_back(side, server, name):
     assert await side(other.available()) == 1
 
 
-async def test_lease_semaphore_client_renews_and_renew_extends(side, server, name):
+async def test_lease_semaphore_client_renews_and_update_lease_time_extends(side, server, name):
     # a lease long enough for a renewal every 0.4 s (each call bounded by that) to land on a
     # loaded 2-core machine: 0.4 s (a call bounded by 0.13 s) failed there ("renewal timed out")
     client = side.client(server.url, watchdog_timeout=1.2)
@@ -548,7 +548,7 @@ async def test_lease_semaphore_client_renews_and_renew_extends(side, server, nam
     assert await side(sem.try_set_permits(2))
     watched = await side(sem.acquire())  # lease 1.2 s, renewed every 0.4 s
     explicit = await side(sem.acquire(lease=1.0))
-    await side(sem.renew(explicit, lease=30))
+    assert await side(sem.update_lease_time(explicit, 30))
     deadline = time.monotonic() + 3.8  # more than three watchdog leases
     while time.monotonic() < deadline:
         stats = await side(sem.statistics())
@@ -557,8 +557,7 @@ async def test_lease_semaphore_client_renews_and_renew_extends(side, server, nam
     assert 0 < stats.ttl <= 1.2
     await side(sem.release(watched))
     await side(sem.release(explicit))
-    with pytest.raises(InvalidArgumentError, match="permit_id"):
-        await side(sem.renew(explicit))
+    assert not await side(sem.update_lease_time(explicit, 30))  # given back: not held
 
 
 async def test_lease_semaphore_reports_a_lost_permit(side, server, name):

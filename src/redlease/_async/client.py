@@ -17,7 +17,7 @@ from .._asyncio.line import AsyncLines
 from .._asyncio.subscriber import Subscriber, wait
 from .._asyncio.transport import Pipeline, drop_idle, send_checked_out
 from .._asyncio.watchdog import AsyncWatchdog
-from .._core.arguments import Seconds
+from .._core.arguments import LayoutName, Seconds
 from .._core.backoff import ExponentialBackoff
 from .._core.requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
@@ -337,7 +337,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
-        layout: str = "redlease",
+        layout: LayoutName = "redlease",
     ) -> AsyncFairLock:
         """A reentrant lock served strictly in arrival order (see ``AsyncFairLock``).
         ``layout="redisson"``: Redisson's RedissonFairLock layout, one line shared with Java
@@ -401,7 +401,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
-        layout: str = "redlease",
+        layout: LayoutName = "redlease",
     ) -> AsyncReadWriteLock:
         """A read-write lock named ``name``: ``.read_lock()`` and ``.write_lock()``, each with
         the ``AsyncLock`` API; many readers or one writer, writers first (see

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from .._asyncio.cancel import finish_despite_cancel
 from .._core import latch as core
 from .._core.arguments import Seconds
-from .._core.latch import LatchStatistics
 from .._core.semaphore import primitive_name, wait_timeout
+from ..stats import LatchStatistics
 
 if TYPE_CHECKING:
     from .client import AsyncClient

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .._asyncio import compat
 from .._core import lock as core
-from .._core.arguments import Seconds
+from .._core.arguments import LayoutName, Seconds
 from .._shared.keep import plan_keep
 from .._shared.lockbase import AcquirePlan, LockBase, fair_layout
 from ..errors import LeaseLostError, LockTimeoutError
@@ -53,7 +53,7 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
 
     @compat.owned_by_caller
     async def acquire(
-        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
         """Take a hold; ``False`` when ``timeout`` ran out (or the lock was held and
         ``blocking`` is false). ``timeout=0`` (or ``blocking=False``) tries once, without
@@ -153,17 +153,17 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
 
     @asynccontextmanager
     async def hold(
-        self, timeout: Seconds | None = None, lease: Seconds | None = None, *, blocking: bool = True
+        self, *, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> AsyncIterator[Lease]:
         """``async with lock.hold(timeout=5) as lease:`` a bounded wait that raises
         ``LockTimeoutError`` when it runs out, then releases on exit. ``timeout=0`` or
         ``blocking=False``: a single try, ``LockTimeoutError`` at once when the lock is
         taken.
 
-        Args:
+        Args (keyword-only, in ``acquire``'s order):
+            blocking: ``False``: a single try.
             timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
             lease: Seconds the hold lasts, not renewed; ``None``: renewed by the watchdog.
-            blocking: ``False``: a single try.
 
         Returns:
             A context manager whose value is the ``Lease`` (its ``fencing_token``,
@@ -260,7 +260,7 @@ class AsyncFairLock(AsyncLock):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
-        layout: str = "redlease",
+        layout: LayoutName = "redlease",
     ) -> None:
         LockBase.__init__(
             self,

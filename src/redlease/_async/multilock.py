@@ -17,13 +17,19 @@ class SupportsAsyncLock(Protocol):
     """What a member needs: a name and the lock calls (``AsyncLock``, ``AsyncRedlockLock``, ...)."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The lock's name (the multi-lock takes its members in the order of their names)."""
+        ...
 
     async def acquire(
-        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
-    ) -> bool: ...
+        self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
+    ) -> bool:
+        """Take a hold, as ``AsyncLock.acquire``."""
+        ...
 
-    async def release(self) -> None: ...
+    async def release(self) -> None:
+        """Give back one hold, as ``AsyncLock.release``."""
+        ...
 
 
 class AsyncMultiLock(AsyncHeld):
@@ -45,7 +51,7 @@ class AsyncMultiLock(AsyncHeld):
 
     @compat.owned_by_caller
     async def acquire(
-        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
         """Take every member; ``False`` (holding none) when ``timeout`` ran out or, with
         ``blocking`` false or ``timeout=0`` (a single try of each), when a member is held

@@ -49,7 +49,7 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
 
     @compat.owned_by_caller
     async def acquire(
-        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
         """Take a hold on a majority; ``False`` when ``timeout`` ran out or (``blocking``
         false, or ``timeout=0``: a single try) the lock is held. Without a ``lease`` the

@@ -15,13 +15,7 @@ from .._asyncio.cancel import finish_despite_cancel
 from .._core import semaphore as core
 from .._core.arguments import Seconds
 from .._core.requests import Call
-from .._core.semaphore import (
-    Granted,
-    ManyReleased,
-    PendingUndo,
-    PermitTable,
-    SemaphoreStatistics,
-)
+from .._core.semaphore import Granted, ManyReleased, PendingUndo, PermitTable
 from .._shared import fork
 from .._shared.log import log
 from .._shared.semaphorebase import (
@@ -32,6 +26,7 @@ from .._shared.semaphorebase import (
     report_unsettled,
 )
 from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError
+from ..stats import SemaphoreStatistics
 from .shared import AsyncHeld
 
 if TYPE_CHECKING:
@@ -369,8 +364,18 @@ class AsyncLeaseSemaphore:
 
     async def update_lease_time(self, permit_id: str, lease: Seconds) -> bool:
         """Set the permit's lease to ``lease`` from now, shorter or longer (Redisson's
-        ``updateLeaseTime``); ``False`` when it is not held. The client stops renewing it:
-        it now simply expires."""
+        ``updateLeaseTime``; the one way to change a permit's lease). The client stops
+        renewing it: it now simply expires.
+
+        Args:
+            permit_id: The permit's id.
+            lease: Seconds from now.
+
+        Returns:
+            ``False`` when the permit is not held (its lease ran out, or it was released).
+
+        Raises:
+            InvalidArgumentError: a bad ``permit_id`` or ``lease``."""
         permit = core.permit_id(permit_id)
         seconds = core.lease_seconds(lease)
         sent_at = time.monotonic()
@@ -392,26 +397,6 @@ class AsyncLeaseSemaphore:
         ``expire``; ``False`` when it does not exist. Permits taken meanwhile go with it."""
         ttl = core.expiry_seconds(seconds)
         return await self.client._run(core.lease_expire(self._keys, ttl), self.name)
-
-    async def renew(self, permit_id: str, lease: Seconds | None = None) -> None:
-        """Extend the permit's lease to at least ``lease`` from now (default: the semaphore's
-        lease, else ``watchdog_timeout``).
-
-        Args:
-            permit_id: The permit's id.
-            lease: Seconds from now; ``None``: the semaphore's lease, else
-                ``watchdog_timeout``.
-
-        Raises:
-            LeaseLostError: the permit is gone (its lease ran out, or it was released)."""
-        permit = core.permit_id(permit_id)
-        chosen = self._lease if lease is None else core.lease_seconds(lease)
-        seconds = self.client.watchdog_timeout if chosen is None else chosen
-        sent_at = time.monotonic()
-        ok = await self.client._run(core.renew(self._keys, permit, seconds), self.name)
-        error = keeper(self.client).renewed(self._keys, permit, ok, sent_at)
-        if error is not None:
-            raise error
 
     async def available(self) -> int:
         """Permits free now, counting those whose lease ran out (0 when never set)."""
@@ -570,19 +555,6 @@ class AsyncPermitKeeper:
             lost = self.table.take_lost(permit)
             ours = self.table.released(permit) is not None
         return core.release_error(keys, permit, code, ours, lost)
-
-    def renewed(
-        self, keys: core.LeaseSemaphoreKeys, permit: str, ok: bool, sent_at: float
-    ) -> Exception | None:
-        with self.mutex:
-            record = self.table.get(permit)
-            if ok:
-                if record is not None:
-                    record.renewed_at, record.lease_left = sent_at, None
-                return None
-            lost = self.table.take_lost(permit)
-            ours = self.table.released(permit) is not None
-        return core.release_error(keys, permit, core.UNKNOWN, ours, lost)
 
     # --- the watchdog's renewal source ----------------------------------------------------
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import sys
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from ..errors import InvalidArgumentError
 from .requests import Replication
@@ -174,16 +174,17 @@ def lock_name(name: object) -> str:
     return name
 
 
-LAYOUTS = ("redlease", "redisson")
+LayoutName = Literal["redlease", "redisson"]
 """A fair lock's or read-write lock's data layout: redlease's own (the stronger guarantees),
 or Redisson's (shared with Java services using Redisson on the same names)."""
 
 
-def layout(value: object) -> str:
-    if value not in LAYOUTS:
-        raise InvalidArgumentError(f"layout must be 'redlease' or 'redisson', got {value!r}")
-    assert isinstance(value, str)
-    return value
+def layout(value: object) -> LayoutName:
+    if value == "redlease":
+        return "redlease"
+    if value == "redisson":
+        return "redisson"
+    raise InvalidArgumentError(f"layout must be 'redlease' or 'redisson', got {value!r}")
 
 
 def wait_args(blocking: bool, timeout: Seconds | None) -> tuple[bool, float | None]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidArgumentError
+from ..stats import LatchStatistics
 from . import arguments
 from .keys import CLASSIC, PubSub, hash_slot, same_slot_key
 from .lock import PLACE_MS
@@ -80,22 +81,6 @@ def keys_for(name: str, *, cluster: bool, pubsub: PubSub = CLASSIC) -> LatchKeys
             "('{...}'), because Redisson's latch channel for it would hash elsewhere"
         )
     return keys
-
-
-@dataclass(frozen=True)
-class LatchStatistics:
-    """A latch as the server and this client see it, read in one round trip."""
-
-    name: str
-    """The latch's name."""
-    count: int
-    """0: open."""
-    waiters: int
-    """Callers of every client waiting now (registrations kept on the server)."""
-    local_waiters: int
-    """Threads or tasks of this client waiting now."""
-    ttl: float | None
-    """The latch key's expiry (``None``: none, or open)."""
 
 
 def try_set_count(keys: LatchKeys, count: int, *, request_id: str | None = None) -> Operation[bool]:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgumentError, LeaseLostError, LossCause, ServerUnavailableError
+from ..stats import SemaphoreStatistics
 from . import arguments
 from .backoff import LateGrants, Outage
 from .keys import (
@@ -353,30 +354,6 @@ class LeaseSemaphoreKeys:
 
     def receipt(self, request_id: str) -> str:
         return self.receipt_prefix + request_id
-
-
-# --- statistics -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SemaphoreStatistics:
-    """A semaphore as the server and this client see it, read in one round trip."""
-
-    name: str
-    """The semaphore's name."""
-    permits: int | None
-    """Total permits: set plus added (``None``: never set, or set by a Redisson client)."""
-    available: int
-    """Permits free now (a lease semaphore counts run-out leases as free)."""
-    holders: int | None
-    """Permits taken now (``None`` when the total is unknown)."""
-    waiters: int
-    """Callers of every client waiting for permits now (registrations kept on the server)."""
-    local_waiters: int
-    """Threads or tasks of this client waiting now."""
-    ttl: float | None
-    """Counting semaphore: the key's expiry (``None``: none). Lease semaphore: seconds until
-    the soonest held permit's lease ends (``None``: none held)."""
 
 
 # --- the wait loop shared by semaphores and the latch ---------------------------------------

@@ -6,7 +6,7 @@ import time
 from collections.abc import Hashable
 
 from .._core import rwlock as core
-from .._core.arguments import Seconds, chosen_lease, wait_args
+from .._core.arguments import LayoutName, Seconds, chosen_lease, wait_args
 from .._core.lock import Acquired, Hold, Status
 from .._core.requests import Operation
 from .._core.rwlock_redisson import RedissonRwKeys
@@ -22,7 +22,7 @@ class RwSideBase(LockBase):
 
     _side: str = core.READ
 
-    def _init_side(self, layout: str) -> None:
+    def _init_side(self, layout: LayoutName) -> None:
         """After ``LockBase.__init__`` validated the name, lease and replicas: this side's
         keys (the hold table label ``"<name> (read)"``) instead of the plain lock's, in
         redlease's layout or Redisson's (``layout`` as checked by ``options.layout``)."""

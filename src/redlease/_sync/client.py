@@ -13,7 +13,7 @@ import redis
 import redis.cluster
 import redis.exceptions
 
-from .._core.arguments import Seconds
+from .._core.arguments import LayoutName, Seconds
 from .._core.backoff import ExponentialBackoff
 from .._core.requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
@@ -335,7 +335,7 @@ class Client(ClientBase, Closing):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
-        layout: str = "redlease",
+        layout: LayoutName = "redlease",
     ) -> FairLock:
         """A reentrant lock served strictly in arrival order (see ``FairLock``).
         ``layout="redisson"``: Redisson's RedissonFairLock layout, one line shared with Java
@@ -399,7 +399,7 @@ class Client(ClientBase, Closing):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
-        layout: str = "redlease",
+        layout: LayoutName = "redlease",
     ) -> ReadWriteLock:
         """A read-write lock named ``name``: ``.read_lock()`` and ``.write_lock()``, each with
         the ``Lock`` API; many readers or one writer, writers first (see

@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 from .._core import latch as core
 from .._core.arguments import Seconds
-from .._core.latch import LatchStatistics
 from .._core.semaphore import primitive_name, wait_timeout
 from .._threads.cancel import finish_despite_cancel
+from ..stats import LatchStatistics
 
 if TYPE_CHECKING:
     from .client import Client

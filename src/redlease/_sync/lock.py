@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .._core import lock as core
-from .._core.arguments import Seconds
+from .._core.arguments import LayoutName, Seconds
 from .._shared.keep import plan_keep
 from .._shared.lockbase import AcquirePlan, LockBase, fair_layout
 from .._threads import compat
@@ -52,7 +52,7 @@ class Lock(LockBase, Held, LockQueries):
 
     @compat.owned_by_caller
     def acquire(
-        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
         """Take a hold; ``False`` when ``timeout`` ran out (or the lock was held and
         ``blocking`` is false). ``timeout=0`` (or ``blocking=False``) tries once, without
@@ -152,17 +152,17 @@ class Lock(LockBase, Held, LockQueries):
 
     @contextmanager
     def hold(
-        self, timeout: Seconds | None = None, lease: Seconds | None = None, *, blocking: bool = True
+        self, *, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
     ) -> Iterator[Lease]:
         """``with lock.hold(timeout=5) as lease:`` a bounded wait that raises
         ``LockTimeoutError`` when it runs out, then releases on exit. ``timeout=0`` or
         ``blocking=False``: a single try, ``LockTimeoutError`` at once when the lock is
         taken.
 
-        Args:
+        Args (keyword-only, in ``acquire``'s order):
+            blocking: ``False``: a single try.
             timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
             lease: Seconds the hold lasts, not renewed; ``None``: renewed by the watchdog.
-            blocking: ``False``: a single try.
 
         Returns:
             A context manager whose value is the ``Lease`` (its ``fencing_token``,
@@ -259,7 +259,7 @@ class FairLock(Lock):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
-        layout: str = "redlease",
+        layout: LayoutName = "redlease",
     ) -> None:
         LockBase.__init__(
             self,

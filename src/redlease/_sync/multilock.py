@@ -18,13 +18,19 @@ class SupportsLock(Protocol):
     """What a member needs: a name and the lock calls (``Lock``, ``RedlockLock``, ...)."""
 
     @property
-    def name(self) -> str: ...
+    def name(self) -> str:
+        """The lock's name (the multi-lock takes its members in the order of their names)."""
+        ...
 
     def acquire(
-        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
-    ) -> bool: ...
+        self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
+    ) -> bool:
+        """Take a hold, as ``Lock.acquire``."""
+        ...
 
-    def release(self) -> None: ...
+    def release(self) -> None:
+        """Give back one hold, as ``Lock.release``."""
+        ...
 
 
 class MultiLock(Held):
@@ -44,7 +50,7 @@ class MultiLock(Held):
 
     @compat.owned_by_caller
     def acquire(
-        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
         """Take every member; ``False`` (holding none) when ``timeout`` ran out or, with
         ``blocking`` false or ``timeout=0`` (a single try of each), when a member is held

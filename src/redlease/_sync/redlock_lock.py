@@ -48,7 +48,7 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
 
     @compat.owned_by_caller
     def acquire(
-        self, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+        self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
         """Take a hold on a majority; ``False`` when ``timeout`` ran out or (``blocking``
         false, or ``timeout=0``: a single try) the lock is held. Without a ``lease`` the

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .._core import rwlock as core
-from .._core.arguments import Seconds
+from .._core.arguments import LayoutName, Seconds
 from .._core.arguments import layout as check_layout
 from .._shared.rwlockbase import RwSideBase
 from ..errors import LeaseLostError
@@ -28,7 +28,7 @@ class _Side(RwSideBase, Lock):
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
-        layout: str = "redlease",
+        layout: LayoutName = "redlease",
     ) -> None:
         Lock.__init__(
             self, client, name, lease=lease, on_lease_lost=on_lease_lost, replicas=replicas
@@ -74,7 +74,7 @@ class ReadWriteLock:
         lease: Seconds | None = None,
         on_lease_lost: Callable[[LeaseLostError], None] | None = None,
         replicas: int | None = None,
-        layout: str = "redlease",
+        layout: LayoutName = "redlease",
     ) -> None:
         self.client = client
         """The client that made it."""

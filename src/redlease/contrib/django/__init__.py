@@ -29,8 +29,7 @@ try:
 except ModuleNotFoundError as exc:  # the framework is an extra
     raise _missing_extra(exc, "django", "django") from exc
 
-from ... import AsyncLock, InvalidArgumentError, LeaseLostError, Lock
-from ..._core.arguments import Seconds
+from ... import AsyncLock, InvalidArgumentError, LeaseLostError, Lock, Seconds
 from ._clients import get_async_client, get_client
 from ._views import locked
 

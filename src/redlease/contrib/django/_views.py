@@ -12,8 +12,7 @@ from typing import Any, NoReturn
 from django.core.management.base import BaseCommand, CommandError
 from django.http import HttpRequest, HttpResponse
 
-from ... import InvalidArgumentError, LeaseLostError, LockTimeoutError
-from ..._core.arguments import Seconds
+from ... import InvalidArgumentError, LeaseLostError, LockTimeoutError, Seconds
 from ..._shared.options import refuse_unknown
 from . import _clients
 
