@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import inspect
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, get_args
 
@@ -123,3 +129,124 @@ def test_the_integrations_import_nothing_private_of_the_core() -> None:
         if "_core" in path.read_text()
     ]
     assert found == []
+
+
+# --- the walk: one name per idea, one idea per name (docs/layout.md's glossary) -------------
+#
+# For each word of the glossary, the other names one might give its idea: a parameter (or a
+# CLI option) so named is a second name for it.
+SYNONYMS = {
+    "timeout": {"wait", "wait_timeout", "blocking_timeout", "max_wait", "wait_time", "waittime"},
+    "lease": {"lease_time", "lease_seconds", "ttl", "expire", "expiry", "ex", "px", "at_most_for"},
+    "permits": {"count", "n", "num_permits", "permit_count", "amount"},
+    "on_lease_lost": {"on_lost", "on_loss", "lost"},
+}
+# and what each word is: every parameter of that name is of that type (else it means two things)
+MEANS = {
+    "timeout": {"Seconds | None"},
+    "lease": {"Seconds | None", "Seconds"},
+    "permits": {"int"},
+    "blocking": {"bool"},
+    "layout": {"LayoutName"},
+    "on_lease_lost": {"Callable[[LeaseLostError], None] | None"},
+}
+# Deliberate exceptions, (where, name): why. ``where`` drops the ``Async`` prefix.
+EXCEPTIONS = {
+    ("redlease run", "wait"): "flock(1)'s --wait/-w, which `redlease run` mirrors",
+    ("Client.scheduled_lock", "at_most_for"): "ShedLock's lockAtMostFor, beside at_least_for",
+    ("ScheduledLock", "at_most_for"): "ShedLock's lockAtMostFor, beside at_least_for",
+    ("Client.fenced_set", "px"): "redis-py's SET px=: the stored value's expiry in ms",
+    ("CountDownLatch.try_set_count", "count"): "Redisson's trySetCount: a latch's count",
+    ("contrib.django.locked", "on_lost"): "a policy's name ('raise', ...), not a callback",
+    ("contrib.fastapi.lock", "on_lost"): "a policy's name ('raise', ...), not a callback",
+}
+
+
+def _walk() -> Iterator[tuple[str, Any]]:
+    """``(where, callable)`` of the public API: ``redlease.__all__``'s functions, classes
+    (their constructors) and their public methods, and the integrations' public callables.
+    Values the API hands back (frozen dataclasses: ``Lease``, the statistics) are read, not
+    called, and errors are raised, not called: both are left out."""
+    for name in redlease.__all__:
+        obj = getattr(redlease, name, None)
+        if inspect.isclass(obj):
+            if dataclasses.is_dataclass(obj) or issubclass(obj, BaseException):
+                continue
+            plain = name.removeprefix("Async")
+            yield plain, obj
+            for member, fn in inspect.getmembers(obj):
+                if not member.startswith("_") and callable(fn):
+                    yield f"{plain}.{member}", fn
+        elif inspect.isfunction(obj):
+            yield name, obj
+    for module in ("django", "fastapi", "celery"):
+        try:
+            mod = importlib.import_module(f"redlease.contrib.{module}")
+        except ImportError:  # its framework is not installed
+            continue
+        for name in mod.__all__:
+            obj = getattr(mod, name)
+            if callable(obj) and not (inspect.isclass(obj) and issubclass(obj, BaseException)):
+                yield f"contrib.{module}.{name}", obj
+
+
+def _parameters(obj: Any) -> list[inspect.Parameter]:
+    try:
+        params = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p for p in params if p.name not in ("self", "cls")]
+
+
+def _cli_options() -> Iterator[tuple[str, str]]:
+    """``(command, option name)`` of every option the CLI's ``--help`` shows."""
+    top = subprocess.run(
+        [sys.executable, "-m", "redlease", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    commands = re.findall(r"^    (\w+)\s", top, re.M)
+    assert "run" in commands, top
+    for command in commands:
+        text = subprocess.run(
+            [sys.executable, "-m", "redlease", command, "--help"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for option in set(re.findall(r"(?<![\w-])--([a-z][a-z-]*)", text)):
+            yield f"redlease {command}", option.replace("-", "_")
+        if re.search(r"(?<![\w-])-w\b", text):
+            yield f"redlease {command}", "wait"  # flock's -w is the wait too
+
+
+def _second_names(found: Iterator[tuple[str, str]]) -> list[str]:
+    other = {word: preferred for preferred, words in SYNONYMS.items() for word in words}
+    return sorted(
+        f"{where}({name}): the glossary's word is {other[name]!r}"
+        for where, name in found
+        if name in other and (where, name) not in EXCEPTIONS
+    )
+
+
+def test_no_idea_has_two_names_in_the_api() -> None:
+    found = ((where, p.name) for where, obj in _walk() for p in _parameters(obj))
+    assert _second_names(found) == []
+
+
+def test_no_idea_has_two_names_in_the_cli() -> None:
+    assert _second_names(_cli_options()) == []
+
+
+def test_no_name_means_two_things() -> None:
+    found = sorted(
+        f"{where}({p.name}: {p.annotation})"
+        for where, obj in _walk()
+        for p in _parameters(obj)
+        if p.name in MEANS and str(p.annotation) not in MEANS[p.name]
+    )
+    assert found == []
+
+
+def test_every_exception_is_still_needed() -> None:
+    seen = {(where, p.name) for where, obj in _walk() for p in _parameters(obj)}
+    seen |= set(_cli_options())
+    assert set(EXCEPTIONS) - seen == set()

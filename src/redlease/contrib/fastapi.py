@@ -51,6 +51,7 @@ from .. import (
     LeaseLostError,
     LockTimeoutError,
     RedleaseError,
+    Seconds,
 )
 from .._shared.options import refuse_unknown
 from ..events import Listener
@@ -305,10 +306,10 @@ class _LockSpec:
 def lock(
     name: str | Callable[..., Any],
     *,
-    timeout: float | timedelta | None = 0,
+    timeout: Seconds | None = 0,
     on_busy: int = 409,
     retry_after: int | None = None,
-    lease: float | timedelta | None = None,
+    lease: Seconds | None = None,
     fair: bool = False,
     on_lost: str = "log",
     **unknown: NoReturn,
