@@ -167,3 +167,29 @@ async def test_bad_arguments(side, three):
         await side(lock.acquire(blocking=False, timeout=1))
     with pytest.raises(InvalidArgumentError, match="lease"):
         await side(lock.acquire(lease=0))
+
+
+async def test_hold_of_a_multilock_and_a_redlock_lock(side, five, name):
+    # the lock's ``hold()`` on both (issue 32): a bounded wait, then released on exit
+    from redlease import LockTimeoutError
+
+    r_client = redlock(side, five[:3])
+    member = single(side, five[3]).lock(f"{name}:a")
+    red = r_client.lock(f"{name}:b")
+    lock = multi(side, member, red)
+    async with side.hold(red, timeout=5):
+        assert held_on(five[:3], f"{name}:b") == [0, 1, 2]
+    assert held_on(five[:3], f"{name}:b") == []
+    async with side.hold(lock, timeout=5):
+        assert holders(five[3], f"{name}:a") and held_on(five[:3], f"{name}:b") == [0, 1, 2]
+    assert holders(five[3], f"{name}:a") == {} and held_on(five[:3], f"{name}:b") == []
+    blocker = single(side, five[3]).lock(f"{name}:a")
+    assert await side(blocker.acquire(lease=30))
+    with pytest.raises(LockTimeoutError, match="single try"):
+        async with side.hold(lock, blocking=False):
+            pass
+    with pytest.raises(LockTimeoutError):
+        async with side.hold(lock, timeout=0.2, lease=10):
+            pass
+    assert held_on(five[:3], f"{name}:b") == []  # nothing left half-held
+    await side(blocker.release())

@@ -65,7 +65,9 @@ def test_a_lock_s_acquire_takes_blocking_timeout_then_lease_by_keyword(
 
 
 @pytest.mark.parametrize("prefix", ["", "Async"])
-@pytest.mark.parametrize("cls", ["Lock", "FairLock", "SpinLock", "ReadLock", "WriteLock"])
+@pytest.mark.parametrize(
+    "cls", ["Lock", "FairLock", "SpinLock", "ReadLock", "WriteLock", "RedlockLock", "MultiLock"]
+)
 def test_a_lock_s_hold_takes_acquire_s_arguments_in_its_order_by_keyword(
     prefix: str, cls: str
 ) -> None:

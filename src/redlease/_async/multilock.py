@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from typing import Protocol
 
 from .._asyncio import compat
 from .._core.arguments import Seconds, optional_seconds, wait_args
+from .._shared.lockbase import not_acquired
 from .._shared.log import log
 from .._shared.multilockbase import check_members, first_error, order_key
+from ..errors import LockTimeoutError
 from .shared import AsyncHeld
 
 
@@ -77,6 +80,29 @@ class AsyncMultiLock(AsyncHeld):
             if len(taken) < len(self._order):  # never left half-held, whatever happened
                 await self._release_all(taken, raise_errors=False)
         return len(taken) == len(self._order)
+
+    @asynccontextmanager
+    async def hold(
+        self, *, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> AsyncIterator[None]:
+        """``async with lock.hold(timeout=5):`` as ``AsyncLock.hold``, of every member: a
+        bounded wait that raises ``LockTimeoutError`` when it runs out, then releases on exit.
+
+        Args (keyword-only, in ``acquire``'s order):
+            blocking: ``False``: a single try.
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the hold lasts, not renewed; ``None``: renewed by the watchdog.
+
+        Raises:
+            LockTimeoutError: the lock was not acquired in time (or at the single try).
+            InvalidArgumentError: a bad ``timeout`` or ``lease``."""
+        if not await self.acquire(blocking, timeout, lease=lease):
+            names = ", ".join(lock.name for lock in self.locks)
+            raise LockTimeoutError(not_acquired(blocking, timeout), name=names)
+        try:
+            yield
+        finally:
+            await self.release()
 
     @compat.owned_by_caller
     async def release(self) -> None:

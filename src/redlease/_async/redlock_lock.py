@@ -3,15 +3,17 @@ its fan-out are in ``redlock``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from .._asyncio import compat
 from .._asyncio.cancel import finish_despite_cancel
 from .._core import redlock as core
 from .._core.arguments import Seconds
+from .._shared.lockbase import not_acquired
 from .._shared.redlockbase import RedlockLockBase
-from ..errors import LeaseLostError
+from ..errors import LeaseLostError, LockTimeoutError
 from .shared import AsyncHeld, AsyncLockQueries
 
 if TYPE_CHECKING:
@@ -21,8 +23,9 @@ if TYPE_CHECKING:
 class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
     """A reentrant lease lock held on a majority of independent masters, owned per asyncio task.
 
-    The same calls as ``AsyncLock``: ``acquire(blocking, timeout, lease)``, ``release()``,
-    ``async with``, ``locked()``, ``owned()``, ``ttl()``, ``hold_count()``, ``force_release()``.
+    The same calls as ``AsyncLock``: ``acquire(blocking, timeout, *, lease)``, ``release()``,
+    ``async with``, ``hold()``, ``locked()``, ``owned()``, ``ttl()``, ``hold_count()``,
+    ``force_release()``.
     It hands out no fencing token: a token that stays increasing needs a single master.
     Cancelling ``acquire`` gives back what the masters granted before the cancellation
     propagates; a cancelled ``release`` still completes (bounded).
@@ -92,6 +95,30 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
             self._release_failed(plan, exc)
             raise
         self._released(plan, result)
+
+    @asynccontextmanager
+    async def hold(
+        self, *, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> AsyncIterator[None]:
+        """``async with lock.hold(timeout=5):`` as ``AsyncLock.hold``: a bounded wait that
+        raises ``LockTimeoutError`` when it runs out, then releases on exit.
+
+        Args (keyword-only, in ``acquire``'s order):
+            blocking: ``False``: a single try.
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the hold lasts, not renewed; ``None``: renewed by the watchdog.
+
+        Raises:
+            LockTimeoutError: the lock was not acquired in time (or at the single try).
+            InvalidArgumentError: a bad ``timeout`` or ``lease``."""
+        if not await self.acquire(blocking, timeout, lease=lease):
+            raise LockTimeoutError(
+                not_acquired(blocking, timeout), name=self.name, owner=self.client._owner()
+            )
+        try:
+            yield
+        finally:
+            await self.release()
 
     async def force_release(self) -> bool:
         """Delete the lock on every master whoever holds it; ``True`` if any master had it."""

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import Protocol
 
 from .._core.arguments import Seconds, optional_seconds, wait_args
+from .._shared.lockbase import not_acquired
 from .._shared.log import log
 from .._shared.multilockbase import check_members, first_error, order_key
 from .._threads import compat
+from ..errors import LockTimeoutError
 from .shared import Held
 
 
@@ -76,6 +79,29 @@ class MultiLock(Held):
             if len(taken) < len(self._order):  # never left half-held, whatever happened
                 self._release_all(taken, raise_errors=False)
         return len(taken) == len(self._order)
+
+    @contextmanager
+    def hold(
+        self, *, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> Iterator[None]:
+        """``with lock.hold(timeout=5):`` as ``Lock.hold``, of every member: a
+        bounded wait that raises ``LockTimeoutError`` when it runs out, then releases on exit.
+
+        Args (keyword-only, in ``acquire``'s order):
+            blocking: ``False``: a single try.
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the hold lasts, not renewed; ``None``: renewed by the watchdog.
+
+        Raises:
+            LockTimeoutError: the lock was not acquired in time (or at the single try).
+            InvalidArgumentError: a bad ``timeout`` or ``lease``."""
+        if not self.acquire(blocking, timeout, lease=lease):
+            names = ", ".join(lock.name for lock in self.locks)
+            raise LockTimeoutError(not_acquired(blocking, timeout), name=names)
+        try:
+            yield
+        finally:
+            self.release()
 
     @compat.owned_by_caller
     def release(self) -> None:

@@ -4,15 +4,17 @@ its fan-out are in ``redlock``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from .._core import redlock as core
 from .._core.arguments import Seconds
+from .._shared.lockbase import not_acquired
 from .._shared.redlockbase import RedlockLockBase
 from .._threads import compat
 from .._threads.cancel import finish_despite_cancel
-from ..errors import LeaseLostError
+from ..errors import LeaseLostError, LockTimeoutError
 from .shared import Held, LockQueries
 
 if TYPE_CHECKING:
@@ -22,8 +24,9 @@ if TYPE_CHECKING:
 class RedlockLock(RedlockLockBase, Held, LockQueries):
     """A reentrant lease lock held on a majority of independent masters, owned per thread.
 
-    The same calls as ``Lock``: ``acquire(blocking, timeout, lease)``, ``release()``,
-    ``with``, ``locked()``, ``owned()``, ``ttl()``, ``hold_count()``, ``force_release()``.
+    The same calls as ``Lock``: ``acquire(blocking, timeout, *, lease)``, ``release()``,
+    ``with``, ``hold()``, ``locked()``, ``owned()``, ``ttl()``, ``hold_count()``,
+    ``force_release()``.
     It hands out no fencing token: a token that stays increasing needs a single master.
     """
 
@@ -91,6 +94,30 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
             self._release_failed(plan, exc)
             raise
         self._released(plan, result)
+
+    @contextmanager
+    def hold(
+        self, *, blocking: bool = True, timeout: Seconds | None = None, lease: Seconds | None = None
+    ) -> Iterator[None]:
+        """``with lock.hold(timeout=5):`` as ``Lock.hold``: a bounded wait that
+        raises ``LockTimeoutError`` when it runs out, then releases on exit.
+
+        Args (keyword-only, in ``acquire``'s order):
+            blocking: ``False``: a single try.
+            timeout: Seconds to wait at most; ``None``: as long as it takes; ``0``: one try.
+            lease: Seconds the hold lasts, not renewed; ``None``: renewed by the watchdog.
+
+        Raises:
+            LockTimeoutError: the lock was not acquired in time (or at the single try).
+            InvalidArgumentError: a bad ``timeout`` or ``lease``."""
+        if not self.acquire(blocking, timeout, lease=lease):
+            raise LockTimeoutError(
+                not_acquired(blocking, timeout), name=self.name, owner=self.client._owner()
+            )
+        try:
+            yield
+        finally:
+            self.release()
 
     def force_release(self) -> bool:
         """Delete the lock on every master whoever holds it; ``True`` if any master had it."""
