@@ -92,9 +92,12 @@ async def test_tasks_own_their_holds(server, name):
         async def other_task() -> tuple[bool, bool]:
             return await lock.owned(), await lock.acquire(blocking=False)
 
+        async def release_elsewhere() -> None:
+            await lock.release()
+
         assert await asyncio.create_task(other_task()) == (False, False)
         with pytest.raises(NotOwnedError):
-            await asyncio.create_task(lock.release())
+            await asyncio.create_task(release_elsewhere())
         await lock.release()
 
 
