@@ -104,9 +104,16 @@ class _Migration:
                 r.execute_command("CLUSTER", "SETSLOT", self.slot, "NODE", target_id)
 
 
-RECHECKS = 2.5
-"""Seconds each migration step lasts: more than the waiter's longest pause between re-checks
-(the holder's remaining lease, at most ``watchdog_timeout`` = 1 s here) and two renewals."""
+RECHECKS = 3.5
+"""Seconds the first and the last migration step last: more than the waiter's longest pause
+between re-checks (the holder's remaining lease, at most ``watchdog_timeout`` = 3 s here)."""
+
+SPLIT = 1.5
+"""Seconds each step with the keys split between the masters lasts. From the slot's MIGRATING
+on, the cluster refuses the waiter's script until the move is finished (some of its keys are
+missing: TRYAGAIN), and the waiter retries it within a second; a waiter rides out such an
+outage for 10 s (``OUTAGE_TOLERANCE``), so the refusing steps together stay well under that
+(``RECHECKS`` + 2 * ``SPLIT``), and more than a renewal each (every second)."""
 
 
 async def test_a_waiter_during_an_ask_redirection(side, own_cluster):
@@ -115,8 +122,9 @@ async def test_a_waiter_during_an_ask_redirection(side, own_cluster):
     then the move finished. The holder keeps its lease throughout; once it releases, the
     waiter gets the lock, and never before."""
     name = f"order:asking:{side.kind}"
-    holder_client = side.client(own_cluster.url, cluster=True, watchdog_timeout=1)
-    waiter_client = side.client(own_cluster.url, cluster=True, watchdog_timeout=1)
+    # a lease of 3 s, renewed every second: a loaded machine's late renewal is not a lost hold
+    holder_client = side.client(own_cluster.url, cluster=True, watchdog_timeout=3)
+    waiter_client = side.client(own_cluster.url, cluster=True, watchdog_timeout=3)
     lost: list[Exception] = []
     holder = holder_client.lock(name, on_lease_lost=lost.append)
     assert await side(holder.acquire())
@@ -124,10 +132,18 @@ async def test_a_waiter_during_an_ask_redirection(side, own_cluster):
     got: list[bool] = []
     errors: list[BaseException] = []
     if side.is_async:
-        task = asyncio.create_task(waiter.acquire(timeout=60))
-        task.add_done_callback(
-            lambda t: errors.append(t.exception()) if t.exception() else got.append(t.result())
-        )
+        # the outcome is recorded in the waiting task itself, not by a done callback: from
+        # Python 3.12, `wait_for` on a task that has just ended returns before the task's
+        # done callbacks have run (3.13 failed here with `got == []` though the waiter held
+        # the lock)
+
+        async def wait_async() -> None:
+            try:
+                got.append(await waiter.acquire(timeout=60))
+            except BaseException as exc:
+                errors.append(exc)
+
+        task = asyncio.create_task(wait_async())
     else:
 
         def wait() -> None:
@@ -150,14 +166,18 @@ async def test_a_waiter_during_an_ask_redirection(side, own_cluster):
     assert set(keys) >= {name, fence}, keys
     try:
         steps = [
-            ("slot MIGRATING, keys not moved", migration.begin),
-            ("the fencing counter moved, the lock not", lambda: migration.move([fence])),
-            ("every key moved, before SETSLOT NODE", lambda: migration.move(migration.keys_left())),
-            ("migration finished", migration.finish),
+            ("slot MIGRATING, keys not moved", migration.begin, RECHECKS),
+            ("the fencing counter moved, the lock not", lambda: migration.move([fence]), SPLIT),
+            (
+                "every key moved, before SETSLOT NODE",
+                lambda: migration.move(migration.keys_left()),
+                SPLIT,
+            ),
+            ("migration finished", migration.finish, RECHECKS),
         ]
-        for step, do in steps:
+        for step, do, lasting in steps:
             do()
-            await asyncio.sleep(RECHECKS)  # the waiter re-checks, the holder renews, meanwhile
+            await asyncio.sleep(lasting)  # the waiter re-checks, the holder renews, meanwhile
             assert not errors, f"{step}: the waiter failed: {errors!r}"
             assert not got, f"{step}: the waiter got a lock that is held"
             assert not lost, f"{step}: the holder's lease was reported lost: {lost}"
