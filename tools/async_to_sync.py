@@ -380,11 +380,44 @@ def _polish(text: str, target: Path) -> str:
     return text
 
 
+_IF_FALSE = re.compile(r"^(?P<indent>[ \t]*)if False:.*$")
+_FALSE_TERNARY = re.compile(r"[\w.]+(?:\([^()]*\))? if False else ")
+
+
+def _drop_false_branches(text: str) -> str:
+    """What an asyncio-only parameter's default (``False``) leaves dead in the sync file: an
+    ``if False:`` block goes with its body, ``x if False else y`` becomes ``y``. A block with an
+    ``else``/``elif`` stops the tool (its body would have to be lifted by hand)."""
+    text = _FALSE_TERNARY.sub("", text)
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        match = _IF_FALSE.match(lines[i].rstrip("\n"))
+        if not match:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent = len(match["indent"])
+        i += 1
+        while i < len(lines) and (
+            not lines[i].strip() or len(lines[i]) - len(lines[i].lstrip()) > indent
+        ):
+            i += 1
+        if (
+            i < len(lines)
+            and re.match(r"[ \t]*(else|elif)\b", lines[i])
+            and len(lines[i]) - len(lines[i].lstrip()) == indent
+        ):
+            raise SystemExit("async_to_sync: an 'if False:' with an else branch")
+    return "".join(out)
+
+
 def generate(name: str) -> str:
     source = (ASYNC / name).read_text()
     source = _phrases(name, source)
     text = HEADER.format(name=name) + _rewrite(source, ASYNC_ONLY_PARAMETERS.get(name))
-    return _polish(text, SYNC / name)
+    return _polish(_drop_false_branches(text), SYNC / name)
 
 
 def strays(folder: Path) -> list[Path]:

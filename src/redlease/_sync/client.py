@@ -145,8 +145,6 @@ class Client(ClientBase, Closing):
         self._pipeline: Pipeline | None = None
         if isinstance(redis_client, redis.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
-            if False:  # every thread's calls share a few connections (see transport)
-                self._pipeline = Pipeline(redis_client.connection_pool, self._packer.checkout)
         self._slots = compat.call_slots(redis_client)
         """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
 

@@ -118,7 +118,7 @@ class Election(ElectionBase):
                 f"election {self.name!r}: this thread already leads it; terms do not nest"
             )
         term = Term(self.name, identity, owner)
-        task = compat.current_task() if False else None
+        task = None
         cancelled = False
 
         def lost(error: LeaseLostError) -> None:
