@@ -32,12 +32,13 @@ import os
 import queue
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
 from typing import Any
+
+from children import Child
 
 import redlease
 from redlease.testing import RedisServer, find_server, find_servers
@@ -80,39 +81,11 @@ async def candidate_async(url: str, name: str, lease: float) -> None:
 # --- the parent ----------------------------------------------------------------------------
 
 
-class Candidate:
-    def __init__(self, side: str, url: str, name: str, lease: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--candidate", side, url, name, str(lease)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.lines: queue.Queue[list[str]] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.split())
-
-    def next(self, timeout: float) -> list[str]:
-        try:
-            return self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise SystemExit(f"candidate {self.proc.pid} said nothing within {timeout} s") from None
-
-    def signal(self, sig: int) -> None:
-        os.kill(self.proc.pid, sig)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
+def candidate(side: str, url: str, name: str, lease: float) -> Child:
+    return Child(__file__, "--candidate", side, url, name, str(lease), quiet=True)
 
 
-def next_leader(candidates: list[Candidate], timeout: float) -> tuple[Candidate, float]:
+def next_leader(candidates: list[Child], timeout: float) -> tuple[Child, float]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for each in candidates:
@@ -128,10 +101,10 @@ def next_leader(candidates: list[Candidate], timeout: float) -> tuple[Candidate,
 def race(side: str, url: str, lease: float, runs: int) -> dict[str, list[float]]:
     """SIGKILL and SIGSTOP runs with 3 candidate processes."""
     name = f"bench:election:{uuid.uuid4().hex[:8]}"
-    started: list[Candidate] = []
+    started: list[Child] = []
 
-    def spawn(count: int) -> list[Candidate]:
-        batch = [Candidate(side, url, name, lease) for _ in range(count)]
+    def spawn(count: int) -> list[Child]:
+        batch = [candidate(side, url, name, lease) for _ in range(count)]
         started.extend(batch)
         for each in batch:
             if each.next(60) != ["ready"]:

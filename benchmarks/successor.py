@@ -30,18 +30,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import queue
-import signal
 import statistics
-import subprocess
 import sys
-import threading
 import time
 import uuid
 from typing import Any
 
 import redis
+from children import Child
 
 import redlease
 from redlease.testing import RedisServer, find_server, find_servers
@@ -111,32 +108,8 @@ async def child_async(role: str, url: str, kind: str, name: str, watchdog: float
 # --- the parent ----------------------------------------------------------------------------------
 
 
-class Child:
-    def __init__(self, role: str, side: str, url: str, kind: str, name: str, watchdog: float):
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--child", role, side, url, kind, name, str(watchdog)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[list[str]] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.split())
-
-    def next(self, timeout: float) -> list[str]:
-        try:
-            return self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise SystemExit(f"child {self.proc.pid} said nothing within {timeout} s") from None
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+def child(role: str, side: str, url: str, kind: str, name: str, watchdog: float) -> Child:
+    return Child(__file__, "--child", role, side, url, kind, name, str(watchdog))
 
 
 def _lease_end_ms(r: redis.Redis, kind: str, name: str, client: redlease.Client) -> int:
@@ -168,22 +141,21 @@ def trial(side: str, url: str, kind: str, waiters: int, watchdog: float) -> tupl
     r = redis.Redis.from_url(url)
     started: list[Child] = []
     try:
-        holder = Child("holder", side, url, kind, name, watchdog)
+        holder = child("holder", side, url, kind, name, watchdog)
         started.append(holder)
         for expected in ("ready", "held"):
             if holder.next(60)[0] != expected:
                 raise SystemExit("the holder did not start")
         line: list[Child] = []
         for _ in range(waiters):  # one at a time, so that the line's order is known
-            each = Child("waiter", side, url, kind, name, watchdog)
+            each = child("waiter", side, url, kind, name, watchdog)
             started.append(each)
             if each.next(60) != ["ready"]:
                 raise SystemExit("a waiter did not start")
             time.sleep(0.2)  # it took its place
             line.append(each)
         time.sleep(0.3)
-        os.kill(holder.proc.pid, signal.SIGKILL)
-        holder.proc.wait(10)
+        holder.stop()
         time.sleep(0.05)  # a renewal already on the wire has landed
         with redlease.Client.from_url(url) as client:
             end = _lease_end_ms(r, kind, name, client) / 1000

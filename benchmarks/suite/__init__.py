@@ -1,0 +1,1 @@
+"""The sections of ``benchmarks/bench.py``, one module each (see its docstring)."""
