@@ -37,11 +37,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from redlease._core import semaphore as core
@@ -50,7 +48,8 @@ from redlease._core.requests import Call
 from redlease.errors import ServerUnavailableError
 
 from . import unfixed
-from .engine import KeyState, RespError, ServerEngine, State
+from .engine import KeyState, ServerEngine, State
+from .scripted import ScriptedModel, bound, run_model
 
 KEYS = core.LeaseSemaphoreKeys.for_name("msem", CLASSIC)
 TOTAL = 400
@@ -85,9 +84,9 @@ class Client:
         return f"c{self.number}-{next(self.ids):012d}x".encode().hex()  # 16 ASCII bytes
 
 
-class LeaseSemaphoreModel(RuleBasedStateMachine):
-    engine: ServerEngine
-    overrides: dict[str, bytes] = {}
+class LeaseSemaphoreModel(ScriptedModel):
+    CHANNELS = frozenset({KEYS.channel})
+    TIMES = frozenset({KEYS.leases})
 
     def __init__(self) -> None:
         super().__init__()
@@ -98,23 +97,6 @@ class LeaseSemaphoreModel(RuleBasedStateMachine):
         self.abandoned = itertools.count(1)
 
     # --- the server -----------------------------------------------------------------------
-
-    def run(self, call: Call) -> Any:
-        """One server step: ``call`` on the model's state; returns its reply."""
-        name = call.script.name
-        source = self.overrides.get(name, call.script.source)
-        step = self.engine.run(
-            self.state,
-            source,
-            call.keys,
-            call.args,
-            channels=frozenset({KEYS.channel}),
-            times=frozenset({KEYS.leases}),
-        )
-        if isinstance(step.reply, RespError):
-            raise AssertionError(f"{name} failed: {step.reply}")
-        self.state = step.state
-        return step.reply
 
     def key(self, name: str) -> KeyState | None:
         return next((k for k in self.state if k[0] == name), None)
@@ -284,15 +266,6 @@ class LeaseSemaphoreModel(RuleBasedStateMachine):
         assert len(believed) <= TOTAL
 
 
-def machine(engine: ServerEngine, overrides: dict[str, bytes] | None = None) -> type:
-    class Bound(LeaseSemaphoreModel):
-        pass
-
-    Bound.engine = engine
-    Bound.overrides = overrides or {}
-    return Bound
-
-
 SETTINGS = settings(
     max_examples=60,
     stateful_step_count=30,
@@ -302,15 +275,14 @@ SETTINGS = settings(
 
 
 def test_lease_semaphore_model(engine: ServerEngine) -> None:
-    run_state_machine_as_test(machine(engine), settings=SETTINGS)
+    run_model(LeaseSemaphoreModel, engine, SETTINGS)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_lease_semaphore_model_long(engine: ServerEngine) -> None:
-    run_state_machine_as_test(
-        machine(engine),
-        settings=settings(SETTINGS, max_examples=400, stateful_step_count=50),
+    run_model(
+        LeaseSemaphoreModel, engine, settings(SETTINGS, max_examples=400, stateful_step_count=50)
     )
 
 
@@ -353,7 +325,7 @@ TRACES = [retry_behind_expired_leases, retry_of_many, late_copy_after_a_give_bac
 
 
 def play(engine: ServerEngine, trace: Any, overrides: dict[str, bytes] | None = None) -> None:
-    model = machine(engine, overrides)()
+    model = bound(LeaseSemaphoreModel, engine, overrides)()
     for step in (trace, settle):
         step(model)
         model.conservation()

@@ -36,11 +36,9 @@ import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
-    RuleBasedStateMachine,
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from redlease._core import semaphore as core
@@ -49,7 +47,8 @@ from redlease._core.requests import Call
 from redlease.errors import InvalidArgumentError, ServerUnavailableError
 
 from . import unfixed
-from .engine import RespError, ServerEngine, State
+from .engine import ServerEngine, State
+from .scripted import ScriptedModel, bound, run_model
 
 KEYS = core.SemaphoreKeys.for_name("msem", CLASSIC)
 TOTAL = 2
@@ -77,9 +76,8 @@ class Client:
     """Request id -> permits, of every acquire and release it sent."""
 
 
-class SemaphoreModel(RuleBasedStateMachine):
-    engine: ServerEngine
-    overrides: dict[str, bytes] = {}
+class SemaphoreModel(ScriptedModel):
+    CHANNELS = frozenset({KEYS.channel})
 
     def __init__(self) -> None:
         super().__init__()
@@ -96,17 +94,6 @@ class SemaphoreModel(RuleBasedStateMachine):
         self.replica = self.state
 
     # --- the server -----------------------------------------------------------------------
-
-    def run(self, call: Call) -> Any:
-        name = call.script.name
-        source = self.overrides.get(name, call.script.source)
-        step = self.engine.run(
-            self.state, source, call.keys, call.args, channels=frozenset({KEYS.channel})
-        )
-        if isinstance(step.reply, RespError):
-            raise AssertionError(f"{name} failed: {step.reply}")
-        self.state = step.state
-        return step.reply
 
     def value(self, key: str) -> str | None:
         return next((v for k, _, _, v in self.state if k == key), None)
@@ -281,15 +268,6 @@ class SemaphoreModel(RuleBasedStateMachine):
         )
 
 
-def machine(engine: ServerEngine, overrides: dict[str, bytes] | None = None) -> type:
-    class Bound(SemaphoreModel):
-        pass
-
-    Bound.engine = engine
-    Bound.overrides = overrides or {}
-    return Bound
-
-
 SETTINGS = settings(
     max_examples=200,
     stateful_step_count=25,
@@ -299,15 +277,13 @@ SETTINGS = settings(
 
 
 def test_semaphore_model(engine: ServerEngine) -> None:
-    run_state_machine_as_test(machine(engine), settings=SETTINGS)
+    run_model(SemaphoreModel, engine, SETTINGS)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_semaphore_model_long(engine: ServerEngine) -> None:
-    run_state_machine_as_test(
-        machine(engine), settings=settings(SETTINGS, max_examples=500, stateful_step_count=40)
-    )
+    run_model(SemaphoreModel, engine, settings(SETTINGS, max_examples=500, stateful_step_count=40))
 
 
 # --- issue #36's traces ---------------------------------------------------------------------
@@ -339,7 +315,7 @@ def restart_trace(model: SemaphoreModel) -> None:
 
 @pytest.mark.parametrize("trace", [failover_trace, restart_trace], ids=lambda t: t.__name__)
 def test_issue_36_traces_are_reported(engine: ServerEngine, trace: Any) -> None:
-    model = machine(engine)()
+    model = bound(SemaphoreModel, engine)()
     trace(model)
     model.never_silent()
     assert model.reports == 1
@@ -348,7 +324,9 @@ def test_issue_36_traces_are_reported(engine: ServerEngine, trace: Any) -> None:
 
 @pytest.mark.parametrize("trace", [failover_trace, restart_trace], ids=lambda t: t.__name__)
 def test_the_unfixed_release_raises_the_total_silently(engine: ServerEngine, trace: Any) -> None:
-    model = machine(engine, {"semaphore_release": unfixed.script("semaphore_release")})()
+    model = bound(
+        SemaphoreModel, engine, {"semaphore_release": unfixed.script("semaphore_release")}
+    )()
     trace(model)
     with pytest.raises(AssertionError, match="no release said so"):
         model.never_silent()

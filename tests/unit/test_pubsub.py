@@ -17,10 +17,9 @@ from redlease._core.fair import REDISSON_FAIR
 from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
 from redlease._core.requests import Call, Handed
 from redlease._core.rwlock_redisson import RedissonRwKeys
-from redlease._redis.connections import settle_pubsub
+from redlease._redis.connections import ANY_NODE, settle_pubsub
 from redlease._shared.channels import (
     ABANDONED_KEPT,
-    ANY_NODE,
     Abandoned,
     ChannelTable,
     Links,

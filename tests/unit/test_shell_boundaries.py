@@ -1,12 +1,15 @@
 """The layers stand apart: ``_async/`` and ``_sync/`` (and their engines, ``_asyncio/`` and
-``_threads/``) never import each other; ``_shared/`` (what they share) imports neither of them
-nor a runtime; only ``_redis/`` (the redis-py adaptation) and the modules around it that do I/O
-import redis; every module imports on its own in a fresh interpreter, and module-level imports
-form no cycle. (``_core/``'s purity: ``test_core_purity.py``.)"""
+``_threads/``) never import each other; every import points down a layer (``_core`` <
+``_redis`` < ``_shared`` < the engines < the shells < the public modules), and ``contrib``
+imports nothing private; ``_shared/`` (what the shells share) imports no runtime; only
+``_redis/`` (the redis-py adaptation) and the modules around it that do I/O import redis;
+every module imports on its own in a fresh interpreter, and module-level imports form no
+cycle. (``_core/``'s purity: ``test_core_purity.py``.)"""
 
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -124,28 +127,125 @@ def test_shared_imports_no_runtime_and_no_redis() -> None:
         assert not bad, f"{path.relative_to(PACKAGE)} imports {sorted(bad)}"
 
 
-ABOVE = (
-    "redlease._async",
-    "redlease._sync",
-    "redlease._threads",
-    "redlease.cli",
-    "redlease.testing",
-    "redlease.contrib",
+LAYERS = {
+    "_core": 0,
+    "_redis": 1,
+    "_shared": 2,
+    "_asyncio": 3,
+    "_threads": 3,
+    "_async": 4,
+    "_sync": 4,
+}
+"""The private layers, low to high (docs/layout.md): the pure core, the redis-py adaptation, the
+runtime-neutral middle, the engines (one per runtime), the shells (``_sync`` generated from
+``_async``). Above them all: the public modules, the CLI, ``contrib`` and ``testing``."""
+VOCABULARY = {"redlease.errors", "redlease.events", "redlease.stats"}
+"""Public modules of values every layer speaks (the errors it raises, the events and statistics
+it hands out): imported from any layer."""
+TOP = len(LAYERS) + 1
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS.get(parts[1], TOP) if len(parts) > 1 else TOP
+
+
+def _points_up(importer: str, imported: str) -> bool:
+    if importer.startswith("redlease.contrib"):
+        return imported.startswith("redlease._")
+    if imported in VOCABULARY:
+        return False
+    return _layer(importer) < TOP and _layer(imported) > _layer(importer)
+
+
+def upward_imports(package: Path) -> list[str]:
+    """Every import in the package at ``package`` (anywhere in a module: top level,
+    ``if TYPE_CHECKING:``, function bodies) that points up a layer: from a private layer to a
+    higher one or to the public modules (bar ``VOCABULARY``), or from ``contrib`` to anything
+    private (``redlease._*``: the integrations use the public API only)."""
+    modules = {_module_in(package, p) for p in package.rglob("*.py")}
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        me = _module_in(package, path)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.stmt):
+                continue
+            up = [n for n in _imported_in(package, path, node, modules) if _points_up(me, n)]
+            if up:
+                where = path.relative_to(package)
+                found.append(f"{where}:{node.lineno} ({me}) imports {', '.join(up)}")
+    return found
+
+
+def _module_in(package: Path, path: Path) -> str:
+    parts = path.relative_to(package).with_suffix("").parts
+    return ".".join(("redlease", *parts)).removesuffix(".__init__")
+
+
+def _imported_in(package: Path, path: Path, node: ast.stmt, modules: set[str]) -> list[str]:
+    """The redlease modules one import statement names (``from x import y`` may name a
+    submodule ``x.y``) in the package at ``package``."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif isinstance(node, ast.ImportFrom):
+        if node.level == 0:
+            module = node.module or ""
+        else:
+            base = _module_in(package, path).split(".")
+            if path.name != "__init__.py":
+                base = base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            module = ".".join([*base, *([node.module] if node.module else [])])
+        names = [module, *(f"{module}.{alias.name}" for alias in node.names)]
+    return [n for n in names if n in modules]
+
+
+def test_every_import_points_down_a_layer() -> None:
+    """An engine never imports a shell, ``_shared`` neither (nor an engine), ``_redis`` nothing
+    of ``_shared``, ``_core`` nothing above it, and ``contrib`` nothing private: at run time,
+    under ``TYPE_CHECKING`` or inside a function alike (what a layer needs of one above it is
+    a ``Protocol`` of its own, or handed to it)."""
+    found = upward_imports(PACKAGE)
+    assert not found, "imports that point up a layer:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(
+    ("module", "planted", "reported"),
+    [
+        ("_threads/fanout.py", "from .._sync.client import Client\n", "redlease._sync.client"),
+        ("_shared/locked.py", "import redlease._async.client\n", "redlease._async.client"),
+        (
+            "_asyncio/watchdog.py",
+            "if TYPE_CHECKING:\n    from .._async import lock\n",
+            "redlease._async.lock",
+        ),
+        (
+            "_core/keys.py",
+            "def late():\n    from ..cli import run\n    return run\n",
+            "redlease.cli.run",
+        ),
+        ("_redis/urls.py", "from .._shared import channels\n", "redlease._shared.channels"),
+        (
+            "contrib/celery.py",
+            "def late():\n    from .._core.keys import LockKeys\n    return LockKeys\n",
+            "redlease._core.keys",
+        ),
+    ],
 )
-"""What the middle layers never import when imported: the shells (``redlease._async`` also
-covers ``_asyncio``), their engines and the modules above them."""
-
-
-@pytest.mark.parametrize("layer", ["_shared", "_redis"])
-def test_the_middle_layers_do_not_import_the_shells_at_run_time(layer: str) -> None:
-    """``_shared/`` and ``_redis/`` are below the shells: none of their modules imports
-    ``_async``/``_sync`` (or the CLI, the test doubles, the integrations) when it is imported
-    (``_shared/locked.py`` looks up the client classes inside a function, once called)."""
-    paths = sorted((PACKAGE / layer).glob("*.py"))
-    assert len(paths) > 3
-    for path in paths:
-        above = {m for m in _runtime_imports(path) if m.startswith(ABOVE)}
-        assert not above, f"{path.relative_to(PACKAGE)} imports {sorted(above)}"
+def test_the_layer_check_fails_on_a_planted_upward_import(
+    tmp_path: Path, module: str, planted: str, reported: str
+) -> None:
+    """The check above, run on a copy of the package with one upward import added (at the
+    top, under ``TYPE_CHECKING``, inside a function), reports that import and no other."""
+    copy = tmp_path / "redlease"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__", "*.lua"))
+    target = copy / module
+    target.write_text(target.read_text() + "\n" + planted)
+    found = upward_imports(copy)
+    assert len(found) == 1, found
+    assert found[0].startswith(f"{module}:") and found[0].endswith(reported)
 
 
 REDIS_USERS = (

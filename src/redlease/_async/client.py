@@ -19,6 +19,7 @@ from .._asyncio.transport import Pipeline, drop_idle, send_checked_out
 from .._asyncio.watchdog import AsyncWatchdog
 from .._core.arguments import LayoutName, Seconds
 from .._core.backoff import ExponentialBackoff
+from .._core.log import log
 from .._core.requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
 from .._core.scripts import Script
 from .._redis.connections import (
@@ -50,8 +51,6 @@ from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key
 from .._shared.holders import parse as parse_record
 from .._shared.holders import record as holder_record
 from .._shared.locked import OnBusy, bound
-from .._shared.log import log
-from .._shared.options import refuse_unknown
 from .._shared.state import HANDOFF_WINDOW
 from ..errors import (
     ClientClosedError,
@@ -61,6 +60,7 @@ from ..errors import (
     RedleaseError,
     ReplicaError,
     ServerUnavailableError,
+    refuse_unknown,
 )
 from ..stats import EvictionPolicy, HolderInfo
 from .election import AsyncElection
@@ -99,6 +99,8 @@ class AsyncClient(ClientBase, AsyncClosing):
     host, pid and process name, from one record key the client keeps on the server (written
     at its first use, not per acquire; passwords masked, see docs/operations.md).
     """
+
+    _ASYNCIO = compat.ASYNCIO
 
     def __init__(
         self,

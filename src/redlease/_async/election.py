@@ -13,9 +13,9 @@ from .._asyncio.subscriber import wait
 from .._core.arguments import Seconds, seconds, wait_seconds
 from .._core.backoff import Outage
 from .._core.lock import OUTAGE_TOLERANCE
+from .._core.log import log
 from .._redis.errors import TRANSLATED, raise_translated
 from .._shared.electionbase import OBSERVE_POLL, ElectionBase, parse_record
-from .._shared.log import log
 from ..errors import (
     ClientClosedError,
     InvalidArgumentError,

@@ -9,8 +9,8 @@ from typing import Protocol
 
 from .._asyncio import compat
 from .._core.arguments import Seconds, optional_seconds, wait_args
+from .._core.log import log
 from .._shared.lockbase import not_acquired
-from .._shared.log import log
 from .._shared.multilockbase import check_members, first_error, order_key
 from ..errors import LockTimeoutError
 from .shared import AsyncHeld

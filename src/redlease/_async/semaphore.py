@@ -14,10 +14,10 @@ from .._asyncio import cancel
 from .._asyncio.cancel import finish_despite_cancel
 from .._core import semaphore as core
 from .._core.arguments import Seconds
+from .._core.log import log
 from .._core.requests import Call
 from .._core.semaphore import Granted, ManyReleased, PendingUndo, PermitTable
 from .._shared import fork
-from .._shared.log import log
 from .._shared.semaphorebase import (
     report_expired,
     report_lost,

@@ -13,22 +13,21 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis.asyncio
 import redis.exceptions
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 
-from .._async.client import AsyncClient
 from .._core import redlock as core
+from .._core.log import log
 from .._core.requests import Call, Sleep, WaitWake
 from .._core.watchdog import RenewalPolicy
 from .._redis.connections import subscriber_kwargs
 from .._redis.errors import CONNECTION_ERRORS, translate, unavailable
 from .._shared import fork
 from .._shared.channels import Waiter
-from .._shared.log import log
 from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
 from ..errors import (
     ClientClosedError,
@@ -61,11 +60,27 @@ FINAL_READ = 0.001
 """A reply read after the deadline still gets this long (it may be in the socket already)."""
 
 
+class MasterClient(Protocol):
+    """What a master's client (the shell's ``AsyncClient``, made by the Redlock client) gives the
+    fan-out: the engine does not import its shell."""
+
+    address: str
+    redis: Any
+    _subscriber: Subscriber | None
+    _owns_redis: bool
+
+    async def close(self) -> None: ...
+
+    def _owner(self) -> str: ...
+
+    def _subscriber_started(self) -> Subscriber: ...
+
+
 class Master:
     """One master: its redlease ``AsyncClient`` (address, subscriber) and the idle connections
     that fan-outs use (no socket timeout of their own: every read passes its deadline)."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: MasterClient) -> None:
         self.client = client
         self.address = client.address
         pool = client.redis.connection_pool

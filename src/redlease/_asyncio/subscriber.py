@@ -25,8 +25,10 @@ from typing import Any
 import redis.exceptions
 
 from .._core.backoff import MIN_PAUSE, full_jitter
+from .._core.log import log
 from .._core.requests import Handed
 from .._redis.connections import (
+    ANY_NODE,
     connection_source,
     describe,
     new_subscriber_connection,
@@ -41,7 +43,6 @@ from .._redis.errors import (
     unavailable,
 )
 from .._shared.channels import (
-    ANY_NODE,
     CLASSIC,
     HOLDS_CHECK,
     LINGER,
@@ -57,7 +58,6 @@ from .._shared.channels import (
     text,
     wake_everyone,
 )
-from .._shared.log import log
 from ..errors import ClientClosedError
 from .cancel import cancellable
 from .compat import wait_event

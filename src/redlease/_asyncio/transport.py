@@ -39,10 +39,10 @@ if sys.version_info >= (3, 11):
 else:  # redis-py's own dependency there
     from async_timeout import timeout as async_timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
 
+from .._core.log import log
 from .._redis.errors import HUNG, Hung
 from .._redis.wire import SPARE_CONNECTIONS
 from .._shared import fork
-from .._shared.log import log
 from .cancel import CANCEL_GRACE, Cancelled, cancellable, keeping
 
 WIDTH = 2

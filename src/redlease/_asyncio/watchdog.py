@@ -8,19 +8,17 @@ import contextlib
 import sys
 import time
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import redis.exceptions
 
+from .._core.log import log
 from .._redis.connections import cluster_node_of, renewal_down
-from .._shared.log import log
+from .._shared.clientbase import RenewingClient
 from .._shared.state import RenewalJob
 from ..errors import ReplicaError, ServerUnavailableError
 from .cancel import cancellable
 from .compat import wait_event
-
-if TYPE_CHECKING:
-    from .._async.client import AsyncClient
 
 T = TypeVar("T")
 
@@ -43,7 +41,7 @@ async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
 class AsyncWatchdog:
     """One task per client that renews every watched hold and lease permit, batched."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: RenewingClient) -> None:
         self._client = client
         self._task: asyncio.Task[None] | None = None
 

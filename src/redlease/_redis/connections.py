@@ -15,15 +15,17 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._core.keys import PubSub, hash_slot
+from .._core.log import log
 from .._core.requests import Call
-from .._shared.channels import ANY_NODE
-from .._shared.log import log
 from ..errors import (
     InvalidArgumentError,
     ServerUnavailableError,
 )
 from .errors import CONNECTION_ERRORS, unavailable
 from .urls import sentinel_address
+
+ANY_NODE = ""
+"""The one link of classic pub/sub (to whichever node the connection source picks)."""
 
 
 def address_of(connection_kwargs: dict[str, Any]) -> str:

@@ -423,9 +423,6 @@ class Kinds:
 CLASSIC = Kinds("SUBSCRIBE", "UNSUBSCRIBE", "message", "subscribe", "unsubscribe")
 SHARDED = Kinds("SSUBSCRIBE", "SUNSUBSCRIBE", "smessage", "ssubscribe", "sunsubscribe")
 
-ANY_NODE = ""
-"""The one link of classic pub/sub (to whichever node the connection source picks)."""
-
 
 class Links:
     """Which connection ("link", named by a key: the node's ``host:port``, or ``ANY_NODE``)

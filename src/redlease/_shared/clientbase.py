@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 from .._core import arguments, fence
 from .._core.arguments import Seconds, replication, seconds, window
-from .._core.requests import Operation
+from .._core.requests import Call, Operation, Replication
 from .._core.watchdog import RenewalPolicy
 from .._redis.connections import describe, is_cluster, passwords_of, user_of
 from .._redis.servers import Eviction, ServerChecks, eviction_mode
@@ -61,6 +61,9 @@ class StateViews:
 
 class ClientBase(StateViews):
     """Shared by both clients; each adds its own I/O (driver, subscriber, watchdog)."""
+
+    _ASYNCIO: ClassVar[bool]
+    """Whether this is the asyncio client (``AsyncClient``) or the thread one (``Client``)."""
 
     def __init__(
         self,
@@ -128,3 +131,32 @@ class ClientBase(StateViews):
         if px is not None:
             arguments.milliseconds(px, "px")
         return fence.fenced_set(key, value, token, px or 0)
+
+
+class RenewingClient(Protocol):
+    """What a watchdog (``_asyncio/watchdog.py``, ``_threads/watchdog.py``) uses of its client
+    (a shell's ``AsyncClient`` or ``Client``): an engine does not import its shell."""
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def cluster(self) -> bool: ...
+
+    @property
+    def redis(self) -> Any: ...
+
+    @property
+    def _policy(self) -> RenewalPolicy: ...
+
+    @property
+    def _state(self) -> ClientState: ...
+
+    @property
+    def _checks(self) -> ServerChecks: ...
+
+    def _call(
+        self, call: Call, name: str | None, replication: Replication | None = None, via: Any = None
+    ) -> Any: ...
+
+    def _write_record(self, via: Any = None) -> Any: ...

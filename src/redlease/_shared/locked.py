@@ -16,17 +16,13 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from .._core.arguments import Seconds, optional_seconds, wait_seconds
-from ..errors import ArgumentTypeError, InvalidArgumentError, LockTimeoutError
+from ..errors import ArgumentTypeError, InvalidArgumentError, LockTimeoutError, refuse_unknown
 from ..events import LockEvent
+from .clientbase import ClientBase
 from .naming import name_maker
-from .options import refuse_unknown
-
-if TYPE_CHECKING:
-    from .._async.client import AsyncClient
-    from .._sync.client import Client
 
 __all__ = ["ON_BUSY", "OnBusy", "locked"]
 
@@ -166,21 +162,18 @@ def decorate(
 def _client(resolve: Callable[[], Any], *, asyncio: bool, fn: Callable[..., Any]) -> Any:
     """The client of this call: an ``AsyncClient`` for a coroutine function, a ``Client``
     for a plain one."""
-    from .._async.client import AsyncClient
-    from .._sync.client import Client
-
     client = resolve()
-    wanted = AsyncClient if asyncio else Client
-    if isinstance(client, wanted):
+    wanted = "AsyncClient" if asyncio else "Client"
+    if isinstance(client, ClientBase) and client._ASYNCIO is asyncio:
         return client
     kind = "coroutine function" if asyncio else "function"
     if client is None:
         raise ArgumentTypeError(
             f"@locked {_qualname(fn)}: the client callable returned None (no client made "
-            f"yet?); a {kind} needs a {wanted.__name__}"
+            f"yet?); a {kind} needs a {wanted}"
         )
     raise ArgumentTypeError(
-        f"@locked {_qualname(fn)}: a {kind} needs a {wanted.__name__}, got {type(client).__name__}"
+        f"@locked {_qualname(fn)}: a {kind} needs a {wanted}, got {type(client).__name__}"
     )
 
 
@@ -188,7 +181,7 @@ def _client(resolve: Callable[[], Any], *, asyncio: bool, fn: Callable[..., Any]
 def locked(
     template: str,
     *,
-    client: Client | AsyncClient | Callable[[], Client | AsyncClient | None],
+    client: ClientBase | Callable[[], ClientBase | None],
     timeout: Seconds | None = None,
     lease: Seconds | None = None,
     on_busy: Literal["wait", "raise"] = "wait",
@@ -199,7 +192,7 @@ def locked(
 def locked(
     template: str,
     *,
-    client: Client | AsyncClient | Callable[[], Client | AsyncClient | None],
+    client: ClientBase | Callable[[], ClientBase | None],
     timeout: Seconds | None = None,
     lease: Seconds | None = None,
     on_busy: Literal["skip"],

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from .._core.log import log
 from ..errors import InvalidArgumentError
-from .log import log
 
 
 def order_key(lock: object) -> tuple[str, str]:

@@ -12,6 +12,7 @@ from .._core import redlock as core
 from .._core.arguments import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
 from .._core.keys import LockKeys
 from .._core.lock import Acquired, Hold
+from .._core.log import log
 from .._core.watchdog import RenewalPolicy
 from .._redis.errors import unavailable
 from ..errors import (
@@ -22,7 +23,6 @@ from ..errors import (
     ServerUnavailableError,
 )
 from .clientbase import StateViews
-from .log import log
 from .state import ClientState, lost_error, next_request_id
 
 Late = dict[int, tuple[Any, int]]

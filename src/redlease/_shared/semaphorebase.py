@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from .._core import semaphore as core
+from .._core.log import log
 from .._core.semaphore import PendingUndo, Released
 from ..errors import LeaseLostError
 from ..events import Listeners, LockEvent
-from .log import log
 
 
 def report_may_stay_taken(listeners: Listeners | None, pending: PendingUndo, why: str) -> None:

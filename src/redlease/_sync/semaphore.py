@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._core import semaphore as core
 from .._core.arguments import Seconds
+from .._core.log import log
 from .._core.requests import Call
 from .._core.semaphore import Granted, ManyReleased, PendingUndo, PermitTable
 from .._shared import fork
-from .._shared.log import log
 from .._shared.semaphorebase import (
     report_expired,
     report_lost,

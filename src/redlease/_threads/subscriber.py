@@ -28,8 +28,10 @@ import redis
 import redis.exceptions
 
 from .._core.backoff import MIN_PAUSE, full_jitter
+from .._core.log import log
 from .._core.requests import Handed
 from .._redis.connections import (
+    ANY_NODE,
     connection_source,
     describe,
     new_subscriber_connection,
@@ -44,7 +46,6 @@ from .._redis.errors import (
     unavailable,
 )
 from .._shared.channels import (
-    ANY_NODE,
     CLASSIC,
     HOLDS_CHECK,
     LINGER,
@@ -60,7 +61,6 @@ from .._shared.channels import (
     text,
     wake_everyone,
 )
-from .._shared.log import log
 from ..errors import ClientClosedError
 
 IDLE_CHECK = 0.25

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis
 import redis.cluster
@@ -13,14 +13,12 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .._core.log import log
 from .._redis.connections import bounded_kwargs, cluster_node_of, renewal_down
 from .._redis.errors import unavailable
-from .._shared.log import log
+from .._shared.clientbase import RenewingClient
 from .._shared.state import RenewalJob
 from ..errors import ReplicaError, ServerUnavailableError
-
-if TYPE_CHECKING:
-    from .._sync.client import Client
 
 
 class Watchdog:
@@ -33,7 +31,7 @@ class Watchdog:
     node that fails a call is not called again in that round, so a paused master delays the
     renewals on the other masters by one bounded call, however many slots it serves."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: RenewingClient) -> None:
         self._client = client
         self._stop = threading.Event()
         self._kick = threading.Event()

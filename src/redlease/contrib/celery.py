@@ -64,7 +64,7 @@ from .. import (
     LockTimeoutError,
     RedleaseError,
 )
-from .._shared.options import refuse_unknown
+from ..errors import refuse_unknown
 
 __all__ = ["ExclusiveTask", "TaskSkippedError", "client_for"]
 

@@ -53,7 +53,7 @@ from .. import (
     RedleaseError,
     Seconds,
 )
-from .._shared.options import refuse_unknown
+from ..errors import refuse_unknown
 from ..events import Listener
 from . import _listeners
 

@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.http import HttpRequest, HttpResponse
 
 from ... import InvalidArgumentError, LeaseLostError, LockTimeoutError, Seconds
-from ..._shared.options import refuse_unknown
+from ...errors import refuse_unknown
 from . import _clients
 
 log = logging.getLogger("redlease.contrib.django")
