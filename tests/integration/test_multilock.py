@@ -193,3 +193,40 @@ async def test_hold_of_a_multilock_and_a_redlock_lock(side, five, name):
             pass
     assert held_on(five[:3], f"{name}:b") == []  # nothing left half-held
     await side(blocker.release())
+
+
+async def test_release_keep_for_keeps_every_member_taken(side, five, name):
+    a_client, r_client = single(side, five[3]), redlock(side, five[:3])
+    members = [a_client.lock(f"{name}:a"), r_client.lock(f"{name}:b")]
+    lock = multi(side, *members)
+    rival = multi(
+        side, single(side, five[3]).lock(f"{name}:a"), redlock(side, five[:3]).lock(f"{name}:b")
+    )
+    assert await side(lock.acquire(timeout=5, lease=30))
+    await side(lock.release(keep_for=30))
+    stats = await side(members[0].statistics())
+    assert stats.locked and stats.kept_by is not None and stats.holders == {}
+    assert await side(members[1].locked()) and not await side(members[1].owned())
+    for fields in (holders(s, f"{name}:b") for s in five[:3]):  # kept on every master
+        assert [field.endswith(":kept") for field in fields] == [True]
+    # nobody takes any member meanwhile, the caller included
+    assert not await side(rival.acquire(blocking=False))
+    assert not await side(lock.acquire(blocking=False))
+    for member in members:  # a force release clears the kept slots
+        assert await side(member.force_release())
+    assert await side(rival.acquire(blocking=False, lease=30))
+    await side(rival.release())
+
+
+async def test_release_keep_for_releases_a_member_it_cannot_keep(side, three, name):
+    client = single(side, three[0])
+    kept, read = client.lock(f"{name}:a"), client.rw_lock(f"{name}:b").read_lock()
+    lock = multi(side, kept, read)
+    assert await side(lock.acquire(timeout=5, lease=30))
+    with pytest.raises(InvalidArgumentError, match="keep_for"):
+        await side(lock.release(keep_for=-1))  # refused before any member is released
+    assert await side(kept.owned()) and await side(read.owned())
+    with pytest.raises(InvalidArgumentError, match="cannot be kept"):
+        await side(lock.release(keep_for=30))
+    assert not await side(read.owned()) and not await side(read.locked())  # released plainly
+    assert (await side(kept.statistics())).kept_by is not None  # the other one kept

@@ -494,8 +494,108 @@ def test_sync_and_async_apis_match():
                 sp = list(inspect.signature(s).parameters)
                 ap = list(inspect.signature(a).parameters)
                 assert sp == ap, (sync_cls.__name__, attr, sp, ap)
-    # the single-master lock's calls, with the same parameters (but release's keep_for, a
-    # single-master lock's only: scheduled_lock's at_least_for)
+    # the single-master lock's calls, with the same parameters (release's keep_for included)
     for attr in ("acquire", "release", "locked", "owned", "ttl", "hold_count", "force_release"):
-        single = set(inspect.signature(getattr(Lock, attr)).parameters) - {"keep_for"}
+        single = set(inspect.signature(getattr(Lock, attr)).parameters)
         assert set(inspect.signature(getattr(RedlockLock, attr)).parameters) == single, attr
+
+
+# --- release(keep_for=): each master keeps the slot, judged on a majority -------------------
+
+
+def kept_fields(servers, name: str) -> list[dict[str, str]]:
+    """Each master's owner fields of ``name``."""
+    return [holders(server, name) for server in servers]
+
+
+async def test_release_keep_for_keeps_the_lock_taken_on_every_master(side, five, name):
+    masters = five[:3]
+    client, other = redlock(side, masters), redlock(side, masters)
+    lock, theirs = client.lock(name), other.lock(name)
+    assert await side(lock.acquire(timeout=5, lease=30))
+    (owner,) = holders(masters[0], name)
+    await side(lock.release(keep_for=30))
+    # each master keeps the slot, by no one: "<owner>:kept", as Lock.release(keep_for=)
+    assert kept_fields(masters, name) == [{f"{owner}:kept": "1"}] * 3
+    for master in masters:  # what a single-master status of each shows
+        stats = await side(side.client(master.url).lock(name).statistics())
+        assert stats.locked and stats.kept_by == owner and stats.holders == {}
+    assert await side(lock.locked()) and not await side(lock.owned())
+    assert 0 < await side(lock.ttl()) <= 30
+    assert await side(lock.hold_count()) == 0
+    # nobody takes it, the caller included
+    assert not await side(theirs.acquire(blocking=False))
+    assert not await side(lock.acquire(blocking=False))
+    with pytest.raises(NotOwnedError):
+        await side(lock.release())  # the kept slot is no one's hold
+    # a force release clears it on every master; then anyone takes it at once
+    assert await side(lock.force_release())
+    assert held_on(masters, name) == []
+    assert not await side(lock.locked())
+    assert await side(theirs.acquire(blocking=False, lease=30))
+    await side(theirs.release())
+
+
+async def test_a_kept_lock_is_free_again_when_keep_for_ran_out(side, five, name):
+    masters = five[:3]
+    client, other = redlock(side, masters), redlock(side, masters)
+    lock, theirs = client.lock(name), other.lock(name)
+    assert await side(lock.acquire(timeout=5))  # watchdog-renewed: not renewed once released
+    await side(lock.release(keep_for=1.5))
+    assert not await side(theirs.acquire(blocking=False))
+    assert await side(theirs.acquire(timeout=20, lease=30))  # after the keep, not before
+    assert await side(theirs.owned())  # on a majority (a master may still have the kept slot
+    # for a moment: the slots run out on each master's own clock)
+    await side(theirs.release())
+
+
+async def test_release_keep_for_is_judged_on_a_majority(side, private3, name):
+    client, other = redlock(side, private3), redlock(side, private3)
+    lock, theirs = client.lock(name), other.lock(name)
+    assert await side(lock.acquire(timeout=5, lease=60))
+    private3[2].pause()  # SIGSTOP: its call is not answered in time
+    try:
+        await side(lock.release(keep_for=60))  # kept on 2 of 3: a success
+        assert [":kept" in next(iter(f)) for f in kept_fields(private3[:2], name)] == [True] * 2
+        # kept on a majority: no other owner can have a majority
+        assert not await side(theirs.acquire(blocking=False))
+    finally:
+        private3[2].resume()
+    # the third master has the kept slot (if the late call ran) or the owner's hold, which
+    # lasts until its lease runs out: taken either way
+    (field,) = holders(private3[2], name)
+    assert field.split(":kept")[0] == next(iter(holders(private3[0], name))).split(":kept")[0]
+    assert not await side(theirs.acquire(blocking=False))
+    assert await side(lock.force_release())
+    assert await side(theirs.acquire(blocking=False, lease=30))
+    await side(theirs.release())
+
+
+async def test_release_keep_for_without_a_majority_is_a_quorum_error(side, private3, name):
+    client = redlock(side, private3)
+    lock = client.lock(name)
+    assert await side(lock.acquire(timeout=5, lease=60))
+    private3[1].pause()
+    private3[2].pause()
+    try:
+        with pytest.raises(QuorumError) as caught:
+            await side(lock.release(keep_for=60))
+    finally:
+        private3[1].resume()
+        private3[2].resume()
+    assert caught.value.quorum == 2
+    assert ":kept" in next(iter(holders(private3[0], name)))
+
+
+async def test_release_keep_for_refuses_what_it_cannot_keep(side, five, name):
+    lock = redlock(side, five[:3]).lock(name)
+    assert await side(lock.acquire(lease=30))
+    with pytest.raises(InvalidArgumentError, match="keep_for"):
+        await side(lock.release(keep_for=-1))
+    assert await side(lock.acquire(lease=30))
+    with pytest.raises(InvalidArgumentError, match="only its last release"):
+        await side(lock.release(keep_for=5))  # a re-entered hold: nothing sent
+    assert await side(lock.hold_count()) == 2
+    await side(lock.release())
+    await side(lock.release(keep_for=0))  # a plain release
+    assert held_on(five[:3], name) == []

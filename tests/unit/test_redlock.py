@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from redlease._core import codes, scripts
+from redlease._core import codes, keep, scripts
 from redlease._core import redlock as core
 from redlease._core.keys import LockKeys
 from redlease._core.lock import OUTAGE_TOLERANCE, RECHECK, Acquired, HoldTable, drift, to_ms
@@ -378,6 +378,54 @@ def test_release_that_cannot_reach_a_majority_raises_quorum_error() -> None:
     assert len(info.value.errors) == 2
 
 
+def release_keep_op(masters=MASTERS3):
+    op = core.release(
+        KEYS, OWNER, masters, held=1, request_id="req-1", master_timeout=0.1, keep_ms=5000
+    )
+    fan = step(op, first=True)
+    assert isinstance(fan, Fanout) and fan.calls[0] is not None
+    # each master runs the single-master lock's keep script: the same call as Lock's
+    assert fan.calls == (
+        keep.release_keep_call(KEYS, OWNER, request_id="req-1", token=0, keep_ms=5000),
+    ) * len(masters)
+    assert header_arity("lock_release_keep", 1) == (
+        len(fan.calls[0].keys),
+        len(fan.calls[0].args),
+    )
+    return op
+
+
+KEPT = [codes.RELEASED, 0, 5000]
+
+
+@pytest.mark.parametrize(
+    "replies",
+    [
+        [KEPT, down(), KEPT],
+        [[codes.LOST, 0, 0], [codes.LOST, 0, 0], KEPT],
+        [KEPT, down(), down()],
+    ],
+)
+def test_release_keep_is_judged_as_a_plain_release(replies) -> None:
+    # kept on a majority: done (nobody else can have a majority); gone from a majority: lost;
+    # else a quorum error, as the plain release's rule on the same answers
+    plain = [r if isinstance(r, BaseException) else r[:2] for r in replies]
+    outcomes = []
+    for op, answers in ((release_keep_op(), replies), (release_op(), plain)):
+        try:
+            result = finish(op, answers)
+            outcomes.append(("done", result.remaining, list(result.unconfirmed)))
+        except (LeaseLostError, QuorumError) as exc:
+            outcomes.append((type(exc).__name__,))
+    assert outcomes[0] == outcomes[1]
+
+
+def test_release_keep_only_keeps_the_last_hold() -> None:
+    op = core.release(KEYS, OWNER, MASTERS3, held=2, request_id="r", master_timeout=0.1, keep_ms=1)
+    with pytest.raises(AssertionError):
+        next(op)
+
+
 # --- renewal and queries --------------------------------------------------------------------
 
 
@@ -418,6 +466,22 @@ def test_status_of_a_free_lock_and_of_a_split_one() -> None:
     step(op, first=True)
     result = finish(op, [status_reply(-2), status_reply(4_000, a=1), status_reply(4_000, b=1)])
     assert not result.locked and result.ttl is None and result.holders == {}
+
+
+def kept_reply(ttl_ms: int, owner: str) -> list:
+    return [ttl_ms, 0, f"{owner}:kept", 1, "redlease:fence", 0]
+
+
+def test_status_of_a_lock_kept_on_a_majority() -> None:
+    op = core.status(KEYS, MASTERS3, master_timeout=0.1)
+    step(op, first=True)
+    result = finish(op, [kept_reply(4_000, "c:a"), kept_reply(3_000, "c:a"), status_reply(-2)])
+    assert result.locked and result.holders == {} and result.kept_by == "c:a"
+    assert result.ttl == pytest.approx(3.0)
+    op = core.status(KEYS, MASTERS3, master_timeout=0.1)
+    step(op, first=True)
+    result = finish(op, [kept_reply(4_000, "c:a"), status_reply(-2), status_reply(-2)])
+    assert not result.locked and result.kept_by is None and result.ttl is None
 
 
 def test_status_needs_a_majority_of_answers() -> None:

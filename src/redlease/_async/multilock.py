@@ -10,9 +10,10 @@ from typing import Protocol
 from .._asyncio import compat
 from .._core.arguments import Seconds, optional_seconds, wait_args
 from .._core.log import log
+from .._shared.keep import keep_ms
 from .._shared.lockbase import not_acquired
 from .._shared.multilockbase import check_members, first_error, order_key
-from ..errors import LockTimeoutError
+from ..errors import InvalidArgumentError, LockTimeoutError
 from .shared import AsyncHeld
 
 
@@ -30,8 +31,8 @@ class SupportsAsyncLock(Protocol):
         """Take a hold, as ``AsyncLock.acquire``."""
         ...
 
-    async def release(self) -> None:
-        """Give back one hold, as ``AsyncLock.release``."""
+    async def release(self, *, keep_for: Seconds | None = None) -> None:
+        """Give back one hold, as ``AsyncLock.release`` (``keep_for``: keep it taken)."""
         ...
 
 
@@ -105,19 +106,38 @@ class AsyncMultiLock(AsyncHeld):
             await self.release()
 
     @compat.owned_by_caller
-    async def release(self) -> None:
+    async def release(self, *, keep_for: Seconds | None = None) -> None:
         """Release every member (in reverse order), even when some fail; then raise the first
-        failure (``NotOwnedError``, ``LeaseLostError``, ``QuorumError``, ...)."""
-        await self._release_all(self._order, raise_errors=True)
+        failure (``NotOwnedError``, ``LeaseLostError``, ``QuorumError``, ...).
 
-    async def _release_all(self, locks: Iterable[SupportsAsyncLock], *, raise_errors: bool) -> None:
+        Args:
+            keep_for: Seconds: every member's last hold goes but each member stays taken, by
+                no one, that much longer (``AsyncLock.release(keep_for=)``; a Redlock member
+                on a majority of its masters): nobody takes any of them meanwhile. A member
+                that cannot be kept (a read-write lock's side, the Redisson layout, a
+                re-entered hold) is released plainly and its ``InvalidArgumentError`` raised
+                after every member had its turn. ``0`` is a plain release.
+
+        Raises:
+            InvalidArgumentError: a bad ``keep_for`` (before any member is released), or a
+                member that could not be kept (released plainly)."""
+        keep_ms(keep_for)  # a bad value is refused before any member is released
+        await self._release_all(self._order, raise_errors=True, keep_for=keep_for)
+
+    async def _release_all(
+        self,
+        locks: Iterable[SupportsAsyncLock],
+        *,
+        raise_errors: bool,
+        keep_for: Seconds | None = None,
+    ) -> None:
         # in the caller's task (a hold belongs to its task); each member's release completes
         # even when cancelled, and a cancellation waits until every member had its turn
         cancelled: compat.Cancelled | None = None
         errors: list[BaseException] = []
         for lock in reversed(list(locks)):
             try:
-                await lock.release()
+                await _give_back(lock, keep_for, errors)
             except compat.Cancelled as exc:
                 cancelled = exc
             except Exception as exc:
@@ -135,6 +155,19 @@ class AsyncMultiLock(AsyncHeld):
 
     def __repr__(self) -> str:
         return f"<redlease.AsyncMultiLock {[lock.name for lock in self.locks]!r}>"
+
+
+async def _give_back(
+    lock: SupportsAsyncLock, keep_for: Seconds | None, errors: list[BaseException]
+) -> None:
+    if not keep_for:
+        await lock.release()
+        return
+    try:
+        await lock.release(keep_for=keep_for)
+    except InvalidArgumentError as exc:  # refused before anything was sent: still held
+        errors.append(exc)
+        await lock.release()
 
 
 async def _take(

@@ -79,14 +79,24 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
         return got
 
     @compat.owned_by_caller
-    async def release(self) -> None:
+    async def release(self, *, keep_for: Seconds | None = None) -> None:
         """Give back one hold on every master.
+
+        Args:
+            keep_for: Seconds: the last hold goes but each master keeps the lock taken, by
+                no one, that much longer, then lets it expire, as ``AsyncLock.release``'s
+                ``keep_for`` does on one master: nobody takes it meanwhile (another owner
+                needs a majority, which meets a kept master), the caller included, and no
+                waiter is woken. Judged as a plain release: kept on a majority is a success.
+                Only the last hold; ``0`` is a plain release.
 
         Raises:
             NotOwnedError: the calling task holds none.
             LeaseLostError: a majority of the masters no longer has it.
-            QuorumError: fewer than a majority could confirm the release."""
-        plan = self._plan_release(self.client._owner())
+            QuorumError: fewer than a majority could confirm the release.
+            InvalidArgumentError: a bad ``keep_for``, or ``keep_for`` on a hold that is not
+                the caller's last."""
+        plan = self._plan_release(self.client._owner(), keep_for)
         try:
             result = await finish_despite_cancel(
                 self.client._run(plan.op, self.name), lambda result: self._released(plan, result)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..errors import LeaseLostError, QuorumError, ServerUnavailableError
-from . import codes, lock
+from . import codes, keep, lock
 from .backoff import MIN_PAUSE, full_jitter
 from .keys import LockKeys
 from .lock import MIN_WAIT, OUTAGE_TOLERANCE, RECHECK, Acquired, Hold, Status, drift, release_call
@@ -411,15 +411,28 @@ def release(
     held: int,
     request_id: str,
     master_timeout: float,
+    keep_ms: int = 0,
 ) -> RedlockOperation[Released]:
     """Release one hold on every master at once, whatever some of them answer.
+
+    ``keep_ms`` (the last hold only): each master keeps the lock taken, by no one, that many
+    milliseconds (``lock_release_keep.lua``, as ``Lock.release(keep_for=)`` on one master).
+    The outcome is judged as a plain release's: released (kept) on a majority is a success,
+    and as any other owner needs a majority, which meets one kept master at least, nobody
+    takes the lock until a majority of the kept slots ran out (``keep_ms`` less the clock
+    drift from when the release was sent); a master that did not confirm keeps the owner's
+    hold there until its lease runs out.
 
     ``LeaseLostError`` when a majority no longer has the hold; ``QuorumError`` (with each
     master's outcome) when fewer than a majority confirmed and the rest could not be reached.
     """
     n = len(masters)
     need = quorum(n)
-    call = release_call(keys, owner, held, request_id=request_id, token=0)
+    if keep_ms:
+        assert held == 1, "only the last hold keeps the lock"
+        call = keep.release_keep_call(keys, owner, request_id=request_id, token=0, keep_ms=keep_ms)
+    else:
+        call = release_call(keys, owner, held, request_id=request_id, token=0)
     replies = yield Fanout((call,) * n, master_timeout)
     released: list[int] = []
     failed: list[int] = []
@@ -499,14 +512,17 @@ def renew(
 @dataclass(frozen=True)
 class MajorityStatus:
     """A lock as a majority of masters sees it: owners that hold it on a majority (with the
-    hold count a majority agrees on) and the TTL a majority still has (``None`` when free)."""
+    hold count a majority agrees on) and the TTL a majority still has (``None`` when free);
+    ``kept_by``: the owner whose ``release(keep_for=)`` keeps it taken, by no one, on a
+    majority (``None``: not kept), with ``ttl`` what a majority of those slots has left."""
 
     ttl: float | None
     holders: dict[str, int]
+    kept_by: str | None = None
 
     @property
     def locked(self) -> bool:
-        return bool(self.holders)
+        return bool(self.holders) or self.kept_by is not None
 
 
 def _decode_status(keys: LockKeys, reply: Any) -> Status:
@@ -537,7 +553,13 @@ def combine_status(statuses: Sequence[Status | None], masters: int) -> MajorityS
         ]
         owner_ttl = majority_value(ttls, masters)
         ttl = owner_ttl if ttl is None else max(ttl, owner_ttl)
-    return MajorityStatus(ttl=ttl, holders=holders)
+    if holders:
+        return MajorityStatus(ttl=ttl, holders=holders)
+    for owner in sorted({s.kept_by for s in statuses if s is not None and s.kept_by}):
+        kept = [s.ttl for s in statuses if s is not None and s.kept_by == owner and s.ttl]
+        if len(kept) >= quorum(masters):
+            return MajorityStatus(ttl=majority_value(kept, masters), holders={}, kept_by=owner)
+    return MajorityStatus(ttl=None, holders={})
 
 
 def status(

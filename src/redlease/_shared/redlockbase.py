@@ -23,6 +23,7 @@ from ..errors import (
     ServerUnavailableError,
 )
 from .clientbase import StateViews
+from .keep import check_last_hold, keep_ms
 from .state import ClientState, lost_error, next_request_id
 
 Late = dict[int, tuple[Any, int]]
@@ -201,7 +202,10 @@ class RedlockLockBase:
         )
         return True
 
-    def _plan_release(self, owner: str) -> ReleasePlan:
+    def _plan_release(self, owner: str, keep_for: Seconds | None = None) -> ReleasePlan:
+        keep = keep_ms(keep_for)  # checked before anything is sent
+        if keep:
+            check_last_hold(self._state, self.name, owner)
         hold = self._state.begin_release(self.name, owner)
         if hold is None:
             lost = self._state.take_lost(self.name, owner)
@@ -222,6 +226,7 @@ class RedlockLockBase:
             held=hold.count,
             request_id=hold.release_id,
             master_timeout=self._master_timeout,
+            keep_ms=keep,
         )
         return ReleasePlan(owner=owner, hold=hold, op=op)
 

@@ -10,10 +10,11 @@ from typing import Protocol
 
 from .._core.arguments import Seconds, optional_seconds, wait_args
 from .._core.log import log
+from .._shared.keep import keep_ms
 from .._shared.lockbase import not_acquired
 from .._shared.multilockbase import check_members, first_error, order_key
 from .._threads import compat
-from ..errors import LockTimeoutError
+from ..errors import InvalidArgumentError, LockTimeoutError
 from .shared import Held
 
 
@@ -31,8 +32,8 @@ class SupportsLock(Protocol):
         """Take a hold, as ``Lock.acquire``."""
         ...
 
-    def release(self) -> None:
-        """Give back one hold, as ``Lock.release``."""
+    def release(self, *, keep_for: Seconds | None = None) -> None:
+        """Give back one hold, as ``Lock.release`` (``keep_for``: keep it taken)."""
         ...
 
 
@@ -104,19 +105,38 @@ class MultiLock(Held):
             self.release()
 
     @compat.owned_by_caller
-    def release(self) -> None:
+    def release(self, *, keep_for: Seconds | None = None) -> None:
         """Release every member (in reverse order), even when some fail; then raise the first
-        failure (``NotOwnedError``, ``LeaseLostError``, ``QuorumError``, ...)."""
-        self._release_all(self._order, raise_errors=True)
+        failure (``NotOwnedError``, ``LeaseLostError``, ``QuorumError``, ...).
 
-    def _release_all(self, locks: Iterable[SupportsLock], *, raise_errors: bool) -> None:
+        Args:
+            keep_for: Seconds: every member's last hold goes but each member stays taken, by
+                no one, that much longer (``Lock.release(keep_for=)``; a Redlock member
+                on a majority of its masters): nobody takes any of them meanwhile. A member
+                that cannot be kept (a read-write lock's side, the Redisson layout, a
+                re-entered hold) is released plainly and its ``InvalidArgumentError`` raised
+                after every member had its turn. ``0`` is a plain release.
+
+        Raises:
+            InvalidArgumentError: a bad ``keep_for`` (before any member is released), or a
+                member that could not be kept (released plainly)."""
+        keep_ms(keep_for)  # a bad value is refused before any member is released
+        self._release_all(self._order, raise_errors=True, keep_for=keep_for)
+
+    def _release_all(
+        self,
+        locks: Iterable[SupportsLock],
+        *,
+        raise_errors: bool,
+        keep_for: Seconds | None = None,
+    ) -> None:
         # in the caller's thread (a hold belongs to its thread); each member's release completes
         # even when cancelled, and a cancellation waits until every member had its turn
         cancelled: compat.Cancelled | None = None
         errors: list[BaseException] = []
         for lock in reversed(list(locks)):
             try:
-                lock.release()
+                _give_back(lock, keep_for, errors)
             except compat.Cancelled as exc:
                 cancelled = exc
             except Exception as exc:
@@ -132,6 +152,17 @@ class MultiLock(Held):
 
     def __repr__(self) -> str:
         return f"<redlease.MultiLock {[lock.name for lock in self.locks]!r}>"
+
+
+def _give_back(lock: SupportsLock, keep_for: Seconds | None, errors: list[BaseException]) -> None:
+    if not keep_for:
+        lock.release()
+        return
+    try:
+        lock.release(keep_for=keep_for)
+    except InvalidArgumentError as exc:  # refused before anything was sent: still held
+        errors.append(exc)
+        lock.release()
 
 
 def _take(
