@@ -52,6 +52,7 @@ from .errors import (
     StaleTokenError,
     WrongTypeError,
 )
+from .events import EventKind, Listener, LockEvent
 from .stats import (
     EvictionPolicy,
     HolderInfo,
@@ -83,6 +84,7 @@ __all__ = [
     "ClientClosedError",
     "CountDownLatch",
     "Election",
+    "EventKind",
     "EventLoopError",
     "Eviction",
     "EvictionPolicy",
@@ -96,7 +98,9 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "LeaseSemaphore",
+    "Listener",
     "Lock",
+    "LockEvent",
     "LockStatistics",
     "LockTimeoutError",
     "LockUpgradeError",
