@@ -6,6 +6,7 @@ from typing import Any
 
 from ._async.client import AsyncClient
 from ._async.election import AsyncElection, AsyncTerm
+from ._async.grouplock import AsyncGroupLock
 from ._async.latch import AsyncCountDownLatch
 from ._async.lock import AsyncFairLock, AsyncLock
 from ._async.multilock import AsyncMultiLock, SupportsAsyncLock
@@ -22,6 +23,7 @@ from ._shared.locked import OnBusy, locked
 from ._shared.scheduledbase import ScheduledRun
 from ._sync.client import Client
 from ._sync.election import Election, Term
+from ._sync.grouplock import GroupLock
 from ._sync.latch import CountDownLatch
 from ._sync.lock import FairLock, Lock
 from ._sync.multilock import MultiLock, SupportsLock
@@ -52,7 +54,6 @@ from .errors import (
     StaleTokenError,
     WrongTypeError,
 )
-from .events import EventKind, Listener, LockEvent
 from .stats import (
     EvictionPolicy,
     HolderInfo,
@@ -68,6 +69,7 @@ __all__ = [
     "AsyncCountDownLatch",
     "AsyncElection",
     "AsyncFairLock",
+    "AsyncGroupLock",
     "AsyncLeaseSemaphore",
     "AsyncLock",
     "AsyncMultiLock",
@@ -84,13 +86,13 @@ __all__ = [
     "ClientClosedError",
     "CountDownLatch",
     "Election",
-    "EventKind",
     "EventLoopError",
     "Eviction",
     "EvictionPolicy",
     "EvictionPolicyError",
     "ExponentialBackoff",
     "FairLock",
+    "GroupLock",
     "HolderInfo",
     "InvalidArgumentError",
     "LatchStatistics",
@@ -98,9 +100,7 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "LeaseSemaphore",
-    "Listener",
     "Lock",
-    "LockEvent",
     "LockStatistics",
     "LockTimeoutError",
     "LockUpgradeError",

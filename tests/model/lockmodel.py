@@ -28,7 +28,7 @@ inputs it was fed (with when) and the model replays them into a fresh generator.
 glue between the operations and the hold table follows ``_shared/lockbase.LockBase``
 (``held`` and ``token`` from the hold table, a release whose outcome is unknown re-sent first
 by the next acquire with its request id, ``unsure`` after a failed re-entry) and the sync shell
-(``_sync/driver.py``: after a call timed out, a give-back goes to the background; an abandoned
+(``_sync/client.py``: after a call timed out, a give-back goes to the background; an abandoned
 wait's leave is sent as the operation ends, and until it is confirmed a hand-over message to
 that wait that nobody of its owner waits for is given back in the background, as the core's
 ``grant_back``: a release of the hold with the message's token, ``Client._abandon``).
@@ -102,7 +102,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from redlease._core import fair, keep, rwlock, scripts
+from redlease._core import fair, group, keep, rwlock, scripts
 from redlease._core import lock as core
 from redlease._core.fair import REDISSON_FAIR
 from redlease._core.keys import CLASSIC, lock_token_key
@@ -328,7 +328,8 @@ class Config:
     """``redlease`` (the lock), ``redlease-fair`` (the fair lock, redlease's line),
     ``redisson-fair`` (the fair lock in Redisson's ``RedissonFairLock`` layout), ``rw`` and
     ``redisson-rw`` (the read-write lock in redlease's and Redisson's layouts: ``rwmodel.py``,
-    whose script letters are its own)."""
+    whose script letters are its own), ``group`` (the group lock over two values:
+    ``groupmodel.py``, the lock's letters)."""
     procs: tuple[int, ...] | None = None
     """The process of each owner (default: a process each)."""
     depth: int = 12
@@ -1399,10 +1400,14 @@ def explore(config: Config, engine: ServerEngine) -> Result:
         from .rwmodel import RwModel
 
         model: Model = RwModel(config, engine)
+    elif config.layout == "group":
+        from .groupmodel import GroupModel
+
+        model = GroupModel(config, engine)
     else:
         model = Model(config, engine)
     _NUMS.clear()
-    patched = [m for m in (core, fair, rwlock) if hasattr(m, "uuid")]
+    patched = [m for m in (core, fair, rwlock, group) if hasattr(m, "uuid")]
     saved = [m.uuid for m in patched]
     for m in patched:
         m.uuid = model.uuid  # type: ignore[attr-defined]

@@ -61,6 +61,12 @@ FIXED = [
     lock("pp", "x", depth=8, losses=1, layout="rw"),
     lock("rR", "wW", depth=8, layout="redisson-rw"),
     lock("pp", "x", depth=8, losses=1, layout="redisson-rw"),
+    # the group lock (two values, Redisson's RFasterMultiLock hash): replies lost and calls
+    # resent, re-entries, the watchdog's renewals, a failover to a stale copy or a restart
+    # empty, a force release
+    lock("AR", "AR", depth=9, layout="group"),
+    lock("AAR", "T", depth=9, losses=1, layout="group"),
+    lock("TR", "LR", depth=9, force=1, layout="group", **QUIET),
 ]
 FIXED_SLOW = [
     lock("AR", "AR", depth=12),
@@ -78,6 +84,7 @@ FIXED_SLOW = [
     lock("wrRW", "p", depth=10, layout="rw"),
     lock("rR", "wW", depth=10, losses=1, layout="redisson-rw"),
     lock("wrRW", "p", depth=10, layout="redisson-rw"),
+    lock("AR", "AR", depth=11, losses=1, layout="group"),
 ]
 
 

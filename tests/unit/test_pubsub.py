@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from redlease._core import latch, rwlock, scripts
+from redlease._core import group, latch, rwlock, scripts
 from redlease._core import lock as lock_core
 from redlease._core import semaphore as sem
 from redlease._core.fair import REDISSON_FAIR
@@ -127,6 +127,11 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     yield next(sem.lease_set_permits(ls, 3))
     yield sem.release_many_call(ls, [permit, sem.new_permit_id()], ["r1", "r2"])
     yield next(sem.update_lease(ls, permit, 10.0))
+    layout = group.GroupLayout(group.value_fields(["a", "b"]))
+    seats = layout.keys("seats", mode)
+    yield layout.release_call(seats, OWNER, 1, request_id="r", token=7)
+    yield layout.leave_call(seats, OWNER, "w", None, "")
+    yield layout.force_release_call(seats)
     gate = latch.keys_for("gate", cluster=True, pubsub=mode)
     yield next(latch.try_set_count(gate, 2))
     yield next(latch.count_down(gate))
