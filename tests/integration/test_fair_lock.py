@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import threading
 import time
 
@@ -167,6 +168,50 @@ async def test_cancelled_fair_waiter_leaves_the_line(server, name):
         assert (await holder.statistics()).waiters == 0
         await holder.release()
         assert await b.fair_lock(name).acquire(blocking=False)
+
+
+async def test_a_waiter_cancelled_as_it_is_woken_leaves_the_line(server, name):
+    """The cancellation comes in the very turn the waiter's wake-up does, or one or two
+    turns later: on Python 3.10 and 3.11 ``asyncio.wait_for`` returned the wake-up and
+    dropped the cancellation, and the waiter went on waiting, in line, for ever (seen as
+    test_cancelled_fair_waiter_leaves_the_line hanging on 3.10 under load)."""
+    import redlease
+    from redlease._asyncio.compat import wait_event
+
+    async with (
+        redlease.AsyncClient.from_url(server.url) as a,
+        redlease.AsyncClient.from_url(server.url) as b,
+    ):
+        holder = a.fair_lock(name)
+        assert await holder.acquire()
+        for turns in range(3):
+            task = asyncio.create_task(b.fair_lock(name).acquire())
+            await eventually(lambda: _queued(holder, 1))
+            await eventually(functools.partial(_suspended_in, task, wait_event))
+            assert b._subscriber is not None
+            for entry in b._subscriber._table.entries.values():
+                for waiter in entry.waiters:
+                    waiter.event.set()  # a wake-up (no hand-over: the lock is still held)
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            assert task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=30)
+            assert task in done, f"the waiter cancelled {turns} turns after its wake-up waits on"
+            assert task.cancelled()
+            await eventually(lambda: _queued(holder, 0))
+        await holder.release()
+        assert await b.fair_lock(name).acquire(blocking=False)
+
+
+def _suspended_in(task: asyncio.Task, function) -> bool:
+    """Whether ``task`` is suspended inside ``function`` (a coroutine function)."""
+    code = function.__code__
+    current = task.get_coro()
+    while current is not None:
+        if getattr(current, "cr_code", None) is code:
+            return True
+        current = getattr(current, "cr_await", None)
+    return False
 
 
 async def _queued(lock, count: int) -> bool:

@@ -103,6 +103,9 @@ OWN: dict[tuple[str, str], set[str]] = {
 """Per (module, class as named on threads): methods one runtime alone has, and why."""
 
 OWN_NAMES: dict[str, set[str]] = {
+    # asyncio: the engine's timed wait that never swallows a cancellation (threads are not
+    # cancelled, and pass their timeouts to the waits they make)
+    "cancel": {"within"},
     # the fan-out's own helpers and bounds: tasks on asyncio, polled sockets on threads
     "fanout": {
         "consume",

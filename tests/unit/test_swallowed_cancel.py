@@ -16,7 +16,8 @@ import sys
 
 import pytest
 
-from redlease._asyncio.cancel import cancellable
+from redlease._asyncio.cancel import cancellable, within
+from redlease._asyncio.compat import wait_event
 
 if sys.version_info >= (3, 11):
     from asyncio import timeout
@@ -171,3 +172,54 @@ async def test_a_call_that_fails_after_a_swallowed_cancellation_raises_the_cance
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+@pytest.mark.parametrize("turns", [0, 1, 2, 3])
+async def test_a_timed_wait_cancelled_as_it_ends_raises_the_cancellation(turns):
+    """``within`` (and ``wait_event`` on it), the engine's timed waits, cancelled in the turn
+    the awaited event is set or up to three turns later: a cancellation that reaches the
+    waiter (``cancel()`` returns True) is raised. With ``asyncio.wait_for`` on Python 3.10 the
+    wait returned True for 0, 1 and 2 turns (a cancelled fair waiter stayed in line)."""
+    event = asyncio.Event()
+    task = asyncio.ensure_future(wait_event(event, 10))
+    for _ in range(5):  # let it reach its wait
+        await asyncio.sleep(0)
+    event.set()
+    for _ in range(turns):
+        await asyncio.sleep(0)
+    if task.cancel():
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    else:
+        assert await task is True  # it had returned before the cancellation
+
+
+async def test_a_timed_wait_returns_the_result_or_times_out():
+    async def answer() -> str:
+        await asyncio.sleep(0)
+        return "OK"
+
+    assert await within(answer(), 5) == "OK"
+    assert await within(answer(), None) == "OK"
+    started = asyncio.Event()
+
+    async def never() -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    waiting = asyncio.ensure_future(never())
+    with pytest.raises(asyncio.TimeoutError):
+        await within(waiting, 0.01)
+    assert started.is_set() and waiting.cancelled()  # stopped, as wait_for stops it
+    assert await wait_event(asyncio.Event(), 0.01) is False
+
+
+async def test_a_cancelled_timed_wait_stops_what_it_waited_for():
+    waiting = asyncio.ensure_future(asyncio.Event().wait())
+    task = asyncio.ensure_future(within(waiting, 10))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert waiting.cancelled()

@@ -117,7 +117,40 @@ async def before_sending(awaitable: Awaitable[T]) -> T:
 async def bounded(awaitable: Awaitable[T]) -> T:
     """``await awaitable`` in a task of its own that a cancellation of the caller does not
     stop, at most ``CANCEL_GRACE`` (``TimeoutError`` after)."""
-    return await asyncio.wait_for(asyncio.shield(awaitable), CANCEL_GRACE)
+    return await within(asyncio.shield(awaitable), CANCEL_GRACE)
+
+
+async def within(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """``await awaitable``, or ``asyncio.TimeoutError`` after ``seconds`` (``None``: no
+    limit); a cancellation of the caller always raises ``CancelledError``.
+
+    The engine's one timed wait, never ``asyncio.wait_for``: on Python 3.10 and 3.11
+    ``wait_for`` returns the awaitable's result and drops the caller's cancellation when the
+    awaitable ends in the turn of the cancellation or up to two turns before (CPython
+    gh-86296): a waiter cancelled as it was woken went on waiting, still in line. From 3.11
+    ``asyncio.timeout`` waits in the calling task and tells its own expiry from a caller's
+    cancellation (``Task.cancelling()``). 3.10 has neither: ``awaitable`` runs in a task of
+    its own, awaited with ``asyncio.wait``, which lets every cancellation out; that task is
+    cancelled and awaited when the caller is cancelled or the time is up (a result it still
+    returns after the time is up is returned, as ``wait_for`` does)."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    task = asyncio.ensure_future(awaitable)  # pragma: no cover - Python 3.10
+    try:
+        done, _ = await asyncio.wait((task,), timeout=seconds)
+    except asyncio.CancelledError:
+        task.cancel()
+        await asyncio.wait((task,))
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller's cancellation comes first
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.wait((task,))
+        if task.cancelled():
+            raise asyncio.TimeoutError
+    return task.result()
 
 
 async def cancellable(awaitable: Awaitable[T]) -> T:
@@ -235,10 +268,10 @@ async def finish_despite_cancel(awaitable: Awaitable[T], then: Callable[[T], Any
         return await asyncio.shield(task)
     except asyncio.CancelledError:
         with contextlib.suppress(Exception, asyncio.CancelledError):
-            result = await asyncio.wait_for(task, CANCEL_GRACE)
+            result = await within(task, CANCEL_GRACE)
             outcome = then(result)
             if asyncio.iscoroutine(outcome):
-                await asyncio.wait_for(outcome, CANCEL_GRACE)
+                await within(outcome, CANCEL_GRACE)
         raise
 
 
@@ -321,7 +354,7 @@ async def _run_kept(
         _KEEP.reset(keep)
         keep = None
         with contextlib.suppress(Exception, asyncio.CancelledError):
-            await asyncio.wait_for(settle(cancelled), CANCEL_GRACE)
+            await within(settle(cancelled), CANCEL_GRACE)
         if isinstance(cancelled, Cancelled):
             # a plain one: asyncio.timeout() recognises its own by the exact class
             raise asyncio.CancelledError(*cancelled.args) from None

@@ -20,6 +20,7 @@ from typing import Any, ParamSpec, TypeAlias, TypeVar, overload
 from .._redis.connections import call_slots as _call_slots
 from .._shared.state import TaskOwners
 from ..errors import ArgumentTypeError, EventLoopError, InvalidArgumentError
+from .cancel import within
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -54,19 +55,10 @@ _spawned: set[asyncio.Task[None]] = set()  # a reference to each until it is don
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> bool:
-    """Whether ``event`` was set within ``timeout`` seconds.
-
-    Not ``asyncio.wait_for``: on Python 3.11 it can swallow a cancellation that arrives just as
-    the event is set (CPython gh-86296), and a cancelled waiter must stop waiting."""
-    if sys.version_info >= (3, 11):
-        try:
-            async with asyncio.timeout(timeout):
-                await event.wait()
-        except TimeoutError:
-            return False
-        return True
-    try:  # pragma: no cover - Python 3.10
-        await asyncio.wait_for(event.wait(), timeout)
+    """Whether ``event`` was set within ``timeout`` seconds; a cancelled waiter stops
+    waiting, also when it is cancelled as the event is set (``cancel.within``)."""
+    try:
+        await within(event.wait(), timeout)
     except asyncio.TimeoutError:
         return False
     return True

@@ -32,7 +32,7 @@ from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renew
 from ..errors import (
     ClientClosedError,
 )
-from .cancel import cancellable, undo_despite_cancel
+from .cancel import cancellable, undo_despite_cancel, within
 from .compat import LoopBinding, on_owner_end, owner_number, wait_event
 from .subscriber import Subscriber
 
@@ -111,7 +111,7 @@ class Master:
     async def open(self) -> Any:
         conn = self._factory()
         try:
-            await asyncio.wait_for(conn.connect(), self._connect_timeout)
+            await within(conn.connect(), self._connect_timeout)
         except BaseException:
             discard(conn)
             self.first_contact = False
@@ -294,13 +294,13 @@ class Round:
         try:
             if first:
                 bound = max(0.0, deadline + FIRST_CONNECT_GRACE - time.monotonic())
-                conn = await asyncio.wait_for(master.open(), bound)
+                conn = await within(master.open(), bound)
             else:
                 conn = await master.open()
         except Exception as exc:
             self.out[i] = unavailable(exc, master.address, self.name)
             return
-        if self.given_up:  # (wait_for may return a connection despite the cancellation)
+        if self.given_up:  # (the round was given up meanwhile)
             discard(conn)
             return
         if first:  # the reply gets master_timeout from now
@@ -444,7 +444,7 @@ class AsyncRedlockDriver(RedlockClientBase):
                     if self._closed:
                         raise ClientClosedError(name=name)
                 elif isinstance(request, WaitWake):
-                    # not wait_for: on 3.11 it can swallow a cancellation (see wait_event)
+                    # (not wait_for: see cancel.within)
                     reply = await wait_event(listening.event, request.timeout)
                     listening.event.clear()
                     if self._closed:  # close() wakes every waiter

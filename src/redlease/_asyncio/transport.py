@@ -43,7 +43,7 @@ from .._core.log import log
 from .._redis.errors import HUNG, Hung
 from .._redis.wire import SPARE_CONNECTIONS
 from .._shared import fork
-from .cancel import CANCEL_GRACE, Cancelled, cancellable, keeping
+from .cancel import CANCEL_GRACE, Cancelled, cancellable, keeping, within
 
 WIDTH = 2
 """Connections a pipeline keeps at most: one is enough to keep a single server busy; a second
@@ -609,8 +609,7 @@ async def send_direct(conn: Any, packed: bytes, progress: Progress) -> Any:
             progress.reading = True
             if writer.transport.get_write_buffer_size():
                 # not all of it went out at once: wait for room, bounded as redis-py bounds it
-                async with async_timeout(conn.socket_timeout):
-                    await writer.drain()
+                await within(writer.drain(), conn.socket_timeout)
     except asyncio.TimeoutError:
         progress.reading = False
         await conn.disconnect(nowait=True)

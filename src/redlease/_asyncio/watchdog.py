@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import Awaitable
 from typing import TypeVar
@@ -17,25 +16,22 @@ from .._redis.connections import cluster_node_of, renewal_down
 from .._shared.clientbase import RenewingClient
 from .._shared.state import RenewalJob
 from ..errors import ReplicaError, ServerUnavailableError
-from .cancel import cancellable
+from .cancel import cancellable, within
 from .compat import wait_event
 
 T = TypeVar("T")
 
 
 async def _bounded(awaitable: Awaitable[T], seconds: float) -> T:
-    """``await awaitable``, or ``TimeoutError`` after ``seconds``. On Python 3.11+ in the
-    calling task (``asyncio.timeout``), not in a task of its own as ``asyncio.wait_for`` runs
+    """``await awaitable``, or ``TimeoutError`` after ``seconds`` (``cancel.within``: on
+    Python 3.11+ in the calling task, not in a task of its own as ``asyncio.wait_for`` runs
     it: on an event loop kept busy by other tasks every hop from one task or callback to the
     next waits a whole pass of the loop's ready queue, and ``wait_for`` adds three (the task,
-    its done-callback, the waiter), which made a renewal land seconds later under load. A
+    its done-callback, the waiter), which made a renewal land seconds later under load). A
     call that finishes despite a cancellation (it reads the reply of a command already sent)
     still raises it (``cancel.cancellable``): the watchdog is being stopped all the same, or,
     when the timeout expired, ``TimeoutError``."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await cancellable(awaitable)
-    return await asyncio.wait_for(awaitable, seconds)  # pragma: no cover - Python 3.10
+    return await within(cancellable(awaitable), seconds)
 
 
 class AsyncWatchdog:
