@@ -131,8 +131,9 @@ class Subscriber:
     def listen_if_live(self, channel: str, owner: str, private: str | None = None) -> Waiter | None:
         """A waiter on ``channel`` (and ``private``) if this client already listens there,
         else ``None``."""
-        waiter = Waiter(channel, owner, asyncio.Event(), private)
-        return waiter if not self._closed and self._table.add_if_live(waiter) else None
+        if self._closed:
+            return None
+        return self._table.add_if_live(channel, owner, private)
 
     def unsubscribe(self, waiter: Waiter) -> None:
         self._table.remove(waiter, time.monotonic())

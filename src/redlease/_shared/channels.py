@@ -198,19 +198,24 @@ class ChannelTable:
             entries.append(entry)
         return entries, new
 
-    def add_if_live(self, waiter: Waiter) -> bool:
-        """Register ``waiter`` only if all its channels are already subscribed and confirmed."""
-        entries = [self.entries.get(channel) for channel in waiter.channels]
+    def add_if_live(self, channel: str, owner: str, private: str | None) -> Waiter | None:
+        """A waiter on ``channel`` (and ``private``), registered, only if all its channels are
+        already subscribed and confirmed; its wake-up flag is made only then (an uncontended
+        acquire asks at every call, and most often nothing listens there yet)."""
+        entries = [self.entries.get(channel)]
+        if private is not None:
+            entries.append(self.entries.get(private))
         if not all(
             entry is not None and entry.confirmed.is_set() and entry.refusal is None
             for entry in entries
         ):
-            return False
+            return None
+        waiter = Waiter(channel, owner, self._new_event(), private)
         for entry in entries:
             assert entry is not None
             entry.waiters[waiter] = None
             entry.idle_since = None
-        return True
+        return waiter
 
     def remove(self, waiter: Waiter, now: float) -> None:
         for channel in waiter.channels:
