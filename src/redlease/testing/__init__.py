@@ -23,6 +23,7 @@ from .proxy import TcpProxy
 from .redisson import (
     RedissonCountDownLatch,
     RedissonFairLock,
+    RedissonFasterMultiLock,
     RedissonLock,
     RedissonPermitExpirableSemaphore,
     RedissonReadWriteLock,
@@ -43,6 +44,7 @@ __all__ = [
     "RedisServer",
     "RedissonCountDownLatch",
     "RedissonFairLock",
+    "RedissonFasterMultiLock",
     "RedissonLock",
     "RedissonPermitExpirableSemaphore",
     "RedissonReadWriteLock",
