@@ -10,6 +10,7 @@ library names the wait. Deliberate exceptions, each with its reason:
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -34,6 +35,11 @@ def _integrations() -> Iterator[tuple[str, Any]]:
 def _public() -> Iterator[tuple[str, Any]]:
     for name in redlease.__all__:
         obj = getattr(redlease, name)
+        if dataclasses.is_dataclass(obj):
+            # a value the API hands back (``Lease``, ``LockEvent``, the statistics) is read,
+            # not called: its fields are what happened (``LockEvent.wait``: the seconds an
+            # acquire took), not a wait to ask for
+            continue
         yield name, obj
         if inspect.isclass(obj):
             for member, fn in inspect.getmembers(obj):
