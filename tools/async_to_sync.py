@@ -7,8 +7,16 @@ file there that is not generated, or not what it generates). What differs by run
 code in the twin engine packages ``_asyncio/`` and ``_threads/`` (the same file names: a
 ``compat.py`` of paired primitives, ``transport.py``, ``cancel.py``, ``watchdog.py``,
 ``subscriber.py``, ``fanout.py``, ``line.py``; ``tests/unit/test_engine_parity.py`` keeps
-them alike), so this tool only renames, on tokens (stdlib ``tokenize``), as unasync does:
+them alike), so this tool renames, on tokens (stdlib ``tokenize``), as unasync does, and
+drops what only asyncio needs, as psycopg's ``tools/async_to_sync.py`` does:
 
+* code marked ``# ASYNC`` goes (``ASYNC_MARK``): the statement, ``except`` clause or
+  decorator on that line, with its block and the comment lines right above it; an
+  ``if True:  # ASYNC`` leaves its ``else`` branch in its place. What is marked is what
+  asyncio alone has (a task's cancellation, the opt-in pipeline, the event loop a client is
+  bound to, the task owning a hold), so ``_threads/`` needs no stand-in for it;
+* the calls that see a call through a cancellation (``UNWRAPPED``: ``cancel.cancellable(x)``,
+  ``finish_despite_cancel(x, then)``, ...) become their first argument;
 * ``await`` and ``async`` (before ``def``/``with``/``for``) go;
 * ``redis.asyncio.X`` becomes ``redis.X``; names are mapped: ``_asyncio`` -> ``_threads``
   (so ``from .._asyncio import compat`` imports the thread twin), ``AsyncLock`` -> ``Lock``,
@@ -17,12 +25,13 @@ them alike), so this tool only renames, on tokens (stdlib ``tokenize``), as unas
 * ``(await x).y`` loses the parentheses it needed only for the ``await``;
 * a public parameter only the asyncio API has (``ASYNC_ONLY_PARAMETERS``: the opt-in
   pipeline, an election's ``cancel_on_loss``) leaves the sync signatures and calls, and any
-  other use of it becomes its default;
-* in strings and comments, asyncio words become thread words ("task" -> "thread", ...), and
-  each file's ``PHRASES`` (whole sentences about cancellation, ...) are replaced; each phrase
-  must be found, so that an edit of the asyncio text cannot silently leave a stale one.
+  other use of it becomes its default (an ``if False:`` block left by it goes);
+* in strings and comments, asyncio words become thread words ("task" -> "thread", ...:
+  ``WORDS``); in docstrings and comments, each sentence, clause or parenthesis that speaks of
+  a cancellation, the event loop or coroutines goes (``ASYNCIO_TALK``), however it is worded.
 
-The output is then put through ``ruff check --fix-only`` (imports) and ``ruff format``.
+The output is then put through ``ruff check --fix-only`` (imports; an ``if`` left alone in an
+``if``) and ``ruff format``.
 
     python tools/async_to_sync.py           # write the sync files
     python tools/async_to_sync.py --check   # exit 1 if a sync file is not what it generates
@@ -38,6 +47,7 @@ import shutil
 import subprocess
 import sys
 import tokenize
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,99 +86,20 @@ WORDS = [
     (re.compile(r"\basync (with|for)\b"), r"\1"),
     (re.compile(r"\bawait "), ""),
     (re.compile(r"\bawaitable "), ""),
-    (re.compile(r"\bredis\.asyncio\b"), "redis"),
+    (re.compile(r"\bredis\.asyncio\."), "redis."),
+    (re.compile(r"\bredis\.asyncio\b"), "redis-py"),
+    (re.compile(r"\bThe asyncio\b"), "The thread-based"),
+    (re.compile(r"\ban ``asyncio\.Event``"), "a ``threading.Event``"),
+    (re.compile(r"\bUse it from one event loop\b"), "Thread-safe"),
+    (re.compile(r"\bcoroutine function\b"), "function"),
 ]
 """Applied in strings and comments."""
 
-_CANCEL_LOCK = """
-    Cancelling ``acquire`` after the server granted the hold gives it back; a cancelled
-    ``release`` still completes (bounded) before the cancellation propagates."""
-
-PHRASES: dict[str, list[tuple[str, str]]] = {
-    "__init__.py": [("The asyncio shell.", "The thread-based shell.")],
-    "lock.py": [(_CANCEL_LOCK, "")],
-    "latch.py": [
-        (
-            """
-    A cancelled ``wait`` leaves nothing behind; a cancelled ``count_down`` still completes
-    (bounded) before the cancellation propagates.""",
-            "",
-        ),
-        (
-            """ A cancelled call still completes
-        (bounded) before the cancellation propagates.""",
-            "",
-        ),
-    ],
-    "semaphore.py": [
-        (
-            """
-    Cancelling ``acquire`` after the server granted the permits gives them back; a cancelled
-    ``release`` still completes (bounded) before the cancellation propagates.""",
-            "",
-        ),
-        (
-            """
-    Cancelling ``acquire`` after the server granted a permit gives it back; a cancelled
-    ``release`` still completes (bounded) before the cancellation propagates.""",
-            "",
-        ),
-        (
-            """; a cancelled call still
-        completes (bounded) before the cancellation propagates.""",
-            ".",
-        ),
-        ("Send an undo now (bounded, even when cancelled); one", "Send an undo now; one"),
-    ],
-    "client.py": [
-        (
-            "with redis.asyncio, one watchdog task, one subscriber task.",
-            "with redis-py, one watchdog thread, one subscriber thread.",
-        ),
-        ("Use it from one event loop;", "Thread-safe;"),
-        ("Decorate a coroutine function so that", "Decorate a function so that"),
-    ],
-    "redlock.py": [
-        ("The asyncio Redlock client", "The thread-based Redlock client"),
-        ("Use it from one event loop.", "Thread-safe; share one."),
-    ],
-    "redlock_lock.py": [
-        (
-            """
-    Cancelling ``acquire`` gives back what the masters granted before the cancellation
-    propagates; a cancelled ``release`` still completes (bounded).""",
-            "",
-        ),
-    ],
-    "election.py": [
-        ("an ``asyncio.Event``", "a ``threading.Event``"),
-        (
-            """ ``cancel_on_loss=True`` cancels the task running the
-        block the moment the leadership is lost; the block then ends with
-        ``LeaseLostError`` instead of ``CancelledError`` (as ``asyncio.timeout`` ends
-        with ``TimeoutError``).""",
-            "",
-        ),
-    ],
-    "scheduled.py": [
-        (
-            """
-    A plain function decorated on an ``AsyncClient`` runs in the event loop, as it would
-    undecorated (make a long one a coroutine function, or call ``asyncio.to_thread`` in it).""",
-            """
-    A coroutine function is refused: decorate it on an ``AsyncClient``.""",
-        ),
-    ],
-    "multilock.py": [
-        (
-            """
-    A cancelled ``acquire`` gives back what it took before the cancellation propagates; a
-    cancelled ``release`` still releases every member (each bounded) before it does.""",
-            "",
-        ),
-    ],
-}
-"""Per file: (asyncio text, sync text) pairs replaced in the source before anything else."""
+ASYNCIO_TALK = re.compile(r"cancel|event loop|coroutine", re.IGNORECASE)
+"""What only asyncio's documentation speaks of: a task's cancellation (a thread's call is not
+cancelled midway), the event loop, coroutines. In the sync file each sentence, clause (up to a
+``;``) and parenthesis of a docstring or a comment that speaks of one goes (after ``WORDS``);
+a docstring left with nothing stops the tool."""
 
 ASYNC_ONLY_PARAMETERS: dict[str, dict[str, str]] = {
     "client.py": {"pipeline": "False"},
@@ -181,18 +112,151 @@ arguments (``name=name,``), and any other use of the name becomes its default. E
 found, so that a stale entry stops the tool."""
 
 
-def _phrases(name: str, source: str) -> str:
-    for old, new in PHRASES.get(name, []):
-        if source.count(old) != 1:
-            raise SystemExit(f"async_to_sync: {name}: phrase not found once: {old[:60]!r}...")
-        source = source.replace(old, new)
-    return source
+ASYNC_MARK = "# ASYNC"
+"""The comment that marks asyncio-only code in ``_async/``: the statement (or ``except``
+clause, or decorator) on that line goes from the sync file with the block it opens, and with
+the comment lines right above it; an ``if ...:  # ASYNC`` with an ``else:`` leaves its
+``else`` branch in its place (psycopg's ``if True:  # ASYNC``)."""
+
+UNWRAPPED = {
+    "cancel.before_sending",
+    "cancel.bounded",
+    "cancel.cancellable",
+    "cancellable",
+    "finish_despite_cancel",
+}
+"""Calls of the asyncio engine that exist only to see a call through a cancellation: on
+threads (no cancellation midway) each becomes its first argument, ``x`` for
+``cancel.cancellable(x)``, ``x`` for ``finish_despite_cancel(x, then)``."""
+
+
+def _marked_lines(source: str) -> list[int]:
+    """The lines whose comment is ``ASYNC_MARK``, in order."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return [
+        tok.start[0] for tok in tokens if tok.type == tokenize.COMMENT and tok.string == ASYNC_MARK
+    ]
+
+
+def _marked_node(tree: ast.AST, line: int) -> ast.stmt | ast.ExceptHandler | ast.expr | None:
+    """The outermost statement, ``except`` clause or decorator whose first line (of a compound
+    statement: whose header, ``if (...):`` over several lines) holds ``line``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for decorator in node.decorator_list:
+                if decorator.lineno <= line <= (decorator.end_lineno or decorator.lineno):
+                    return decorator
+        if isinstance(node, ast.stmt | ast.ExceptHandler):
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body:
+                header_end = _first_line(body[0]) - 1
+            else:
+                header_end = node.end_lineno or node.lineno
+            if node.lineno <= line <= header_end:
+                return node
+    return None
+
+
+def _first_line(node: ast.stmt) -> int:
+    """The first line of a statement, its decorators included."""
+    decorators: list[ast.expr] = getattr(node, "decorator_list", [])
+    return min([node.lineno, *(d.lineno for d in decorators)])
+
+
+def _drop_async_only(name: str, source: str) -> str:
+    """The source without what ``ASYNC_MARK`` marks (see there), one mark at a time from the
+    top (a mark inside a dropped block goes with it)."""
+    for _ in range(1000):
+        marks = _marked_lines(source)
+        if not marks:
+            return source
+        line = marks[0]
+        node = _marked_node(ast.parse(source), line)
+        if node is None:
+            shown = source.splitlines()[line - 1].strip()
+            raise SystemExit(f"async_to_sync: {name}: {ASYNC_MARK} marks no statement: {shown}")
+        lines = source.splitlines(keepends=True)
+        first = _first_line(node) if isinstance(node, ast.stmt) else node.lineno
+        last = node.end_lineno or node.lineno
+        kept: list[str] = []  # an else branch, in the if's place
+        if isinstance(node, ast.If) and node.orelse:
+            branch = node.orelse[0]
+            if isinstance(branch, ast.If) and branch.col_offset == node.col_offset:
+                raise SystemExit(f"async_to_sync: {name}: an elif after {ASYNC_MARK}")
+            shift = branch.col_offset - node.col_offset
+            for text in lines[branch.lineno - 1 : last]:
+                if text.strip() and not text[:shift].isspace():
+                    raise SystemExit(f"async_to_sync: {name}: cannot dedent {text.strip()!r}")
+                kept.append(text[shift:] if text.strip() else text)
+        while (
+            first > 1
+            and lines[first - 2].strip().startswith("#")
+            and (_indent(lines[first - 2]) == _indent(lines[first - 1]))
+        ):
+            first -= 1
+        source = "".join([*lines[: first - 1], *kept, *lines[last:]])
+        try:
+            ast.parse(source)
+        except SyntaxError as exc:
+            raise SystemExit(
+                f"async_to_sync: {name}:{line}: without what {ASYNC_MARK} marks, the sync"
+                f" file does not parse ({exc.msg}, line {exc.lineno})"
+            ) from None
+    raise SystemExit(f"async_to_sync: {name}: too many {ASYNC_MARK} marks")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def _words(text: str) -> str:
     for pattern, repl in WORDS:
         text = pattern.sub(repl, text)
     return text
+
+
+_PARENTHESIS = re.compile(r"\s?\((?:[^()]|\([^()]*\))*\)")
+_QUOTED = re.compile(r"(?s)([rRuU]?)(\"\"\"|\'\'\'|\"|\')(.*)\2")
+_PIECE_END = re.compile(r"(?<=[.;])\s+")
+
+
+def _without_asyncio_talk(text: str) -> str:
+    """``text`` (the inside of a docstring, or a comment) without its sentences, clauses and
+    parentheses that speak of what only asyncio has (``ASYNCIO_TALK``)."""
+    text = _PARENTHESIS.sub(lambda m: "" if ASYNCIO_TALK.search(m[0]) else m[0], text)
+    body = text.rstrip()
+    trailing = text[len(body) :]
+    pieces = _PIECE_END.split(body)
+    gaps = _PIECE_END.findall(body)
+    out, dropped = "", False
+    for k, piece in enumerate(pieces):
+        if ASYNCIO_TALK.search(piece):
+            dropped = True
+            if piece.endswith(".") and out.endswith(";"):
+                out = out[:-1] + "."
+            continue
+        out += (gaps[k - 1] if out and k else "") + piece
+    if dropped and out.endswith(";"):
+        out = out[:-1] + "."
+    return out + trailing if out else ""
+
+
+def _docstring_words(literal: str) -> str:
+    """A docstring (its literal) with ``WORDS`` applied and without its asyncio talk."""
+    match = _QUOTED.fullmatch(_words(literal))
+    if match is None:
+        raise SystemExit(f"async_to_sync: not a docstring: {literal[:60]!r}")
+    prefix, quote, inside = match.groups()
+    kept = _without_asyncio_talk(inside)
+    if not kept.strip():
+        raise SystemExit(f"async_to_sync: nothing left of a docstring: {literal[:60]!r}...")
+    return prefix + quote + kept + quote
+
+
+def _comment_words(comment: str) -> str:
+    """A comment with ``WORDS`` applied and without its asyncio talk ("" if nothing is left)."""
+    kept = _without_asyncio_talk(_words(comment).removeprefix("#").strip())
+    return f"# {kept}" if kept else ""
 
 
 def _rename(name: str) -> str:
@@ -222,6 +286,20 @@ def _is_primary(text: str) -> bool:
 
 
 _TEXT = {tokenize.STRING, tokenize.COMMENT, getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+
+
+def _is_docstring(tokens: list[tokenize.TokenInfo], i: int) -> bool:
+    """Whether the string token ``i`` is a statement of its own (a docstring, of a module,
+    class, function or attribute)."""
+    before = tokens[i - 1].type if i else tokenize.NEWLINE
+    after = tokens[i + 1].type if i + 1 < len(tokens) else tokenize.NEWLINE
+    return before in (
+        tokenize.NEWLINE,
+        tokenize.NL,
+        tokenize.INDENT,
+        tokenize.DEDENT,
+        tokenize.ENCODING,
+    ) and (after in (tokenize.NEWLINE, tokenize.ENDMARKER))
 
 
 def _significant(tokens: list[tokenize.TokenInfo], i: int, step: int) -> int:
@@ -263,6 +341,53 @@ def _drop_parameter(tokens: list[tokenize.TokenInfo], i: int) -> list[int]:
         if not own_comma:  # the last one, on one line: the comma before it goes too
             gone.append(before)
     return gone
+
+
+def _unwrapped_call(tokens: list[tokenize.TokenInfo], i: int) -> int | None:
+    """The index of the opening bracket of an ``UNWRAPPED`` call whose name starts at ``i``,
+    else ``None``."""
+    j, dotted = i, tokens[i].string
+    while tokens[j + 1].string == "." and tokens[j + 2].type == tokenize.NAME:
+        j += 2
+        dotted += "." + tokens[j].string
+    if dotted in UNWRAPPED and tokens[j + 1].string == "(":
+        return j + 1
+    return None
+
+
+def _unwrap(
+    source: str,
+    tokens: list[tokenize.TokenInfo],
+    i: int,
+    opening: int,
+    offset: Callable[[tuple[int, int]], int],
+) -> tuple[set[int], set[int]]:
+    """The tokens to leave out (and those whose preceding white space goes) so that the
+    ``UNWRAPPED`` call from ``i`` becomes its first argument: its name, its other arguments,
+    and its brackets (with the line breaks just inside them) when the argument is a primary
+    (``a.b(c)``), else the brackets stay (``(a or b)``)."""
+    close = _matching(tokens, opening)
+    depth, end = 0, close
+    for k in range(opening + 1, close):
+        if tokens[k].type == tokenize.OP and tokens[k].string in "([{":
+            depth += 1
+        elif tokens[k].type == tokenize.OP and tokens[k].string in ")]}":
+            depth -= 1
+        elif depth == 0 and tokens[k].type == tokenize.OP and tokens[k].string == ",":
+            end = k
+            break
+    gone = set(range(i, opening)) | set(range(end, close))
+    gap = set(range(i + 1, opening + 1)) | set(range(end, close))
+    inner = source[offset(tokens[opening].end) : offset(tokens[end].start)]
+    first = _significant(tokens, opening + 1, 1)
+    last = _significant(tokens, end - 1, -1)
+    around = [*range(opening + 1, first), *range(last + 1, end)]  # line breaks only
+    if _is_primary(inner.replace("await ", "")) and all(
+        tokens[k].type == tokenize.NL for k in around
+    ):
+        gone |= {opening, close, *around}
+        gap |= {opening + 1, close, *around, first, last + 1}
+    return gone, gap
 
 
 def _rewrite(source: str, only: dict[str, str] | None = None) -> str:
@@ -309,6 +434,10 @@ def _rewrite(source: str, only: dict[str, str] | None = None) -> str:
             ):
                 drop.add(i)
                 drop_gap.add(i + 1)
+            elif prev != "." and (opening := _unwrapped_call(tokens, i)) is not None:
+                unwrapped, gaps = _unwrap(source, tokens, i, opening, offset)
+                drop.update(unwrapped)
+                drop_gap.update(gaps)
             elif (
                 tok.string == "redis"
                 and nxt is not None
@@ -319,6 +448,10 @@ def _rewrite(source: str, only: dict[str, str] | None = None) -> str:
                 drop_gap.update((i + 1, i + 2))
             else:
                 repl[i] = _rename(tok.string)
+        elif tok.type == tokenize.COMMENT:
+            repl[i] = _comment_words(tok.string)
+        elif tok.type == tokenize.STRING and _is_docstring(tokens, i):
+            repl[i] = _docstring_words(tok.string)
         elif tok.type in _TEXT:
             repl[i] = _words(tok.string)
         elif (
@@ -364,7 +497,16 @@ def _ruff() -> str:
 def _polish(text: str, target: Path) -> str:
     ruff = _ruff()
     for args in (
-        ["check", "--fix-only", "--select", "I,F401", "--exit-zero", "--quiet"],
+        # imports left unused, and an if left alone in an if (SIM102) once ASYNC code went
+        [
+            "check",
+            "--fix-only",
+            "--unsafe-fixes",
+            "--select",
+            "I,F401,SIM102",
+            "--exit-zero",
+            "--quiet",
+        ],
         ["format", "--quiet"],
     ):
         done = subprocess.run(
@@ -415,7 +557,7 @@ def _drop_false_branches(text: str) -> str:
 
 def generate(name: str) -> str:
     source = (ASYNC / name).read_text()
-    source = _phrases(name, source)
+    source = _drop_async_only(name, source)
     text = HEADER.format(name=name) + _rewrite(source, ASYNC_ONLY_PARAMETERS.get(name))
     return _polish(_drop_false_branches(text), SYNC / name)
 

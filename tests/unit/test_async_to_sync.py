@@ -97,8 +97,137 @@ def test_an_async_only_parameter_not_found_is_an_error() -> None:
         _sync("def f(a: int) -> None: ...\n", {"keep": "False"})
 
 
-def test_a_phrase_that_is_gone_is_an_error() -> None:
-    tool = _tool()
-    tool.PHRASES["x.py"] = [("never there", "")]
+def _dropped(source: str) -> str:
+    return str(_tool()._drop_async_only("x.py", source))
+
+
+def test_marked_statements_go_with_their_blocks_and_comments() -> None:
+    source = (
+        "import a\n"
+        "\n"
+        "\n"
+        "class C:\n"
+        "    @deco  # ASYNC\n"
+        "    @other\n"
+        "    def f(self) -> None:\n"
+        "        # about the next line\n"
+        "        self.x = 1  # ASYNC\n"
+        "        try:\n"
+        "            g()\n"
+        "        except Cancelled:  # ASYNC\n"
+        "            h()\n"
+        "            raise\n"
+        "        except Exception:\n"
+        "            pass\n"
+        "        if (\n"
+        "            long\n"
+        "        ):  # ASYNC\n"
+        "            k()\n"
+        "\n"
+        "    def only_async(self) -> None:  # ASYNC\n"
+        "        pass\n"
+    )
+    assert _dropped(source) == (
+        "import a\n"
+        "\n"
+        "\n"
+        "class C:\n"
+        "    @other\n"
+        "    def f(self) -> None:\n"
+        "        try:\n"
+        "            g()\n"
+        "        except Exception:\n"
+        "            pass\n"
+        "\n"
+    )
+
+
+def test_a_marked_if_leaves_its_else_branch_in_its_place() -> None:
+    source = (
+        "def f() -> int:\n"
+        "    if True:  # ASYNC\n"
+        "        return await g()\n"
+        "    else:\n"
+        "        x = h()\n"
+        "        if x:\n"
+        "            return 1\n"
+        "        return 2\n"
+    )
+    assert _dropped(source) == (
+        "def f() -> int:\n    x = h()\n    if x:\n        return 1\n    return 2\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "x = 1\n# ASYNC\ny = 2\n",  # a mark on a line of its own marks nothing
+        "if a:  # ASYNC\n    b()\nelif c:\n    d()\n",  # which branch would stay?
+        "def f() -> None:\n    g()  # ASYNC\n",  # a body left empty
+    ],
+)
+def test_a_mark_that_cannot_be_honoured_stops_the_tool(source: str) -> None:
     with pytest.raises(SystemExit):
-        tool._phrases("x.py", "source")
+        _dropped(source)
+
+
+def test_unwrapped_calls_become_their_first_argument() -> None:
+    source = (
+        "async def f() -> None:\n"
+        "    await cancel.before_sending(slots.acquire())\n"
+        "    x = await cancel.cancellable((a or b).type(n))\n"
+        "    y = finish_despite_cancel(\n"
+        "        self.client._run(op, name), lambda r: self._released(r)\n"
+        "    )\n"
+        "    z = cancellable(a or b)\n"
+        "    return cancel.bounded(\n"
+        "        g(1)\n"
+        "        + h(2)\n"
+        "    )\n"
+    )
+    assert _sync(source) == (
+        "def f() -> None:\n"
+        "    slots.acquire()\n"
+        "    x = (a or b).type(n)\n"
+        "    y = self.client._run(op, name)\n"
+        "    z = (a or b)\n"
+        "    return (\n"
+        "        g(1)\n"
+        "        + h(2)\n"
+        "    )\n"
+    )
+
+
+def test_asyncio_talk_leaves_docstrings_and_comments_whatever_its_words() -> None:
+    """No phrase table: a sentence, a clause or a parenthesis that speaks of a cancellation,
+    the event loop or coroutines goes from the sync docs, however it is worded; the rest of
+    the text, and strings that are not docs (messages), stay."""
+    source = (
+        "def f() -> None:\n"
+        '    """Take it. Cancelling it gives it back; a cancelled\n'
+        "    release still completes.\n"
+        "\n"
+        "    Send an undo (bounded, even when cancelled); one that fails is retried;\n"
+        "    a caller that was cancelled meanwhile learns nothing.\n"
+        "\n"
+        "    Whoever CANCELS a wait, in whatever words, leaves nothing behind.\n"
+        '    """\n'
+        "    # retried (and nothing sent if cancelled)\n"
+        "    # when the task is cancelled: nothing\n"
+        '    raise E("cancelled while waiting")\n'
+    )
+    assert _sync(source) == (
+        "def f() -> None:\n"
+        '    """Take it.\n'
+        "\n"
+        "    Send an undo; one that fails is retried.\n"
+        '    """\n'
+        "    # retried\n"
+        "    \n"
+        '    raise E("cancelled while waiting")\n'
+    )
+
+
+def test_a_docstring_left_with_nothing_stops_the_tool() -> None:
+    with pytest.raises(SystemExit):
+        _sync('def f() -> None:\n    """Runs in the event loop."""\n')

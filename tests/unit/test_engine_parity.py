@@ -76,29 +76,9 @@ OWN: dict[tuple[str, str], set[str]] = {
         "_stop_if_closed",
         "_fanout",  # a request on asyncio (tasks), its calls and timeout on threads
         "_fresh_after_fork",  # threads: a fork hook (fork.in_child)
+        "_mind_owner",  # asyncio: a hold's task is watched (ASYNC_ONLY below)
+        "_owner_ended",
     },
-    # the pipeline is asyncio's (its workings, and the connections tests look at); the
-    # thread twin is never made
-    ("transport", "Pipeline"): {
-        "_call_again",
-        "_call_once",
-        "_cancelled",
-        "_fail",
-        "_forget",
-        "_hand_late",
-        "_make_room",
-        "_open",
-        "_pick",
-        "_read",
-        "_retire",
-        "_retired",
-        "_start_opening",
-        "_wait_for_room",
-        "_write",
-        "connections",
-    },
-    # asyncio's aclose(): redis-py's asyncio spelling of close()
-    ("compat", "Closer"): {"aclose"},
 }
 """Per (module, class as named on threads): methods one runtime alone has, and why."""
 
@@ -131,6 +111,41 @@ OWN_NAMES: dict[str, set[str]] = {
     },
 }
 """Per module: public top-level names one runtime alone has (internal to that engine)."""
+
+ASYNC_ONLY: dict[str, set[str]] = {
+    # a task can be cancelled midway: what sees a call through it (a thread's cannot)
+    "cancel": {
+        "CANCEL_GRACE",
+        "Cancelled",
+        "before_sending",
+        "bounded",
+        "cancellable",
+        "finish_call",
+        "finish_despite_cancel",
+        "finish_run",
+        "keeping",
+        "undo_despite_cancel",
+        "unsent",
+    },
+    # a task's cancellation, the task owning a hold and its end, the loop a client is bound
+    # to, a cluster client's first read of the layout
+    "compat": {
+        "Cancelled",
+        "CoroutineFunction",
+        "LoopBinding",
+        "cancel",
+        "current_task",
+        "on_owner_end",
+        "owned_by_caller",
+        "ready",
+        "uncancel",
+    },
+    # the opt-in pipeline (AsyncClient(pipeline=True))
+    "transport": {"Pipeline", "PipelineClosedError"},
+}
+"""Per module: what only the asyncio engine has because only asyncio code uses it: the sync
+shells never call it (``tools/async_to_sync.py`` drops its uses: ``# ASYNC``, ``UNWRAPPED``),
+so ``_threads/`` has no stand-in for it (``test_threads_has_no_stand_ins``)."""
 
 
 def _modules(package: Path) -> set[str]:
@@ -202,7 +217,7 @@ def test_the_same_modules() -> None:
 def test_the_same_public_names(module: str) -> None:
     on_asyncio, _ = _top_level(ASYNCIO / f"{module}.py")
     on_threads, _ = _top_level(THREADS / f"{module}.py")
-    own = OWN_NAMES.get(module, set())
+    own = OWN_NAMES.get(module, set()) | ASYNC_ONLY.get(module, set())
     assert set(on_asyncio) - own == set(on_threads) - own, (
         f"{module}: only on asyncio {sorted(set(on_asyncio) - set(on_threads) - own)}, "
         f"only on threads {sorted(set(on_threads) - set(on_asyncio) - own)}"
@@ -241,3 +256,66 @@ def test_a_method_on_one_side_only_is_found(tmp_path: Path) -> None:
     a = _methods(_top_level(one)[1]["X"])
     t = _methods(_top_level(other)[1]["X"])
     assert set(a) - set(t) == {"b"}
+
+
+def _stand_in(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a function only stands in for its asyncio twin: no body (a docstring,
+    ``pass``, ``...``), ``raise NotImplementedError``, or a return of a constant or of one of
+    its own parameters as it came."""
+    body = [
+        stmt
+        for stmt in node.body
+        if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant))
+    ]
+    params = {a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)}
+    if not body or all(isinstance(stmt, ast.Pass) for stmt in body):
+        return True
+    if len(body) != 1:
+        return False
+    only = body[0]
+    if isinstance(only, ast.Raise):
+        raised = only.exc.func if isinstance(only.exc, ast.Call) else only.exc
+        return isinstance(raised, ast.Name) and raised.id == "NotImplementedError"
+    if isinstance(only, ast.Return):
+        value = only.value
+        return (
+            value is None
+            or isinstance(value, ast.Constant)
+            or (isinstance(value, ast.Name) and value.id in params)
+        )
+    return False
+
+
+def test_threads_has_no_stand_ins() -> None:
+    """Nothing in ``_threads/`` exists only so that generated code imports: no function or
+    method that does nothing, returns what it was given or a constant, or raises
+    ``NotImplementedError``; no class with nothing in it. What only asyncio needs
+    (``ASYNC_ONLY``) is on the asyncio side alone, and the sync shells do without it."""
+    trees = {p.name: ast.parse(p.read_text(), filename=str(p)) for p in THREADS.glob("*.py")}
+    used_here = {  # a helper the engine itself calls is not there for the shells
+        n.id for tree in trees.values() for n in ast.walk(tree) if isinstance(n, ast.Name)
+    }
+    found = []
+    for name, tree in sorted(trees.items()):
+        protocols = {
+            id(f)
+            for c in ast.walk(tree)
+            if isinstance(c, ast.ClassDef)
+            and any(getattr(b, "id", "") == "Protocol" for b in c.bases)
+            for f in c.body
+        }
+        for node in ast.walk(tree):
+            if id(node) in protocols or getattr(node, "name", None) in used_here:
+                continue
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _stand_in(node):
+                found.append(f"{name}:{node.lineno} {node.name}()")
+            elif isinstance(node, ast.ClassDef) and all(
+                isinstance(stmt, ast.Expr | ast.Pass) for stmt in node.body
+            ):
+                found.append(f"{name}:{node.lineno} class {node.name}")
+    assert not found, "stand-ins in _threads/: " + ", ".join(found)
+    for module, names in ASYNC_ONLY.items():
+        on_asyncio, _ = _top_level(ASYNCIO / f"{module}.py")
+        on_threads, _ = _top_level(THREADS / f"{module}.py")
+        assert names <= set(on_asyncio), f"{module}: {sorted(names - set(on_asyncio))}"
+        assert not names & set(on_threads), f"{module}: {sorted(names & set(on_threads))}"

@@ -138,17 +138,19 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._checking = compat.Mutex()  # one server check at a time (_check_servers)
         self._closing = compat.Event()
         """Set by ``close()``: ends a back-off pause at once."""
-        self._loop = compat.LoopBinding("AsyncClient")  # asyncio: its connections' one loop
+        # asyncio: its connections' one loop
+        self._loop = compat.LoopBinding("AsyncClient")  # ASYNC
         compat.in_child(self._fresh_after_fork)
         # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
         # a cluster (redirections) or a single-connection client goes through redis-py
         self._packer: Packer | None = None
         self._spare: fork.PerProcess[list[Any]] = fork.PerProcess(list)
         """Idle connections kept for the next call (none of the parent's in a forked child)."""
-        self._pipeline: Pipeline | None = None
+        self._pipeline: Pipeline | None = None  # ASYNC
         if isinstance(redis_client, redis.asyncio.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
-            if pipeline:  # every task's calls share a few connections (see transport)
+            # every task's calls share a few connections (see transport)
+            if pipeline:  # ASYNC
                 self._pipeline = Pipeline(redis_client.connection_pool, self._packer.checkout)
         self._slots = compat.call_slots(redis_client)
         """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
@@ -562,7 +564,7 @@ class AsyncClient(ClientBase, AsyncClosing):
             watchdog = self._watchdog
         if watchdog is not None:
             await watchdog.stop()
-        if self._pipeline is not None:
+        if self._pipeline is not None:  # ASYNC
             await self._pipeline.close()  # its connections go back to the pool
         await self._drop_idle(None)  # the spares only: the pool closes with its client
         if self._owns_redis:
@@ -575,12 +577,12 @@ class AsyncClient(ClientBase, AsyncClosing):
             self._after_fork()
         return self._state.owner(compat.owner_number())
 
-    def _mind_owner(self) -> None:
+    def _mind_owner(self) -> None:  # ASYNC
         """The calling task took a hold: when it ends, what it still holds is reported and
         renewed no more (see ``ClientState.owner_ended``)."""
         compat.on_owner_end(self._owner_ended)
 
-    def _owner_ended(self, owner_number: int) -> None:
+    def _owner_ended(self, owner_number: int) -> None:  # ASYNC
         self._state.owner_ended(self._state.owner(owner_number))
 
     def _after_fork(self) -> None:
@@ -615,8 +617,10 @@ class AsyncClient(ClientBase, AsyncClosing):
         on the way to the socket (this one, ``_send``, ``_send_packed``, ``_perform``) return
         what their callee returns, unawaited: on asyncio, one coroutine less per call."""
         replication = call.replication or replication
-        shared = self._pipeline
-        if shared is not None and not shared.closed and replication is None and via is None:
+        shared = self._pipeline  # ASYNC
+        if (
+            shared is not None and not shared.closed and replication is None and via is None
+        ):  # ASYNC
             # the pipeline bounds its own queue and takes a few connections: no slot needed
             return self._call_once_more(call, name, replication, via)
         return self._call_in_slot(call, name, replication, via)
@@ -673,7 +677,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         if name is None or not needs_key_type(exc):
             return ""
         try:
-            if self._pipeline is not None and self._packer is not None and via is None:
+            if self._pipeline is not None and self._packer is not None and via is None:  # ASYNC
                 # on the pipeline: a burst of refused calls opens no pool connections
                 found = await self._send_packed(self._packer.command("TYPE", name))
                 return key_type_shown(found)
@@ -754,8 +758,8 @@ class AsyncClient(ClientBase, AsyncClosing):
     def _send_packed(self, packed: bytes) -> Any:
         """A command packed by redlease: on the pipeline when it is on, else
         ``_send_checked_out``."""
-        if self._pipeline is not None and not self._pipeline.closed:
-            return self._pipeline.call(packed)  # on asyncio, shared connections
+        if self._pipeline is not None and not self._pipeline.closed:  # ASYNC
+            return self._pipeline.call(packed)  # shared connections
         return self._send_checked_out(packed)
 
     def _send_checked_out(self, packed: bytes) -> Any:
@@ -774,21 +778,32 @@ class AsyncClient(ClientBase, AsyncClosing):
         replication: Replication | None,
         then: Callable[[T], Any],
     ) -> T:
-        """``_run`` for an operation that finishes even when its caller is cancelled (a
-        release): ``then`` runs on its result before the cancellation goes on
-        (``cancel.finish_run``; ``again``: the operation made anew, same request ids)."""
-        packer = self._packer
-        pack = packer.pack if packer is not None and replication is None else None
-
-        run = functools.partial(self._run, name=name, replication=replication)
-        return await cancel.finish_run(run, op, then, again=again, pack=pack)
+        """``_run`` for a release. It finishes even when its caller is cancelled: ``then``
+        runs on its result before the cancellation goes on (``cancel.finish_run``;
+        ``again``: the operation made anew, same request ids)."""
+        if True:  # ASYNC
+            packer = self._packer
+            pack = packer.pack if packer is not None and replication is None else None
+            run = functools.partial(self._run, name=name, replication=replication)
+            return await cancel.finish_run(run, op, then, again=again, pack=pack)
+        else:
+            return await self._run(op, name, replication)
 
     def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
-        """The reply of ``call``; a call with an ``undo`` finishes even when its caller is
+        """The reply of ``call``."""
+        if call.undo is not None:  # ASYNC
+            return self._perform_undone(call, call.undo, name, replication)
+        return self._call(call, name, replication)
+
+    def _perform_undone(  # ASYNC
+        self,
+        call: Call,
+        undo: Callable[[Any], Call | None],
+        name: str,
+        replication: Replication | None,
+    ) -> Any:
+        """The reply of a call with an ``undo``: it finishes even when its caller is
         cancelled, and is undone (``cancel.finish_call``)."""
-        if call.undo is None:
-            return self._call(call, name, replication)
-        undo = call.undo
 
         async def take_back(reply: Any) -> None:
             back = undo(reply)
@@ -813,8 +828,9 @@ class AsyncClient(ClientBase, AsyncClosing):
             if self._closed:
                 op.close()
                 raise ClientClosedError(name=name)
-            try:
-                self._loop.check(name)  # asyncio: the loop it was first used on
+            # asyncio: the loop it was first used on
+            try:  # ASYNC
+                self._loop.check(name)
             except EventLoopError:
                 op.close()
                 raise
@@ -935,7 +951,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         if self._subscriber is not None:
             self._subscriber.left(place)
 
-    def _check_loop(self, name: str | None) -> None:
+    def _check_loop(self, name: str | None) -> None:  # ASYNC
         """Raise ``EventLoopError`` if this client was first used on another event loop (for
         the calls that read the server without ``_run``: an election's ``leader()``,
         ``eviction_policies()``, ...)."""
@@ -973,7 +989,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         async with self._settling:  # one probe, however many tasks start at once
             if self._state.pubsub.settled:
                 return
-            try:
+            try:  # ASYNC
                 await compat.ready(self.redis)
             except PROBE_ERRORS as exc:
                 raise_translated(exc, self.address, name, user=self._user)
@@ -997,7 +1013,7 @@ class AsyncClient(ClientBase, AsyncClosing):
         """What each server (each master of a cluster) does with lock keys when memory runs
         short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
         be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
-        self._check_loop(None)
+        self._check_loop(None)  # ASYNC
         found = await self._read_policies(strict=True)
         assert found is not None  # strict: raised instead
         return found

@@ -124,13 +124,13 @@ class AsyncElection(ElectionBase):
                 f"election {self.name!r}: this task already leads it; terms do not nest"
             )
         term = AsyncTerm(self.name, identity, owner)
-        task = compat.current_task() if cancel_on_loss else None
-        cancelled = False
+        task = compat.current_task() if cancel_on_loss else None  # ASYNC
+        cancelled = False  # ASYNC
 
         def lost(error: LeaseLostError) -> None:
             term._lose(self._lost_error(identity, term.token, owner, error))
-            nonlocal cancelled
-            if term._inside and not cancelled:
+            nonlocal cancelled  # ASYNC
+            if term._inside and not cancelled:  # ASYNC
                 cancelled = compat.cancel(task, f"election {self.name!r}: leadership lost")
 
         lock = self.client.lock(self.lock_name, on_lease_lost=lost)
@@ -149,7 +149,7 @@ class AsyncElection(ElectionBase):
         term._inside = True
         try:
             yield term
-        except compat.Cancelled:
+        except compat.Cancelled:  # ASYNC
             term._inside = False
             await self._resign(lock, term, quiet=True)
             if cancelled and term.error is not None and compat.uncancel(task) == 0:
@@ -161,7 +161,8 @@ class AsyncElection(ElectionBase):
             await self._resign(lock, term, quiet=True)
             raise
         term._inside = False
-        if cancelled:  # the block caught our cancellation and went on
+        # the block caught our cancellation and went on
+        if cancelled:  # ASYNC
             compat.uncancel(task)
         await self._resign(lock, term, quiet=False)
         if term.error is not None:
@@ -228,7 +229,7 @@ class AsyncElection(ElectionBase):
     async def _record(self) -> tuple[int, str] | None:
         if self.client._closed:
             raise ClientClosedError(name=self.name)
-        self.client._check_loop(self.lock_name)
+        self.client._check_loop(self.lock_name)  # ASYNC
         try:
             value = await cancellable(self.client.redis.get(self._record_key))
         except TRANSLATED as exc:
@@ -262,7 +263,7 @@ class AsyncElection(ElectionBase):
             ServerUnavailableError: the server could not be reached for 10 s in a row."""
         every = seconds(poll, "poll")
         client = self.client
-        client._check_loop(self.lock_name)
+        client._check_loop(self.lock_name)  # ASYNC
         if not client._state.pubsub.settled:
             await client._settle_pubsub(self.name)
         subscriber = client._subscriber_started()

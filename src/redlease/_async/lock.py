@@ -51,7 +51,7 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
         self.client = client
         """The client that made it."""
 
-    @compat.owned_by_caller
+    @compat.owned_by_caller  # ASYNC
     async def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
@@ -105,14 +105,15 @@ class AsyncLock(LockBase, AsyncHeld, AsyncLockQueries):
             raise
         got = self._acquired(plan, result)
         if got is not None:
-            self.client._mind_owner()  # reported, not renewed, if its task ends holding it
+            # reported, not renewed, if its task ends holding it
+            self.client._mind_owner()  # ASYNC
             if got.lease is None:
                 # the watchdog renews it, and the client listens where a force release tells
                 # it (subscribed in the background: no round trip here)
                 self.client._watch(listen=self._hold_channel(plan.owner) is not None)
         return got
 
-    @compat.owned_by_caller
+    @compat.owned_by_caller  # ASYNC
     async def release(self, *, keep_for: Seconds | None = None) -> None:
         """Give back one hold; the lock is free (and the first waiter handed it) when the
         last hold of the calling task goes. After a release that raised

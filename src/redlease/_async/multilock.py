@@ -53,7 +53,7 @@ class AsyncMultiLock(AsyncHeld):
         """The locks, in the order given (taken in a fixed order of their own)."""
         self._order = sorted(locks, key=order_key)
 
-    @compat.owned_by_caller
+    @compat.owned_by_caller  # ASYNC
     async def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
@@ -105,7 +105,7 @@ class AsyncMultiLock(AsyncHeld):
         finally:
             await self.release()
 
-    @compat.owned_by_caller
+    @compat.owned_by_caller  # ASYNC
     async def release(self, *, keep_for: Seconds | None = None) -> None:
         """Release every member (in reverse order), even when some fail; then raise the first
         failure (``NotOwnedError``, ``LeaseLostError``, ``QuorumError``, ...).
@@ -131,18 +131,19 @@ class AsyncMultiLock(AsyncHeld):
         raise_errors: bool,
         keep_for: Seconds | None = None,
     ) -> None:
-        # in the caller's task (a hold belongs to its task); each member's release completes
-        # even when cancelled, and a cancellation waits until every member had its turn
-        cancelled: compat.Cancelled | None = None
+        # in the caller's task (a hold belongs to its task)
         errors: list[BaseException] = []
+        # each member's release completes even when cancelled, and a cancellation waits
+        # until every member had its turn
+        cancelled: compat.Cancelled | None = None  # ASYNC
         for lock in reversed(list(locks)):
             try:
                 await _give_back(lock, keep_for, errors)
-            except compat.Cancelled as exc:
+            except compat.Cancelled as exc:  # ASYNC
                 cancelled = exc
             except Exception as exc:
                 errors.append(exc)
-        if cancelled is not None:
+        if cancelled is not None:  # ASYNC
             for error in errors:
                 log.warning("AsyncMultiLock release (cancelled): a member failed: %r", error)
             raise cancelled

@@ -50,7 +50,7 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
         self.client = client
         """The client that made it."""
 
-    @compat.owned_by_caller
+    @compat.owned_by_caller  # ASYNC
     async def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
@@ -73,12 +73,13 @@ class AsyncRedlockLock(RedlockLockBase, AsyncHeld, AsyncLockQueries):
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
         got = self._acquired(plan, await self.client._run(plan.op, self.name))
         if got:
-            self.client._mind_owner()  # reported, not renewed, if its task ends holding it
+            # reported, not renewed, if its task ends holding it
+            self.client._mind_owner()  # ASYNC
             if plan.lease is None:
                 self.client._watch()
         return got
 
-    @compat.owned_by_caller
+    @compat.owned_by_caller  # ASYNC
     async def release(self, *, keep_for: Seconds | None = None) -> None:
         """Give back one hold on every master.
 

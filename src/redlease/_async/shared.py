@@ -6,8 +6,6 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .._asyncio.compat import Closer
-
 H = TypeVar("H", bound="AsyncHeld")
 C = TypeVar("C", bound="AsyncClosing")
 
@@ -38,8 +36,16 @@ class AsyncHeld:
         await self._release_on_exit()
 
 
-class AsyncClosing(Closer):
+class AsyncClosing:
     """``async with client:`` closes the client on the way out."""
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:  # ASYNC
+        """The same as ``close()``, in redis-py's spelling (``redis.asyncio.Redis.aclose``
+        since 5.0.1, the standard library's for asynchronous resources)."""
+        await self.close()
 
     async def __aenter__(self: C) -> C:
         return self

@@ -295,15 +295,3 @@ class JobDecorator:
                 return await result if coroutine else result
 
         return wrapper
-
-
-class Closer:
-    """What ``async with client:`` adds on asyncio: ``aclose()``."""
-
-    async def close(self) -> None:
-        raise NotImplementedError
-
-    async def aclose(self) -> None:
-        """The same as ``close()``, in redis-py's spelling (``redis.asyncio.Redis.aclose``
-        since 5.0.1, the standard library's for asynchronous resources)."""
-        await self.close()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
@@ -48,14 +47,13 @@ from .._shared.holders import parse as parse_record
 from .._shared.holders import record as holder_record
 from .._shared.locked import OnBusy, bound
 from .._shared.state import HANDOFF_WINDOW
-from .._threads import cancel, compat
+from .._threads import compat
 from .._threads.line import Lines
 from .._threads.subscriber import Subscriber, wait
-from .._threads.transport import Pipeline, drop_idle, send_checked_out
+from .._threads.transport import drop_idle, send_checked_out
 from .._threads.watchdog import Watchdog
 from ..errors import (
     ClientClosedError,
-    EventLoopError,
     InvalidArgumentError,
     LeaseLostError,
     RedleaseError,
@@ -138,14 +136,12 @@ class Client(ClientBase, Closing):
         self._checking = compat.Mutex()  # one server check at a time (_check_servers)
         self._closing = compat.Event()
         """Set by ``close()``: ends a back-off pause at once."""
-        self._loop = compat.LoopBinding("Client")  # asyncio: its connections' one loop
         compat.in_child(self._fresh_after_fork)
         # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
         # a cluster (redirections) or a single-connection client goes through redis-py
         self._packer: Packer | None = None
         self._spare: fork.PerProcess[list[Any]] = fork.PerProcess(list)
         """Idle connections kept for the next call (none of the parent's in a forked child)."""
-        self._pipeline: Pipeline | None = None
         if isinstance(redis_client, redis.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
         self._slots = compat.call_slots(redis_client)
@@ -558,8 +554,6 @@ class Client(ClientBase, Closing):
             watchdog = self._watchdog
         if watchdog is not None:
             watchdog.stop()
-        if self._pipeline is not None:
-            self._pipeline.close()  # its connections go back to the pool
         self._drop_idle(None)  # the spares only: the pool closes with its client
         if self._owns_redis:
             self.redis.close()
@@ -570,14 +564,6 @@ class Client(ClientBase, Closing):
         if self._state.check_fork():
             self._after_fork()
         return self._state.owner(compat.owner_number())
-
-    def _mind_owner(self) -> None:
-        """The calling thread took a hold: when it ends, what it still holds is reported and
-        renewed no more (see ``ClientState.owner_ended``)."""
-        compat.on_owner_end(self._owner_ended)
-
-    def _owner_ended(self, owner_number: int) -> None:
-        self._state.owner_ended(self._state.owner(owner_number))
 
     def _after_fork(self) -> None:
         # the parent's watchdog and subscriber are not the child's: start fresh ones on demand
@@ -607,14 +593,8 @@ class Client(ClientBase, Closing):
     ) -> Any:
         """Run one script. Every script is idempotent for a repeated request, so a call that
         failed on a dead pooled connection (a restarted server) is sent once more at once.
-        With ``replication`` the script and a ``WAIT`` go in one round trip. The dispatchers
-        on the way to the socket (this one, ``_send``, ``_send_packed``, ``_perform``) return
-        what their callee returns, unawaited: on asyncio, one coroutine less per call."""
+        With ``replication`` the script and a ``WAIT`` go in one round trip."""
         replication = call.replication or replication
-        shared = self._pipeline
-        if shared is not None and not shared.closed and replication is None and via is None:
-            # the pipeline bounds its own queue and takes a few connections: no slot needed
-            return self._call_once_more(call, name, replication, via)
         return self._call_in_slot(call, name, replication, via)
 
     def _call_in_slot(
@@ -628,8 +608,8 @@ class Client(ClientBase, Closing):
         slots = self._slots
         if slots is None:  # the pool sets no bound
             return self._call_once_more(call, name, replication, via)
-        # a burst beyond the pool waits here, not in an error (and sends nothing if cancelled)
-        cancel.before_sending(slots.acquire())
+        # a burst beyond the pool waits here, not in an error
+        slots.acquire()
         try:
             return self._call_once_more(call, name, replication, via)
         finally:
@@ -667,11 +647,7 @@ class Client(ClientBase, Closing):
         if name is None or not needs_key_type(exc):
             return ""
         try:
-            if self._pipeline is not None and self._packer is not None and via is None:
-                # on the pipeline: a burst of refused calls opens no pool connections
-                found = self._send_packed(self._packer.command("TYPE", name))
-                return key_type_shown(found)
-            found = cancel.cancellable((via or self.redis).type(name))
+            found = (via or self.redis).type(name)
         except Exception:
             return ""
         return key_type_shown(found)
@@ -701,9 +677,7 @@ class Client(ClientBase, Closing):
         if replication is None and self._packer is not None and via is self.redis:
             return self._send_packed(self._packer.pack(call))
         if replication is None:
-            return cancel.cancellable(
-                via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            )
+            return via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
         return self._send_replicated(call, name, replication, via)
 
     def _send_replicated(
@@ -714,7 +688,7 @@ class Client(ClientBase, Closing):
         pipe = via.pipeline(transaction=False)
         pipe.evalsha(sha, numkeys, *args)
         pipe.wait(replication.replicas, replication.timeout_ms)
-        reply, acked = cancel.cancellable(pipe.execute())
+        reply, acked = pipe.execute()
         return check_replicas(reply, int(acked), replication, name)
 
     def _load_once(self, script: Script, via: redis.Redis, loads: int) -> None:
@@ -725,8 +699,8 @@ class Client(ClientBase, Closing):
         sha = script.sha
         mine = compat.Event()
         while (under_way := self._script_loading.setdefault(sha, mine)) is not mine:
-            # ends as that load ends, whatever its outcome (and nothing ran if cancelled)
-            cancel.before_sending(under_way.wait())
+            # ends as that load ends, whatever its outcome
+            under_way.wait()
         try:
             if self._script_loads.get(sha, 0) == loads:  # none loaded it since (or it failed)
                 self._load(script, via)
@@ -743,13 +717,11 @@ class Client(ClientBase, Closing):
         if self._packer is not None and via is self.redis:
             self._send_packed(self._packer.command("SCRIPT", "LOAD", script.source))
         else:
-            cancel.cancellable(via.script_load(script.source))
+            via.script_load(script.source)
 
     def _send_packed(self, packed: bytes) -> Any:
         """A command packed by redlease: on the pipeline when it is on, else
         ``_send_checked_out``."""
-        if self._pipeline is not None and not self._pipeline.closed:
-            return self._pipeline.call(packed)  # on asyncio, shared connections
         return self._send_checked_out(packed)
 
     def _send_checked_out(self, packed: bytes) -> Any:
@@ -768,36 +740,12 @@ class Client(ClientBase, Closing):
         replication: Replication | None,
         then: Callable[[T], Any],
     ) -> T:
-        """``_run`` for an operation that finishes even when its caller is cancelled (a
-        release): ``then`` runs on its result before the cancellation goes on
-        (``cancel.finish_run``; ``again``: the operation made anew, same request ids)."""
-        packer = self._packer
-        pack = packer.pack if packer is not None and replication is None else None
-
-        run = functools.partial(self._run, name=name, replication=replication)
-        return cancel.finish_run(run, op, then, again=again, pack=pack)
+        """``_run`` for a release."""
+        return self._run(op, name, replication)
 
     def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
-        """The reply of ``call``; a call with an ``undo`` finishes even when its caller is
-        cancelled, and is undone (``cancel.finish_call``)."""
-        if call.undo is None:
-            return self._call(call, name, replication)
-        undo = call.undo
-
-        def take_back(reply: Any) -> None:
-            back = undo(reply)
-            if back is not None:
-                self._call(back, name)
-
-        def send() -> Any:
-            return self._call(call, name, replication)
-
-        packer = self._packer
-        packed = None
-        if replication is None and call.replication is None and packer is not None:
-            # on the pipeline or a direct call, a cancelled caller's reply is still read
-            packed = functools.partial(packer.pack, call)
-        return cancel.finish_call(send, take_back, packed=packed)
+        """The reply of ``call``."""
+        return self._call(call, name, replication)
 
     def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
         """Perform ``op``'s requests one by one until it returns; with ``replication`` every
@@ -807,11 +755,6 @@ class Client(ClientBase, Closing):
             if self._closed:
                 op.close()
                 raise ClientClosedError(name=name)
-            try:
-                self._loop.check(name)  # asyncio: the loop it was first used on
-            except EventLoopError:
-                op.close()
-                raise
             ops.started()
         try:
             return self._drive(op, name, replication)
@@ -900,7 +843,7 @@ class Client(ClientBase, Closing):
                 self._give_back_later(leave, name, place)
             elif leave is not None:
                 with contextlib.suppress(*compat.FAILED_OR_CANCELLED):
-                    cancel.bounded(self._call(leave, name))
+                    self._call(leave, name)
                     if place is not None:
                         self._left(place)
 
@@ -928,12 +871,6 @@ class Client(ClientBase, Closing):
         """``place``'s leave was confirmed: no turn can come to it any more."""
         if self._subscriber is not None:
             self._subscriber.left(place)
-
-    def _check_loop(self, name: str | None) -> None:
-        """Raise ``EventLoopError`` if this client was first used on another event loop (for
-        the calls that read the server without ``_run``: an election's ``leader()``,
-        ``eviction_policies()``, ...)."""
-        self._loop.check(name)
 
     def _give_back_later(
         self, call: Call, name: str | None, place: Abandoned | None = None
@@ -967,16 +904,10 @@ class Client(ClientBase, Closing):
         with self._settling:  # one probe, however many threads start at once
             if self._state.pubsub.settled:
                 return
-            try:
-                compat.ready(self.redis)
-            except PROBE_ERRORS as exc:
-                raise_translated(exc, self.address, name, user=self._user)
 
             def probe(node: Any) -> BaseException | None:
                 try:
-                    cancel.cancellable(
-                        self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
-                    )
+                    self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
                 except PROBE_ERRORS as exc:
                     return exc
                 return None
@@ -991,7 +922,6 @@ class Client(ClientBase, Closing):
         """What each server (each master of a cluster) does with lock keys when memory runs
         short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
         be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
-        self._check_loop(None)
         found = self._read_policies(strict=True)
         assert found is not None  # strict: raised instead
         return found
@@ -1038,7 +968,7 @@ class Client(ClientBase, Closing):
                 pipe = self.redis.pipeline(transaction=False)
                 for each in clients:
                     pipe.get(record_key(each))
-                replies = cancel.cancellable(pipe.execute(raise_on_error=False))
+                replies = pipe.execute(raise_on_error=False)
             except PROBE_ERRORS as exc:
                 log.debug("holder records not read: %s", exc)
             else:
@@ -1065,13 +995,13 @@ class Client(ClientBase, Closing):
             where = {} if node is None else {"target_nodes": node}
             try:
                 try:
-                    config: Any = cancel.cancellable(ask("CONFIG GET", CONFIG_PATTERN, **where))
+                    config: Any = ask("CONFIG GET", CONFIG_PATTERN, **where)
                 except redis.exceptions.ResponseError as exc:  # not allowed, or renamed
                     config = exc
                 info: Any = None
                 if policy_of(address, config, None).policy is None:
                     try:
-                        info = cancel.cancellable(ask("INFO", "memory", **where))
+                        info = ask("INFO", "memory", **where)
                     except redis.exceptions.ResponseError as exc:
                         info = exc
             except PROBE_ERRORS as exc:

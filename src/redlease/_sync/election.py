@@ -15,7 +15,6 @@ from .._core.log import log
 from .._redis.errors import TRANSLATED, raise_translated
 from .._shared.electionbase import OBSERVE_POLL, ElectionBase, parse_record
 from .._threads import compat
-from .._threads.cancel import cancellable
 from .._threads.subscriber import wait
 from ..errors import (
     ClientClosedError,
@@ -118,14 +117,9 @@ class Election(ElectionBase):
                 f"election {self.name!r}: this thread already leads it; terms do not nest"
             )
         term = Term(self.name, identity, owner)
-        task = None
-        cancelled = False
 
         def lost(error: LeaseLostError) -> None:
             term._lose(self._lost_error(identity, term.token, owner, error))
-            nonlocal cancelled
-            if term._inside and not cancelled:
-                cancelled = compat.cancel(task, f"election {self.name!r}: leadership lost")
 
         lock = self.client.lock(self.lock_name, on_lease_lost=lost)
         blocking = wait_for != 0  # 0: one try
@@ -143,20 +137,11 @@ class Election(ElectionBase):
         term._inside = True
         try:
             yield term
-        except compat.Cancelled:
-            term._inside = False
-            self._resign(lock, term, quiet=True)
-            if cancelled and term.error is not None and compat.uncancel(task) == 0:
-                # our own cancellation, and nobody else's: the loss is what ended the block
-                raise term.error from term.error.__cause__
-            raise
         except BaseException:
             term._inside = False
             self._resign(lock, term, quiet=True)
             raise
         term._inside = False
-        if cancelled:  # the block caught our cancellation and went on
-            compat.uncancel(task)
         self._resign(lock, term, quiet=False)
         if term.error is not None:
             raise term.error
@@ -198,7 +183,7 @@ class Election(ElectionBase):
         command = self._publish_command(self.client._state.pubsub.sharded)
         message = f"{what} {token}"
         try:
-            cancellable(self.client.redis.execute_command(command, self._channel, message))
+            self.client.redis.execute_command(command, self._channel, message)
         except TRANSLATED as exc:
             log.debug("election %r: announcing %s failed: %s", self.name, what, exc)
 
@@ -222,9 +207,8 @@ class Election(ElectionBase):
     def _record(self) -> tuple[int, str] | None:
         if self.client._closed:
             raise ClientClosedError(name=self.name)
-        self.client._check_loop(self.lock_name)
         try:
-            value = cancellable(self.client.redis.get(self._record_key))
+            value = self.client.redis.get(self._record_key)
         except TRANSLATED as exc:
             if self.client._closed:  # closed while the read was under way
                 raise ClientClosedError(name=self.name) from None
@@ -256,7 +240,6 @@ class Election(ElectionBase):
             ServerUnavailableError: the server could not be reached for 10 s in a row."""
         every = seconds(poll, "poll")
         client = self.client
-        client._check_loop(self.lock_name)
         if not client._state.pubsub.settled:
             client._settle_pubsub(self.name)
         subscriber = client._subscriber_started()

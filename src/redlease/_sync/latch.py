@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from .._core import latch as core
 from .._core.arguments import Seconds
 from .._core.semaphore import primitive_name, wait_timeout
-from .._threads.cancel import finish_despite_cancel
 from ..stats import LatchStatistics
 
 if TYPE_CHECKING:
@@ -48,9 +47,7 @@ class CountDownLatch:
 
     def count_down(self) -> None:
         """Take one off the count; at zero, wake every waiter. Does nothing on an open latch."""
-        finish_despite_cancel(
-            self.client._run(core.count_down(self._keys), self.name), lambda _left: None
-        )
+        self.client._run(core.count_down(self._keys), self.name)
 
     def count(self) -> int:
         """The count now (0: open)."""
@@ -59,9 +56,7 @@ class CountDownLatch:
     def delete(self) -> bool:
         """Delete the latch (Redisson's ``delete``): it is open, and every waiter of every
         client is woken; ``False`` when it was open already."""
-        return finish_despite_cancel(
-            self.client._run(core.delete(self._keys), self.name), lambda _deleted: None
-        )
+        return self.client._run(core.delete(self._keys), self.name)
 
     def wait(self, timeout: Seconds | None = None) -> bool:
         """Wait until the count is zero; ``False`` when ``timeout`` ran out first (``None``:

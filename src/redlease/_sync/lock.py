@@ -12,7 +12,6 @@ from .._core import lock as core
 from .._core.arguments import LayoutName, Seconds
 from .._shared.keep import plan_keep
 from .._shared.lockbase import AcquirePlan, LockBase, fair_layout
-from .._threads import compat
 from ..errors import LeaseLostError, LockTimeoutError
 from ..stats import Lease, LockStatistics
 from .shared import Held, LockQueries
@@ -50,7 +49,6 @@ class Lock(LockBase, Held, LockQueries):
         self.client = client
         """The client that made it."""
 
-    @compat.owned_by_caller
     def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
@@ -103,15 +101,12 @@ class Lock(LockBase, Held, LockQueries):
             self._acquire_raised(plan, exc)
             raise
         got = self._acquired(plan, result)
-        if got is not None:
-            self.client._mind_owner()  # reported, not renewed, if its thread ends holding it
-            if got.lease is None:
-                # the watchdog renews it, and the client listens where a force release tells
-                # it (subscribed in the background: no round trip here)
-                self.client._watch(listen=self._hold_channel(plan.owner) is not None)
+        if got is not None and got.lease is None:
+            # the watchdog renews it, and the client listens where a force release tells
+            # it (subscribed in the background: no round trip here)
+            self.client._watch(listen=self._hold_channel(plan.owner) is not None)
         return got
 
-    @compat.owned_by_caller
     def release(self, *, keep_for: Seconds | None = None) -> None:
         """Give back one hold; the lock is free (and the first waiter handed it) when the
         last hold of the calling thread goes. After a release that raised

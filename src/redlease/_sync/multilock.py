@@ -13,7 +13,6 @@ from .._core.log import log
 from .._shared.keep import keep_ms
 from .._shared.lockbase import not_acquired
 from .._shared.multilockbase import check_members, first_error, order_key
-from .._threads import compat
 from ..errors import InvalidArgumentError, LockTimeoutError
 from .shared import Held
 
@@ -52,7 +51,6 @@ class MultiLock(Held):
         """The locks, in the order given (taken in a fixed order of their own)."""
         self._order = sorted(locks, key=order_key)
 
-    @compat.owned_by_caller
     def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
@@ -104,7 +102,6 @@ class MultiLock(Held):
         finally:
             self.release()
 
-    @compat.owned_by_caller
     def release(self, *, keep_for: Seconds | None = None) -> None:
         """Release every member (in reverse order), even when some fail; then raise the first
         failure (``NotOwnedError``, ``LeaseLostError``, ``QuorumError``, ...).
@@ -130,21 +127,13 @@ class MultiLock(Held):
         raise_errors: bool,
         keep_for: Seconds | None = None,
     ) -> None:
-        # in the caller's thread (a hold belongs to its thread); each member's release completes
-        # even when cancelled, and a cancellation waits until every member had its turn
-        cancelled: compat.Cancelled | None = None
+        # in the caller's thread (a hold belongs to its thread)
         errors: list[BaseException] = []
         for lock in reversed(list(locks)):
             try:
                 _give_back(lock, keep_for, errors)
-            except compat.Cancelled as exc:
-                cancelled = exc
             except Exception as exc:
                 errors.append(exc)
-        if cancelled is not None:
-            for error in errors:
-                log.warning("MultiLock release (cancelled): a member failed: %r", error)
-            raise cancelled
         if errors and raise_errors:
             raise first_error(errors, "MultiLock release")
         for error in errors:

@@ -33,7 +33,7 @@ from .shared import Closing
 
 class RedlockClient(RedlockDriver, Closing):
     """Redlock over independent masters (one ``redis.Redis`` each): a lock is held when
-    a majority (``N // 2 + 1``) granted it with validity left. Thread-safe; share one.
+    a majority (``N // 2 + 1``) granted it with validity left. Thread-safe.
 
     ``watchdog_timeout`` is the lease of a hold taken without an explicit lease; one watchdog
     renews all such holds on every master and counts a majority. ``master_timeout`` is how long

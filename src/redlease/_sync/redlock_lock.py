@@ -12,8 +12,6 @@ from .._core import redlock as core
 from .._core.arguments import Seconds
 from .._shared.lockbase import not_acquired
 from .._shared.redlockbase import RedlockLockBase
-from .._threads import compat
-from .._threads.cancel import finish_despite_cancel
 from ..errors import LeaseLostError, LockTimeoutError
 from .shared import Held, LockQueries
 
@@ -49,7 +47,6 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
         self.client = client
         """The client that made it."""
 
-    @compat.owned_by_caller
     def acquire(
         self, blocking: bool = True, timeout: Seconds | None = None, *, lease: Seconds | None = None
     ) -> bool:
@@ -71,13 +68,10 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
             InvalidArgumentError: a bad ``timeout`` or ``lease``."""
         plan = self._plan_acquire(self.client._owner(), blocking, timeout, lease)
         got = self._acquired(plan, self.client._run(plan.op, self.name))
-        if got:
-            self.client._mind_owner()  # reported, not renewed, if its thread ends holding it
-            if plan.lease is None:
-                self.client._watch()
+        if got and plan.lease is None:
+            self.client._watch()
         return got
 
-    @compat.owned_by_caller
     def release(self, *, keep_for: Seconds | None = None) -> None:
         """Give back one hold on every master.
 
@@ -97,9 +91,7 @@ class RedlockLock(RedlockLockBase, Held, LockQueries):
                 the caller's last."""
         plan = self._plan_release(self.client._owner(), keep_for)
         try:
-            result = finish_despite_cancel(
-                self.client._run(plan.op, self.name), lambda result: self._released(plan, result)
-            )
+            result = self.client._run(plan.op, self.name)
         except BaseException as exc:
             self._release_failed(plan, exc)
             raise

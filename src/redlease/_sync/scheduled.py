@@ -42,7 +42,6 @@ class ScheduledLock(ScheduledBase, JobDecorator):
     A skip is logged at INFO and sent to the client's listeners as a ``skipped`` event. A
     decorated job that has a ``fencing_token`` parameter is given its run's token. The slot
     is per name, whoever asks: a thread that already runs the job finds it taken too.
-    A coroutine function is refused: decorate it on a ``Client``.
     """
 
     def __init__(

@@ -25,7 +25,6 @@ from .._shared.semaphorebase import (
     report_unsettled,
 )
 from .._threads import cancel
-from .._threads.cancel import finish_despite_cancel
 from ..errors import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from ..stats import SemaphoreStatistics
 from .shared import Held
@@ -133,7 +132,7 @@ class Semaphore(Held):
             report_over_total(listeners, self.name, owner, count, released)
 
         op = core.release(self._keys, permits=count, request_id=core.new_request_id())
-        report(finish_despite_cancel(self.client._run(op, self.name), report))
+        report(self.client._run(op, self.name))
 
     def drain_permits(self) -> int:
         """Take every permit free now and return how many (Redisson's ``drainPermits``); give
@@ -318,10 +317,7 @@ class LeaseSemaphore:
         # an error leaves the outcome unknown: the permit stays "releasing" (neither renewed
         # nor reported lost) and a retry sends the same request id, which the server recognises
         op = core.lease_release(self._keys, permit, request_id=request_id)
-        code = finish_despite_cancel(
-            self.client._run(op, self.name),
-            lambda code: kept.finish(self._keys, permit, code),
-        )
+        code = self.client._run(op, self.name)
         error = kept.finish(self._keys, permit, code)
         if error is not None:
             raise error
@@ -347,10 +343,7 @@ class LeaseSemaphore:
         kept = keeper(self.client)
         request_ids = kept.begin_releases(permits)
         op = core.lease_release_many(self._keys, permits, request_ids)
-        done = finish_despite_cancel(
-            self.client._run(op, self.name),
-            lambda done: kept.finish_many(self._keys, permits, done),
-        )
+        done = self.client._run(op, self.name)
         error = kept.finish_many(self._keys, permits, done)
         if error is not None:
             raise error
@@ -522,7 +515,7 @@ class PermitKeeper:
                 )
             return
         try:
-            reply = cancel.bounded(client._call(call, name))
+            reply = client._call(call, name)
         except cancel.GAVE_UP as exc:
             log.warning("undo of an abandoned request on %r failed, retrying later: %s", name, exc)
             with self.mutex:

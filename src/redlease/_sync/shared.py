@@ -7,8 +7,6 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .._threads.compat import Closer
-
 H = TypeVar("H", bound="Held")
 C = TypeVar("C", bound="Closing")
 
@@ -39,8 +37,11 @@ class Held:
         self._release_on_exit()
 
 
-class Closing(Closer):
+class Closing:
     """``with client:`` closes the client on the way out."""
+
+    def close(self) -> None:
+        raise NotImplementedError
 
     def __enter__(self: C) -> C:
         return self

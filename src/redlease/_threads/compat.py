@@ -32,11 +32,6 @@ Task = threading.Thread
 """What runs one caller: a thread here, a task there."""
 
 
-class Cancelled(BaseException):
-    """Never raised: a thread's call cannot be cancelled midway (asyncio's
-    ``CancelledError`` there)."""
-
-
 FAILED: tuple[type[BaseException], ...] = (RedleaseError,)
 """What a best-effort give-back suppresses."""
 
@@ -54,37 +49,9 @@ def wait_event(event: threading.Event, timeout: float) -> bool:
     return event.wait(timeout)
 
 
-CoroutineFunction = TypeVar("CoroutineFunction", bound=Callable[..., Any])
-
-
-def owned_by_caller(fn: CoroutineFunction) -> CoroutineFunction:
-    """``fn`` as it is: a thread's call runs in the thread that made it."""
-    return fn
-
-
 def owner_number() -> int:
     """The calling thread's owner number (never reused)."""
     return _owners.current()
-
-
-def on_owner_end(told: Callable[[int], None]) -> None:
-    """Nothing: a thread's end is not watched (a thread that ends holding keeps its holds
-    renewed while its client lives, as in Redisson; see docs/guarantees.md)."""
-
-
-def current_task() -> threading.Thread | None:
-    """The calling thread."""
-    return threading.current_thread()
-
-
-def cancel(task: threading.Thread | None, message: str) -> bool:
-    """Nothing: a thread cannot be cancelled (``False``)."""
-    return False
-
-
-def uncancel(task: threading.Thread | None) -> int:
-    """Nothing to take back: ``0``."""
-    return 0
 
 
 def spawn(run: Callable[[], None], name: str) -> None:
@@ -127,10 +94,6 @@ def in_child(callback: Callable[[], Any]) -> None:
     fork.in_child(callback)
 
 
-def ready(cluster: Any) -> None:
-    """Nothing: a sync ``RedisCluster`` read the cluster's layout when it was made."""
-
-
 def close_unused(clients: Iterable[Any]) -> None:
     """Close redis-py clients made for a client whose construction failed."""
     for made in clients:
@@ -151,18 +114,6 @@ def not_a_master(given: Any) -> ArgumentTypeError:
         f"RedlockClient needs redis.Redis clients, got {type(given).__name__}"
         " (use AsyncRedlockClient for redis.asyncio)"
     )
-
-
-class LoopBinding:
-    """Nothing to bind: a thread client is used from any thread."""
-
-    __slots__ = ("_what",)
-
-    def __init__(self, what: str) -> None:
-        self._what = what
-
-    def check(self, name: str | None) -> None:
-        """Never raises."""
 
 
 class Operations:
@@ -218,10 +169,3 @@ class JobDecorator:
                 return job(*args, **kwargs)
 
         return wrapper
-
-
-class Closer:
-    """What ``with client:`` adds on threads: nothing (``close()`` is the client's)."""
-
-    def close(self) -> None:
-        raise NotImplementedError

@@ -39,7 +39,7 @@ from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renew
 from ..errors import (
     ClientClosedError,
 )
-from .compat import on_owner_end, owner_number
+from .compat import owner_number
 from .subscriber import Subscriber
 
 IO_TIMEOUT = 5.0
@@ -559,14 +559,6 @@ class RedlockDriver(RedlockClientBase):
         return listening.count()
 
     # --- the watchdog ---------------------------------------------------------------------
-
-    def _mind_owner(self) -> None:
-        """The calling owner took a hold: when it ends, what it still holds is reported and
-        renewed no more (see ``ClientState.owner_ended``)."""
-        on_owner_end(self._owner_ended)
-
-    def _owner_ended(self, owner_number: int) -> None:
-        self._state.owner_ended(self._state.owner(owner_number))
 
     def _watch(self) -> None:
         with self._mutex:

@@ -3,7 +3,7 @@
 A command packed by redlease (``_wire.Packer``) is written on a connection the client keeps
 checked out between calls (``send_checked_out``), and its reply read, in the calling thread. A
 thread's call cannot be cancelled midway, so there is nothing to read late. There is no
-pipeline on threads (``Client`` has no ``pipeline`` option): ``Pipeline`` is never made here.
+pipeline on threads (``Client`` has no ``pipeline`` option).
 """
 
 from __future__ import annotations
@@ -14,26 +14,6 @@ import redis.exceptions
 
 from .._redis.errors import HUNG, Hung
 from .._redis.wire import SPARE_CONNECTIONS
-
-
-class PipelineClosedError(redis.exceptions.ConnectionError):
-    """Never raised on threads (no pipeline)."""
-
-
-class Pipeline:
-    """No pipeline on threads: ``Client`` has no ``pipeline`` option, and this is never made
-    (it is here for the generated client, which keeps ``_pipeline`` at ``None``)."""
-
-    closed = True
-
-    def __init__(self, pool: Any, checkout: tuple[str, ...] = (), width: int = 2) -> None:
-        raise NotImplementedError("no pipeline on threads")
-
-    def call(self, packed: bytes) -> Any:
-        raise NotImplementedError("no pipeline on threads")
-
-    def close(self) -> None:
-        """Nothing to close."""
 
 
 def drop_idle(pool: Any) -> None:
