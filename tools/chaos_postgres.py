@@ -523,12 +523,12 @@ def main(argv: Sequence[str] | None = None) -> int:
          "lost updates", "stale writes accepted"],
         rows,
     )  # fmt: skip
-    fenced = [o for o in outcomes if o.fenced]
-    unfenced = [o for o in outcomes if not o.fenced]
+    fenced_runs = [o for o in outcomes if o.fenced]
+    unfenced_runs = [o for o in outcomes if not o.fenced]
     goals = [
-        ("fenced: 0 lost updates", sum(o.lost for o in fenced) == 0),
-        ("fenced: 0 stale writes accepted", sum(o.stale for o in fenced) == 0),
-        ("unfenced: the loss shows (lost updates > 0)", sum(o.lost for o in unfenced) > 0),
+        ("fenced: 0 lost updates", sum(o.lost for o in fenced_runs) == 0),
+        ("fenced: 0 stale writes accepted", sum(o.stale for o in fenced_runs) == 0),
+        ("unfenced: the loss shows (lost updates > 0)", sum(o.lost for o in unfenced_runs) > 0),
         ("every run paused a holder", all(o.pauses > 0 for o in outcomes)),
     ]
     print()
