@@ -105,6 +105,7 @@ _VALUES = [
     "LatchStatistics",
     "ScheduledRun",
     "ExponentialBackoff",
+    "LockEvent",
 ]
 _SYNC = [
     "Client",
@@ -150,6 +151,7 @@ _GUIDES = {
     "RedlockLock": ("redlock.md", "Redlock and multi-lock"),
     "Lease": ("lock.md", "Lock"),
     "LockStatistics": ("observability.md", "Observability"),
+    "LockEvent": ("observability.md", "Observability"),
 }
 _MODULES = ["redlease.events", "redlease.metrics", "redlease.testing"]
 _MODULE_GUIDES = {
@@ -206,6 +208,19 @@ def public_modules() -> list[str]:
     return [*_MODULES, *sorted([*contrib, *_CONTRIB_SUBMODULES])]
 
 
+def _module_all(module: str) -> list[str]:
+    """The names of a module's ``__all__``, read from its source."""
+    parts = module.split(".")[1:]
+    path = SRC.joinpath(*parts)
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return [ast.literal_eval(e) for e in node.value.elts]  # type: ignore[attr-defined]
+    return []
+
+
 def _guide(guide: tuple[str, str] | None) -> str:
     if guide is None or not (SRC.parent.parent / "docs" / guide[0]).exists():
         return ""
@@ -244,8 +259,19 @@ def api_pages() -> dict[str, tuple[str, str]]:
         pages[f"api/{name}.md"] = (group, text)
     for module in public_modules():
         text = f"# {module}\n\n`import {module}`{_guide(_MODULE_GUIDES.get(module))}\n\n"
+        # a class the top level exports has its own page: linked here, not shown twice
+        own = [n for n, m in classes if f"redlease.{m}" == module]
+        top = [n for n in _module_all(module) if n in _module_all("redlease")]
+        if top:
+            links = ", ".join(f"[`{n}`]({n}.md)" for n in own)
+            text += f"`from redlease import {', '.join(top)}` also works" + (
+                f"; a class has its own page: {links}.\n\n" if own else ".\n\n"
+            )
         # a module shows what its __all__ exports, not its helpers
         text += f"::: {module}\n    options:\n      filters: public\n"
+        if own:
+            rest = [n for n in _module_all(module) if n not in own]
+            text += f"      members: {rest!r}\n"
         group = "Integrations" if ".contrib." in module else "Modules"
         pages[f"api/{module}.md"] = (group, text)
     return pages

@@ -54,6 +54,7 @@ from .errors import (
     StaleTokenError,
     WrongTypeError,
 )
+from .events import EventKind, Listener, LockEvent
 from .stats import (
     EvictionPolicy,
     HolderInfo,
@@ -86,6 +87,7 @@ __all__ = [
     "ClientClosedError",
     "CountDownLatch",
     "Election",
+    "EventKind",
     "EventLoopError",
     "Eviction",
     "EvictionPolicy",
@@ -100,7 +102,9 @@ __all__ = [
     "Lease",
     "LeaseLostError",
     "LeaseSemaphore",
+    "Listener",
     "Lock",
+    "LockEvent",
     "LockStatistics",
     "LockTimeoutError",
     "LockUpgradeError",

@@ -102,19 +102,52 @@ def test_layout_is_a_literal_as_the_other_choices(cls: str, method: str) -> None
     assert get_args(redlease.LayoutName) == ("redlease", "redisson")
 
 
-def test_the_types_of_the_signatures_are_importable_from_redlease() -> None:
-    from redlease import (  # noqa: F401  # noqa: F401
-        Eviction,
-        LatchStatistics,
-        LayoutName,
-        OnBusy,
-        Seconds,
-        SemaphoreStatistics,
-        SupportsAsyncLock,
-        SupportsLock,
-    )
+# Names a public signature may use that are not redlease's own: the language's, typing's and
+# collections.abc's, and the frameworks' and redis-py's types a caller already has.
+FOREIGN = {
+    *("None", "bool", "int", "float", "str", "bytes", "list", "dict", "tuple", "type"),
+    *("Any", "NoReturn", "Callable", "Awaitable", "Iterable", "Iterator", "Sequence"),
+    *("AsyncIterator", "Mapping"),
+    "redis",  # redis.Redis, redis.asyncio.Redis, ... (Client(redis_client))
+    "Model",  # Django's (contrib.django.model_lock)
+    "Request",  # Starlette's (contrib.fastapi.get_client)
+    "compat",  # Election.observe(stop=): threading.Event, or asyncio.Event on the asyncio side
+}
 
-    assert {"Seconds", "LayoutName", "OnBusy", "Eviction"} <= set(redlease.__all__)
+
+def _annotation_names(obj: Any) -> Iterator[str]:
+    """The first part of every dotted name in ``obj``'s annotations (postponed: strings)."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return
+    texts = [str(p.annotation) for p in sig.parameters.values()]
+    texts.append(str(sig.return_annotation))
+    for text in texts:
+        if text != str(inspect.Parameter.empty):
+            yield from (name.split(".")[0] for name in re.findall(r"[A-Za-z_][\w.]*", text))
+
+
+def test_the_types_of_the_signatures_are_importable_from_redlease() -> None:
+    # every type a caller may have to name in an annotation (a listener's LockEvent, a wait's
+    # Seconds, a layout's LayoutName) comes from ``redlease``; an integration's own types
+    # (contrib.fastapi.LeaderTask) from the integration's module
+    missing = set()
+    for where, obj in _walk():
+        allowed = {*FOREIGN, *redlease.__all__}
+        if where.startswith("contrib."):
+            allowed |= set(importlib.import_module(f"redlease.{where.rsplit('.', 1)[0]}").__all__)
+        missing |= {f"{where}: {n}" for n in _annotation_names(obj) if n not in allowed}
+    assert sorted(missing) == []
+    for name in ("LockEvent", "Listener", "EventKind", "Seconds", "LayoutName", "OnBusy"):
+        assert name in redlease.__all__
+
+
+def test_the_event_types_are_the_events_module_s() -> None:
+    from redlease import events
+
+    assert redlease.LockEvent is events.LockEvent
+    assert redlease.Listener is events.Listener and redlease.EventKind is events.EventKind
 
 
 def test_the_statistics_types_live_in_one_module() -> None:
