@@ -13,7 +13,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import redis.asyncio
 import redis.exceptions
@@ -28,7 +28,13 @@ from .._redis.connections import subscriber_kwargs
 from .._redis.errors import CONNECTION_ERRORS, translate, unavailable
 from .._shared import fork
 from .._shared.channels import Waiter
-from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
+from .._shared.redlockbase import (
+    Late,
+    MasterClient,
+    RedlockClientBase,
+    apply_renewals,
+    renewal_failed,
+)
 from ..errors import (
     ClientClosedError,
 )
@@ -60,27 +66,11 @@ FINAL_READ = 0.001
 """A reply read after the deadline still gets this long (it may be in the socket already)."""
 
 
-class MasterClient(Protocol):
-    """What a master's client (the shell's ``AsyncClient``, made by the Redlock client) gives the
-    fan-out: the engine does not import its shell."""
-
-    address: str
-    redis: Any
-    _subscriber: Subscriber | None
-    _owns_redis: bool
-
-    async def close(self) -> None: ...
-
-    def _owner(self) -> str: ...
-
-    def _subscriber_started(self) -> Subscriber: ...
-
-
 class Master:
     """One master: its redlease ``AsyncClient`` (address, subscriber) and the idle connections
     that fan-outs use (no socket timeout of their own: every read passes its deadline)."""
 
-    def __init__(self, client: MasterClient) -> None:
+    def __init__(self, client: MasterClient[Subscriber]) -> None:
         self.client = client
         self.address = client.address
         pool = client.redis.connection_pool

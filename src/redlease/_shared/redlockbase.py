@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from .._core import redlock as core
 from .._core.arguments import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
@@ -25,6 +25,26 @@ from ..errors import (
 from .clientbase import StateViews
 from .keep import check_last_hold, keep_ms
 from .state import ClientState, lost_error, next_request_id
+
+S = TypeVar("S")
+
+
+class MasterClient(Protocol, Generic[S]):
+    """What a Redlock fan-out (``_asyncio/fanout.py``, ``_threads/fanout.py``) uses of a
+    master's client (the shell's ``AsyncClient`` or ``Client``, made by the Redlock client),
+    ``S`` its engine's ``Subscriber``: an engine does not import its shell."""
+
+    address: str
+    redis: Any
+    _subscriber: S | None
+    _owns_redis: bool
+
+    def close(self) -> Any: ...
+
+    def _owner(self) -> str: ...
+
+    def _subscriber_started(self) -> S: ...
+
 
 Late = dict[int, tuple[Any, int]]
 """An operation's masters that did not answer in time: the connection each call went on and

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import redis
 import redis.exceptions
@@ -35,7 +35,13 @@ from .._redis.connections import subscriber_kwargs
 from .._redis.errors import CONNECTION_ERRORS, translate, unavailable
 from .._shared import fork
 from .._shared.channels import Waiter
-from .._shared.redlockbase import Late, RedlockClientBase, apply_renewals, renewal_failed
+from .._shared.redlockbase import (
+    Late,
+    MasterClient,
+    RedlockClientBase,
+    apply_renewals,
+    renewal_failed,
+)
 from ..errors import (
     ClientClosedError,
 )
@@ -63,27 +69,11 @@ CONNECT_POLL = 0.002
 """How often a fan-out that waits for a new connection looks whether it is there."""
 
 
-class MasterClient(Protocol):
-    """What a master's client (the shell's ``Client``, made by the Redlock client) gives the
-    fan-out: the engine does not import its shell."""
-
-    address: str
-    redis: Any
-    _subscriber: Subscriber | None
-    _owns_redis: bool
-
-    def close(self) -> None: ...
-
-    def _owner(self) -> str: ...
-
-    def _subscriber_started(self) -> Subscriber: ...
-
-
 class Master:
     """One master: its redlease ``Client`` (address, subscriber) and the idle connections that
     fan-outs use. Thread-safe."""
 
-    def __init__(self, client: MasterClient) -> None:
+    def __init__(self, client: MasterClient[Subscriber]) -> None:
         self.client = client
         self.address = client.address
         pool = client.redis.connection_pool
