@@ -61,21 +61,16 @@
 -- INCR has no time floor: after a failover to a replica that missed some of its INCRs (or
 -- redlease's tokens), Java's next tokens may repeat until a redlease acquisition of the name
 -- lifts the counter to the clock; redlease's own tokens never repeat (the floor).
--- Hot path: a caller that finds the lock free runs pttl, exists (the line), time, set (the
--- counter), hset and pexpire; one that finds it held runs pttl, hmget, time, zadd and zrange,
--- and pubsub numsub behind a live waiter. The lock key's PTTL is read first, once: a missing
--- key has no fields, so a free lock costs no HMGET, and every path that answers the lease left
--- uses that one reading (nothing in a script changes the key's TTL before it is answered).
+-- Hot path: a caller that finds the lock held runs hmget, time, zadd and zrange, then pttl
+-- (first in line) or pubsub numsub (behind a live waiter); one that finds it free and nobody
+-- in line runs hmget, exists (of the lock and its line at once), time, set (the counter), hset
+-- and pexpire.
 -- A line has no TTL: a dead waiter's place goes when its turn comes or a free lock meets it.
 local place = ARGV[2] .. ' ' .. ARGV[7] .. ' ' .. ARGV[6]
 local expected = tonumber(ARGV[3])
 local mine = tonumber(ARGV[10] or '0')
-local pttl = redis.call('pttl', KEYS[1])
-local fields = {}
-if pttl ~= -2 then
-  fields = redis.call('hmget', KEYS[1], ARGV[2], 'redlease:fence', 'redlease:lease',
-    'redlease:wait')
-end
+local fields = redis.call('hmget', KEYS[1], ARGV[2], 'redlease:fence', 'redlease:lease',
+  'redlease:wait')
 local count = tonumber(fields[1] or '0')
 local fence = tonumber(fields[2] or '0')
 local lease = tonumber(ARGV[1])
@@ -95,7 +90,7 @@ end
 if expected == 0 and count > 0 then
   redis.call('zrem', KEYS[2], place)
   if count == 1 and fields[4] == ARGV[7] then -- made for this very call: its retry
-    return {1, 1, pttl, fence}
+    return {1, 1, redis.call('pttl', KEYS[1]), fence}
   end
   -- a hold of this owner made for another call: re-leased to this one
   local token = new_token()
@@ -105,14 +100,14 @@ if expected == 0 and count > 0 then
   return {1, 1, lease, token}
 end
 if expected > 0 and count > 0 and mine ~= 0 and fence ~= mine then
-  return {-1, 0, pttl, 0} -- another hold than the caller's
+  return {-1, 0, redis.call('pttl', KEYS[1]), 0} -- another hold than the caller's
 end
 if expected > 0 and count == expected + 1 then
   redis.call('zrem', KEYS[2], place)
-  return {1, count, pttl, fence}
+  return {1, count, redis.call('pttl', KEYS[1]), fence}
 end
 if count ~= expected then
-  return {-1, count, pttl, 0}
+  return {-1, count, redis.call('pttl', KEYS[1]), 0}
 end
 local function now_ms()
   local now = redis.call('time')
@@ -153,7 +148,19 @@ end
 if count == 0 then
   -- a redlease hold records its lease (field "redlease:lease"), never shorter than what is
   -- left of it: the bound of a waiter behind the first (see the reply above)
-  local ttl = tonumber(fields[3] or pttl)
+  local ttl, line = fields[3], nil
+  if not ttl then
+    -- no redlease hold here: the lock is free, or held by another (a Redisson thread); one
+    -- EXISTS of the lock and its line tells a free lock with nobody in line, the common case
+    local found = redis.call('exists', KEYS[1], KEYS[2])
+    if found == 0 then
+      ttl, line = -2, false
+    else
+      ttl = redis.call('pttl', KEYS[1])
+      line = ttl == -2 or found == 2 -- (a missing lock: the one key found is the line)
+    end
+  end
+  ttl = tonumber(ttl)
   if ttl ~= -2 then
     if ttl == -1 then -- a lock always has a lease: a hash without one may be a user's
       local scan = redis.call('hscan', KEYS[1], 0, 'COUNT', 64)
@@ -168,11 +175,13 @@ if count == 0 then
     end
     local reply = queue_and_wait(math.min(ttl, lease))
     if fields[3] and (ARGV[4] ~= '1' or first_live()) then
-      reply[3] = pttl
+      reply[3] = redis.call('pttl', KEYS[1])
     end
     return reply
   end
-  local line = redis.call('exists', KEYS[2]) == 1
+  if line == nil then
+    line = redis.call('exists', KEYS[2]) == 1
+  end
   if line and outsiders_turn() then
     -- (see lock_release.lua) a free lock is left to a Redisson waiter
     return queue_and_wait(-2)
@@ -203,7 +212,7 @@ if count == 0 then
   return {1, 1, lease, token}
 end
 redis.call('hincrby', KEYS[1], ARGV[2], 1)
-local ttl = pttl
+local ttl = redis.call('pttl', KEYS[1])
 if ttl < lease then
   -- a re-entry never shortens the lease that the outer hold has
   redis.call('pexpire', KEYS[1], lease)
