@@ -20,7 +20,7 @@ from pathlib import Path
 
 import redis
 
-from redlease._core import semaphore as core
+from redlease._core.keys import LeaseSemaphoreKeys
 from redlease.testing import RedisServer, find_servers
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,7 +34,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=400)
     rounds = parser.parse_args().rounds
-    keys = core.LeaseSemaphoreKeys.for_name("bench")
+    keys = LeaseSemaphoreKeys.for_name("bench")
     for binary in find_servers():
         with RedisServer(binary) as server:
             raw = redis.Redis.from_url(server.url)

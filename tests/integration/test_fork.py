@@ -11,7 +11,6 @@ import time
 import pytest
 
 from redlease import AsyncClient, Client, RedlockClient
-from redlease._sync import semaphore
 
 from .helpers import held_by_another_thread, run_forked
 
@@ -77,8 +76,8 @@ def test_fork_while_a_thread_holds_the_async_client_state(server):
 
 
 def test_fork_while_a_thread_holds_the_permit_keepers_lock(server, name):
-    """The table of every client's lease permits has one module-level mutex: a child forked
-    while a parent thread held it takes and gives back a permit all the same."""
+    """A client keeps its lease permits under a mutex: a child forked while a parent thread
+    held it gets a keeper of its own, and takes and gives back a permit all the same."""
     with Client.from_url(server.url) as client:
         sem = client.lease_semaphore(name)
         assert sem.try_set_permits(2)
@@ -89,7 +88,7 @@ def test_fork_while_a_thread_holds_the_permit_keepers_lock(server, name):
             sem.release(mine)
             return mine is not None and mine != permit
 
-        with held_by_another_thread(semaphore._keepers_mutex):
+        with held_by_another_thread(client._permit_keeper.get().mutex):
             assert run_forked(child) == 0
         sem.release(permit)
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 import time
 
 from redlease import InvalidArgumentError
-from redlease._async.semaphore import keeper as async_keeper
-from redlease._sync.semaphore import keeper as sync_keeper
 
 
 def records(side, client) -> int:
     """Permits the client keeps a record of (what ``disown`` must empty: a producer hands
     over one permit per task it sends, for as long as it lives)."""
-    return len((async_keeper if side.is_async else sync_keeper)(client).table)
+    return len(client._permit_keeper.get().table)
 
 
 async def test_a_disowned_permit_is_released_by_another_client(side, server, name):

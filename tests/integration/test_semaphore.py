@@ -29,7 +29,10 @@ import redlease
 from redlease import InvalidArgumentError, LeaseLostError, LockTimeoutError
 from redlease._async.semaphore import AsyncLeaseSemaphore, AsyncSemaphore
 from redlease._asyncio.subscriber import wait as subscriber_wait
+from redlease._core import arguments
+from redlease._core import lease_semaphore as lease_core
 from redlease._core import semaphore as core
+from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
 from redlease._sync.semaphore import LeaseSemaphore, Semaphore
 
 from .helpers import eventually
@@ -240,7 +243,7 @@ async def test_semaphore_permit_accounting_under_concurrency(side, server, name)
 async def test_semaphore_retried_requests_count_once(side, server, name):
     client = side.client(server.url)
     sem = semaphore(side, client, name)
-    keys = core.SemaphoreKeys.for_name(name)
+    keys = SemaphoreKeys.for_name(name)
     assert await side(sem.try_set_permits(3))
     take = core.acquire_call(keys, "some-client:1", 2, "request-1", register=False)
     for _ in range(2):  # the same request sent twice (a reply lost on the way back)
@@ -257,7 +260,7 @@ async def test_added_set_and_several_permit_requests_retried_count_once(side, se
     add_permits (either sign), set_permits, acquire_many, release_many."""
     client = side.client(server.url)
     sem = semaphore(side, client, name)
-    keys = core.SemaphoreKeys.for_name(name)
+    keys = SemaphoreKeys.for_name(name)
     assert await side(sem.try_set_permits(3))
     for _ in range(2):
         await side(client._run(core.add_permits(keys, -2, "request-1"), name))
@@ -267,17 +270,17 @@ async def test_added_set_and_several_permit_requests_retried_count_once(side, se
     stats = await side(sem.statistics())
     assert (stats.available, stats.permits) == (5, 5)
     slots = lease_semaphore(side, client, name + ":slots")
-    lkeys = core.LeaseSemaphoreKeys.for_name(name + ":slots")
+    lkeys = LeaseSemaphoreKeys.for_name(name + ":slots")
     assert await side(slots.try_set_permits(4))
     for _ in range(2):
-        await side(client._run(core.lease_add_permits(lkeys, 2, "request-2"), name))
+        await side(client._run(lease_core.lease_add_permits(lkeys, 2, "request-2"), name))
     assert await side(slots.available()) == 6
-    ids = [core.new_permit_id() for _ in range(3)]
-    take = core.lease_acquire_call(lkeys, "some-client:1", ids[0], 30.0, False, ids[1:])
+    ids = [lease_core.new_permit_id() for _ in range(3)]
+    take = lease_core.lease_acquire_call(lkeys, "some-client:1", ids[0], 30.0, False, ids[1:])
     for _ in range(2):
         assert int((await side(client._call(take, name)))[0]) == core.GRANTED
     assert await side(slots.available()) == 3
-    give = core.release_many_call(lkeys, ids, ["r1", "r2", "r3"])
+    give = lease_core.release_many_call(lkeys, ids, ["r1", "r2", "r3"])
     for _ in range(2):
         reply = await side(client._call(give, name))
         assert int(reply[0]) == core.RELEASED
@@ -489,7 +492,7 @@ async def test_lease_semaphore_bad_arguments_and_unknown_ids(side, server, name)
         with pytest.raises(InvalidArgumentError, match="permit_id"):
             await side(sem.release(bad_id))
     with pytest.raises(InvalidArgumentError, match="permit_id"):
-        await side(sem.release(core.new_permit_id()))  # well-formed, never granted
+        await side(sem.release(lease_core.new_permit_id()))  # well-formed, never granted
     permit = await side(sem.acquire())
     await side(sem.release(permit))
     with pytest.raises(InvalidArgumentError, match="permit_id") as info:
@@ -505,7 +508,7 @@ async def test_lease_semaphore_bad_arguments_and_unknown_ids(side, server, name)
         with pytest.raises(InvalidArgumentError, match="permits"):
             await side(call(-1))
     with pytest.raises(InvalidArgumentError, match="at most"):
-        await side(sem.acquire_many(core.MAX_AT_ONCE + 1))
+        await side(sem.acquire_many(arguments.MAX_AT_ONCE + 1))
     assert await side(sem.acquire_many(0, timeout=0)) == []  # nothing, at once
     with pytest.raises(InvalidArgumentError, match="lease"):
         await side(sem.acquire_many(2, lease=0))
@@ -661,15 +664,15 @@ async def test_lease_semaphore_permit_accounting_under_concurrency(side, server,
 async def test_lease_semaphore_retried_requests_count_once(side, server, name):
     client = side.client(server.url)
     sem = lease_semaphore(side, client, name)
-    keys = core.LeaseSemaphoreKeys.for_name(name)
+    keys = LeaseSemaphoreKeys.for_name(name)
     assert await side(sem.try_set_permits(2))
-    permit = core.new_permit_id()
-    take = core.lease_acquire_call(keys, "some-client:1", permit, 30.0, register=False)
+    permit = lease_core.new_permit_id()
+    take = lease_core.lease_acquire_call(keys, "some-client:1", permit, 30.0, register=False)
     for _ in range(2):  # the same request sent twice: one permit
         assert int((await side(client._call(take, name)))[0]) == core.GRANTED
     stats = await side(sem.statistics())
     assert (stats.available, stats.holders) == (1, 1)
-    give = core.lease_release_call(keys, permit, "request-9")
+    give = lease_core.lease_release_call(keys, permit, "request-9")
     for _ in range(2):
         assert int((await side(client._call(give, name)))[0]) == core.RELEASED
     assert await side(sem.available()) == 2

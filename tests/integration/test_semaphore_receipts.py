@@ -6,7 +6,7 @@ within ``WINDOWS.unsure_for`` of its FIRST send. Every undo the client sends mus
 still find the receipt of an acquire or a drain that ran, and an undo that cannot tell whether
 its request ran (it could not be sent in time, or found nothing too late) is reported as "may
 stay taken" (WARNING naming the semaphore, and a ``permits_may_stay_taken`` event), never
-counted as done. The windows are lowered here (``core.WINDOWS``) so that nothing waits 45 s;
+counted as done. The windows are lowered here (``receipts.WINDOWS``) so that nothing waits 45 s;
 the production values are checked on the server as they are.
 """
 
@@ -24,21 +24,24 @@ import redis
 
 from redlease import ServerUnavailableError
 from redlease._core import latch as latch_core
+from redlease._core import lease_semaphore as lease_core
+from redlease._core import receipts, waiting
 from redlease._core import semaphore as core
+from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
 from redlease.testing import TcpProxy
 
 from .helpers import eventually
 
 ACQUIRE_SHA = core.SEMAPHORE_ACQUIRE.sha.encode()
 DRAIN_SHA = core.SEMAPHORE_DRAIN.sha.encode()
-SMALL = core.Windows(unsure_for=2.0, margin=1.0)
+SMALL = receipts.Windows(unsure_for=2.0, margin=1.0)
 """The client sends retries and undos within 2 s of a request's first send; receipts live 3 s."""
 MAY_STAY_TAKEN = "permits_may_stay_taken"
 
 
 @pytest.fixture
-def windows(monkeypatch: pytest.MonkeyPatch) -> core.Windows:
-    monkeypatch.setattr(core, "WINDOWS", SMALL)
+def windows(monkeypatch: pytest.MonkeyPatch) -> receipts.Windows:
+    monkeypatch.setattr(receipts, "WINDOWS", SMALL)
     return SMALL
 
 
@@ -47,20 +50,19 @@ def raw(server: Any) -> Iterator[redis.Redis]:
     """A plain client of the server, with the scripts loaded (so that a dropped reply is the
     script's own, not a NOSCRIPT answer)."""
     client = redis.Redis.from_url(server.url)
-    for script in (*core.SCRIPTS, *latch_core.SCRIPTS):
+    for script in (
+        *core.SCRIPTS,
+        *lease_core.SCRIPTS,
+        waiting.SEMAPHORE_LEAVE,
+        *latch_core.SCRIPTS,
+    ):
         client.script_load(script.source)
     yield client
     client.close()
 
 
 def _keeper(side: Any, client: Any) -> Any:
-    if side.is_async:
-        from redlease._async.semaphore import keeper as async_keeper
-
-        return async_keeper(client)
-    from redlease._sync.semaphore import keeper
-
-    return keeper(client)
+    return client._permit_keeper.get()
 
 
 def _client(side: Any, proxy: TcpProxy) -> tuple[Any, list[Any]]:
@@ -98,7 +100,7 @@ async def _lose_a_grant(side: Any, sem: Any, what: str, proxy: TcpProxy) -> tupl
     return started, time.monotonic()
 
 
-WIDE = core.Windows(unsure_for=4.0, margin=2.0)
+WIDE = receipts.Windows(unsure_for=4.0, margin=2.0)
 """Room for the end of a window on a loaded machine: the last second of a 4 s window holds
 five of the watchdog's retries (every 0.2 s) however late each comes."""
 
@@ -113,7 +115,7 @@ async def test_an_undo_sent_at_the_end_of_its_window_still_finds_the_receipt(
     the permits back (before the fix the undo was retried for the whole window counted from
     when the client gave up, past the receipt, and the permits were lost for good, without a
     word)."""
-    monkeypatch.setattr(core, "WINDOWS", WIDE)
+    monkeypatch.setattr(receipts, "WINDOWS", WIDE)
     with TcpProxy(("127.0.0.1", server.port)) as proxy:
         client, events = _client(side, proxy)
         sem = client.semaphore(name)
@@ -176,7 +178,7 @@ async def test_an_undo_that_lands_too_late_to_tell_is_reported_not_counted_done(
     events: list[Any] = []
     client.add_listener(events.append)
     assert await side(client.semaphore(name).try_set_permits(3))
-    keys = core.SemaphoreKeys.for_name(name)
+    keys = SemaphoreKeys.for_name(name)
     kept = _keeper(side, client)
     now = time.monotonic()
     await side(kept.undo(core.undo_call(keys, 1, "never-ran"), name, now))
@@ -224,7 +226,7 @@ async def test_a_waiting_acquire_whose_grant_was_lost_never_loses_a_permit_silen
         else:
             waiter = threading.Thread(target=in_thread, daemon=True)
             waiter.start()
-        keys = core.SemaphoreKeys.for_name(name)
+        keys = SemaphoreKeys.for_name(name)
         await eventually(lambda: raw.zcard(keys.waiters) == 1)
         # in line, and listening (not a pause that a loaded machine may outlast): the release
         # below wakes it, rather than its next try finding the permit on its own
@@ -263,15 +265,15 @@ async def test_a_retried_try_set_is_recognised_as_the_call_that_set(side, server
     retried arming of a latch that was counted down to zero meanwhile does not arm it again."""
     client = side.client(server.url)
     if kind == "semaphore":
-        keys: Any = core.SemaphoreKeys.for_name(name)
+        keys: Any = SemaphoreKeys.for_name(name)
 
         def op(rid: str) -> Any:
             return core.try_set_permits(keys, 1, rid)
     elif kind == "lease_semaphore":
-        keys = core.LeaseSemaphoreKeys.for_name(name)
+        keys = LeaseSemaphoreKeys.for_name(name)
 
         def op(rid: str) -> Any:
-            return core.lease_try_set_permits(keys, 1, rid)
+            return lease_core.lease_try_set_permits(keys, 1, rid)
     else:
         keys = latch_core.LatchKeys.for_name(name)
 
@@ -293,9 +295,9 @@ async def test_every_receipt_lives_past_the_clients_window(side, server, raw, na
     kept on the server longer than the client's window for retries and undos, counted from
     the request's first send (which comes before the request runs)."""
     client = side.client(server.url)
-    floor = core.WINDOWS.unsure_for * 1000
-    sem = core.SemaphoreKeys.for_name(name)
-    lsem = core.LeaseSemaphoreKeys.for_name(name + ":lease")
+    floor = receipts.WINDOWS.unsure_for * 1000
+    sem = SemaphoreKeys.for_name(name)
+    lsem = LeaseSemaphoreKeys.for_name(name + ":lease")
     gate = latch_core.LatchKeys.for_name(name + ":latch")
     ops = [
         (core.try_set_permits(sem, 5, "set"), sem.receipt("set")),
@@ -303,17 +305,20 @@ async def test_every_receipt_lives_past_the_clients_window(side, server, raw, na
         (core.acquire(sem, "o:1", permits=1, timeout=0, request_id="acq"), sem.receipt("acq")),
         (core.release(sem, permits=1, request_id="rel"), sem.receipt("rel")),
         (core.drain_permits(sem, "drain"), sem.receipt("drain")),
-        (core.lease_try_set_permits(lsem, 2, "lset"), lsem.receipt("lset")),
-        (core.lease_add_permits(lsem, 1, "ladd"), lsem.receipt("ladd")),
+        (lease_core.lease_try_set_permits(lsem, 2, "lset"), lsem.receipt("lset")),
+        (lease_core.lease_add_permits(lsem, 1, "ladd"), lsem.receipt("ladd")),
         (latch_core.try_set_count(gate, 2, request_id="arm"), gate.receipt("arm")),
         (latch_core.count_down(gate, request_id="down"), gate.receipt("down")),
         (latch_core.delete(gate, request_id="del"), gate.receipt("del")),
     ]
     for op, receipt in ops:
         await side(client._run(op, name))
-        assert floor < raw.pttl(receipt) <= core.WINDOWS.receipt_ms, receipt
+        assert floor < raw.pttl(receipt) <= receipts.WINDOWS.receipt_ms, receipt
     await side(client._call(core.undo_call(sem, 1, "acq"), name))
-    assert floor < raw.pttl(sem.receipt("acq")) <= core.WINDOWS.receipt_ms  # the tombstone
+    assert floor < raw.pttl(sem.receipt("acq")) <= receipts.WINDOWS.receipt_ms  # the tombstone
     permit = await side(client.lease_semaphore(name + ":lease").acquire(timeout=0))
-    assert await side(client._run(core.lease_release(lsem, permit, request_id="lrel"), name)) == 1
-    assert floor < raw.pttl(lsem.receipt("lrel")) <= core.WINDOWS.receipt_ms
+    assert (
+        await side(client._run(lease_core.lease_release(lsem, permit, request_id="lrel"), name))
+        == 1
+    )
+    assert floor < raw.pttl(lsem.receipt("lrel")) <= receipts.WINDOWS.receipt_ms

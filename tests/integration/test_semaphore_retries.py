@@ -13,7 +13,9 @@ import pytest
 import redis
 
 from redlease import ServerUnavailableError
+from redlease._core import lease_semaphore as lease_core
 from redlease._core import semaphore as core
+from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
 from redlease.testing import TcpProxy, free_port
 
 from .helpers import eventually
@@ -21,8 +23,8 @@ from .helpers import eventually
 ACQUIRE_SHA = core.SEMAPHORE_ACQUIRE.sha.encode()
 UNDO_SHA = core.SEMAPHORE_UNDO.sha.encode()
 DRAIN_SHA = core.SEMAPHORE_DRAIN.sha.encode()
-LEASE_ACQUIRE_SHA = core.LEASE_SEMAPHORE_ACQUIRE.sha.encode()
-LEASE_RELEASE_SHA = core.LEASE_SEMAPHORE_RELEASE.sha.encode()
+LEASE_ACQUIRE_SHA = lease_core.LEASE_SEMAPHORE_ACQUIRE.sha.encode()
+LEASE_RELEASE_SHA = lease_core.LEASE_SEMAPHORE_RELEASE.sha.encode()
 
 
 @pytest.fixture
@@ -30,7 +32,7 @@ async def proxy(server: Any) -> AsyncIterator[TcpProxy]:
     """A proxy to the shared server, whose scripts are loaded first: a dropped reply is then
     always the script's own (not a NOSCRIPT answer)."""
     raw = redis.Redis.from_url(server.url)
-    for script in core.SCRIPTS:
+    for script in (*core.SCRIPTS, *lease_core.SCRIPTS):
         raw.script_load(script.source)
     raw.close()
     with TcpProxy(("127.0.0.1", server.port)) as p:
@@ -99,7 +101,7 @@ async def test_undo_that_cannot_reach_the_server_gives_the_permits_back_later(si
     with TcpProxy(("127.0.0.1", server.port)) as proxy:
         client = side.client(proxy.url, watchdog_timeout=0.6)
         sem = client.semaphore(name)
-        keys = core.SemaphoreKeys.for_name(name)
+        keys = SemaphoreKeys.for_name(name)
         assert await side(sem.try_set_permits(2))
         take = core.acquire_call(keys, "some-client:1", 2, "request", register=False)
         assert int((await side(client._call(take, name)))[0]) == core.GRANTED  # reply "lost"
@@ -121,7 +123,7 @@ async def test_undo_reaching_the_server_first_makes_the_late_acquire_take_nothin
     undo of a granted acquire gives its permits back once, however often it is sent."""
     client = side.client(server.url)
     sem = client.semaphore(name)
-    keys = core.SemaphoreKeys.for_name(name)
+    keys = SemaphoreKeys.for_name(name)
     assert await side(sem.try_set_permits(3))
     undo = core.undo_call(keys, 2, "late-request")
     assert [int(v) for v in await side(client._call(undo, name))] == [0, 3]
@@ -140,11 +142,7 @@ async def test_undo_reaching_the_server_first_makes_the_late_acquire_take_nothin
 
 
 def _pending_undos(client: Any) -> int:
-    from redlease._async.semaphore import _keepers as async_keepers
-    from redlease._sync.semaphore import _keepers as sync_keepers
-
-    kept = sync_keepers.get(client) or async_keepers.get(client)  # type: ignore[arg-type]
-    return 0 if kept is None else kept.table.undos_pending
+    return int(client._permit_keeper.get().table.undos_pending)
 
 
 # --- the lease semaphore (defect 5) ---------------------------------------------------------
@@ -209,13 +207,7 @@ async def test_lease_acquire_whose_replies_were_lost_gives_its_permit_back(side,
 
 
 def _keeper(side: Any, client: Any) -> Any:
-    if side.is_async:
-        from redlease._async.semaphore import keeper as async_keeper
-
-        return async_keeper(client)
-    from redlease._sync.semaphore import keeper
-
-    return keeper(client)
+    return client._permit_keeper.get()
 
 
 def _in_background(side: Any, call: Any) -> asyncio.Future[Any]:
@@ -235,9 +227,9 @@ async def test_a_retry_landing_after_its_own_lease_ran_out_loses_no_permit(
     is a fresh acquire: once every lease ran out, all 200 permits can be taken at once (it
     used to leave 199, or 150, for good)."""
     raw = redis.Redis.from_url(server.url)
-    for script in core.SCRIPTS:  # a dropped reply is then the acquire's own
+    for script in (*core.SCRIPTS, *lease_core.SCRIPTS):  # a dropped reply is then the acquire's own
         raw.script_load(script.source)
-    leases = core.LeaseSemaphoreKeys.for_name(name).leases
+    leases = LeaseSemaphoreKeys.for_name(name).leases
 
     def all_ran_out() -> bool:
         seconds, micros = raw.time()

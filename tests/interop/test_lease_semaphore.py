@@ -15,7 +15,8 @@ import pytest
 import redis
 
 from redlease import InvalidArgumentError, LeaseLostError
-from redlease._core import semaphore as core
+from redlease._core import lease_semaphore as lease_core
+from redlease._core.keys import LeaseSemaphoreKeys
 from redlease.testing.redisson.synchronizers import (
     NON_EXPIRABLE,
     RedissonError,
@@ -42,7 +43,7 @@ def java(server: Any, sem_name: str) -> Any:
 
 def test_the_driver_speaks_redissons_layout(server, sem_name):
     driver = RedissonPermitExpirableSemaphore(server.url, sem_name)
-    keys = core.LeaseSemaphoreKeys.for_name(sem_name)
+    keys = LeaseSemaphoreKeys.for_name(sem_name)
     assert (driver.leases, driver.channel) == (keys.leases, keys.channel)
     assert driver.leases == (
         f"{sem_name}:timeout" if "{" in sem_name else f"{{{sem_name}}}:timeout"
@@ -85,7 +86,7 @@ async def test_a_release_of_several_is_all_or_none_on_both_sides(side, server, s
     assert java.try_set_permits(10)
     theirs = java.try_acquire(4)
     mine = await side(slots.acquire_many(2))
-    stranger = core.new_permit_id()
+    stranger = lease_core.new_permit_id()
     with pytest.raises(InvalidArgumentError) as info:
         await side(slots.release_many([theirs[0], stranger]))
     assert stranger in str(info.value) and theirs[0] not in str(info.value)

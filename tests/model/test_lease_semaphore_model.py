@@ -42,8 +42,9 @@ from hypothesis.stateful import (
     rule,
 )
 
+from redlease._core import lease_semaphore as lease_core
 from redlease._core import semaphore as core
-from redlease._core.keys import CLASSIC
+from redlease._core.keys import CLASSIC, LeaseSemaphoreKeys
 from redlease._core.requests import Call
 from redlease.errors import ServerUnavailableError
 
@@ -51,7 +52,7 @@ from . import unfixed
 from .engine import KeyState, ServerEngine, State
 from .scripted import ScriptedModel, bound, run_model
 
-KEYS = core.LeaseSemaphoreKeys.for_name("msem", CLASSIC)
+KEYS = LeaseSemaphoreKeys.for_name("msem", CLASSIC)
 TOTAL = 400
 """Permits set (below 950: the engine rounds reply numbers just below a whole second up)."""
 CLIENTS = 2
@@ -127,7 +128,7 @@ class LeaseSemaphoreModel(ScriptedModel):
                     c.held[permit] = granted.requested_at + granted.ttl
             return
         except ServerUnavailableError:  # raised to the caller: the shell gives the permits back
-            c.give_back = core.give_back_call(KEYS, c.asked)
+            c.give_back = lease_core.give_back_call(KEYS, c.asked)
             c.op, c.call = None, None
             return
         assert isinstance(request, Call), request  # timeout=0: no Subscribe, no wait
@@ -143,7 +144,7 @@ class LeaseSemaphoreModel(ScriptedModel):
     def start(self, number: int, permits: int, lease: int) -> None:
         c = self.clients[number]
         ids = c.asked = [c.fresh_id() for _ in range(permits)]
-        c.op = core.lease_acquire(
+        c.op = lease_core.lease_acquire(
             KEYS,
             f"owner-{number}",
             lease=lease,
@@ -216,14 +217,14 @@ class LeaseSemaphoreModel(ScriptedModel):
         c = self.clients[number]
         permits = sorted(c.held)
         ids = [core.new_request_id() for _ in permits]
-        self.run(core.release_many_call(KEYS, permits, ids))
+        self.run(lease_core.release_many_call(KEYS, permits, ids))
         c.held.clear()  # given back, or refused for a lease that ran out: either way forgotten
 
     @rule(permits=st.sampled_from((60, 101)), lease=st.sampled_from(LEASES))
     def abandon(self, permits: int, lease: int) -> None:
         """Holders that crash leave ``permits`` behind, each under ``lease``."""
         ids = [f"dead-{next(self.abandoned):011d}".encode().hex() for _ in range(permits)]
-        self.run(core.lease_acquire_call(KEYS, "owner-dead", ids[0], lease, False, ids[1:]))
+        self.run(lease_core.lease_acquire_call(KEYS, "owner-dead", ids[0], lease, False, ids[1:]))
 
     @rule(seconds=st.integers(1, 3))
     def tick(self, seconds: int) -> None:

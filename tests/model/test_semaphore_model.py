@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 )
 
 from redlease._core import semaphore as core
-from redlease._core.keys import CLASSIC
+from redlease._core.keys import CLASSIC, SemaphoreKeys
 from redlease._core.requests import Call
 from redlease.errors import InvalidArgumentError, ServerUnavailableError
 
@@ -50,7 +50,7 @@ from . import unfixed
 from .engine import ServerEngine, State
 from .scripted import ScriptedModel, bound, run_model
 
-KEYS = core.SemaphoreKeys.for_name("msem", CLASSIC)
+KEYS = SemaphoreKeys.for_name("msem", CLASSIC)
 TOTAL = 2
 CLIENTS = 2
 SENDS = 2

@@ -29,7 +29,7 @@ import redis
 
 import redlease
 from redlease._core import latch as latch_core
-from redlease._core import scripts
+from redlease._core import lease_semaphore, scripts, waiting
 from redlease._core import semaphore as semaphore_core
 from redlease._shared import state as _owners
 from redlease.testing import RedisServer, ServerBinary, TcpProxy
@@ -37,7 +37,13 @@ from redlease.testing import RedisServer, ServerBinary, TcpProxy
 CALL_TIMEOUT = 30.0
 """Every call of an owner returns within this (else the test fails: a hung call)."""
 
-ALL_SCRIPTS = (*scripts.ALL, *semaphore_core.SCRIPTS, *latch_core.SCRIPTS)
+ALL_SCRIPTS = (
+    *scripts.ALL,
+    *semaphore_core.SCRIPTS,
+    *lease_semaphore.SCRIPTS,
+    waiting.SEMAPHORE_LEAVE,
+    *latch_core.SCRIPTS,
+)
 
 
 def sha_of(script: scripts.Script) -> bytes:
@@ -169,12 +175,7 @@ class Owner:
 
     def pending_undos(self) -> int:
         """Abandoned requests of this client whose undo is still to be sent."""
-        from redlease._async.semaphore import _keepers as async_keepers
-        from redlease._sync.semaphore import _keepers as sync_keepers
-
-        keepers: Any = async_keepers if self.is_async else sync_keepers
-        kept = keepers.get(self.client)
-        return 0 if kept is None else int(kept.table.undos_pending)
+        return int(self.client._permit_keeper.get().table.undos_pending)
 
     def close(self) -> None:
         try:

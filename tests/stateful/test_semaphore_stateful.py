@@ -28,7 +28,9 @@ from hypothesis.stateful import (
 )
 
 from redlease import LeaseLostError, ServerUnavailableError
+from redlease._core import lease_semaphore as lease_core
 from redlease._core import semaphore as core
+from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
 from redlease.testing import RedisServer
 
 from .conftest import DEFAULT, SLOW
@@ -53,7 +55,7 @@ class SemaphoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.world = World(server, OWNERS, is_async=is_async, watchdog_timeout=0.6)
         self.name = unique_name("stateful-sem")
-        self.keys = core.SemaphoreKeys.for_name(self.name)
+        self.keys = SemaphoreKeys.for_name(self.name)
         self.sems = [o.client.semaphore(self.name) for o in self.world.owners]
         self.raised: list[Any] = []  # semaphore_total_raised events: none without data loss
         for o in self.world.owners:
@@ -190,7 +192,7 @@ class LeaseSemaphoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.world = World(server, OWNERS, is_async=is_async, watchdog_timeout=1.2)
         self.name = unique_name("stateful-lsem")
-        self.keys = core.LeaseSemaphoreKeys.for_name(self.name)
+        self.keys = LeaseSemaphoreKeys.for_name(self.name)
         self.lost: list[list[str]] = [[] for _ in range(OWNERS)]
         self.sems = [
             o.client.lease_semaphore(self.name, on_lease_lost=self._reporter(i))
@@ -241,9 +243,9 @@ class LeaseSemaphoreMachine(RuleBasedStateMachine):
         """Every reply lost: the call raises and holds nothing; a permit it took comes back
         at once (or by the watchdog's retry), not when its lease runs out."""
         owner, sem = self.world.owners[o], self.sems[o]
-        owner.lose_replies(core.LEASE_SEMAPHORE_ACQUIRE)
+        owner.lose_replies(lease_core.LEASE_SEMAPHORE_ACQUIRE)
         if give_back_lost:
-            owner.lose_replies(core.LEASE_SEMAPHORE_RELEASE)
+            owner.lose_replies(lease_core.LEASE_SEMAPHORE_RELEASE)
         with pytest.raises(ServerUnavailableError):
             owner.run(lambda: sem.acquire(timeout=0))
 
@@ -260,7 +262,7 @@ class LeaseSemaphoreMachine(RuleBasedStateMachine):
         permit = data.draw(st.sampled_from(sorted(self.held)))
         o = self.held.pop(permit)
         owner, sem = self.world.owners[o], self.sems[o]
-        owner.lose_replies(core.LEASE_SEMAPHORE_RELEASE, lost)
+        owner.lose_replies(lease_core.LEASE_SEMAPHORE_RELEASE, lost)
         try:
             if delay is not None:
                 owner.frozen(lambda: sem.release(permit), delay)

@@ -16,11 +16,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from redlease import InvalidArgumentError, RedleaseError, ServerUnavailableError
+from redlease._core import arguments, backoff, codes, latch, lock, redlock, rwlock, semaphore
 from redlease._core import arguments as limits
 from redlease._core import arguments as options
-from redlease._core import backoff, codes, latch, lock, redlock, rwlock, semaphore
+from redlease._core import lease_semaphore as lease_core
 from redlease._core.backoff import Outage
-from redlease._core.keys import LockKeys
+from redlease._core.keys import LeaseSemaphoreKeys, LockKeys, SemaphoreKeys
 from redlease._core.requests import Call, Sleep, Subscribe, WaitWake
 
 NOT_NUMBERS = [None, "1", b"1", True, False, [], object(), 1j]
@@ -61,7 +62,7 @@ def test_the_bounds_are_what_the_server_takes() -> None:
 def test_the_release_script_refuses_past_the_same_bound() -> None:
     source = (LUA_DIR / "semaphore_release.lua").read_text()
     assert f"> {limits.MAX_COUNT} then" in source
-    add = semaphore.add_permits(semaphore.SemaphoreKeys.for_name("s"), 1)
+    add = semaphore.add_permits(SemaphoreKeys.for_name("s"), 1)
     assert next(add).args[-1] == limits.MAX_COUNT  # the add script is given the bound
 
 
@@ -85,7 +86,7 @@ def test_a_lease_too_short_to_work_is_refused(value: Any) -> None:
         with pytest.raises(InvalidArgumentError, match=f"{what} must be at least 0.01 s"):
             options.seconds(value, what)
     with pytest.raises(InvalidArgumentError, match="lease"):
-        semaphore.lease_seconds(value)
+        arguments.lease(value)
     with pytest.raises(InvalidArgumentError, match="handoff_window"):
         options.window(value, "handoff_window")
 
@@ -96,7 +97,7 @@ def test_a_lease_too_long_for_the_server_is_refused(value: Any) -> None:
         with pytest.raises(InvalidArgumentError, match=f"{what} must be at most"):
             options.seconds(value, what)
     with pytest.raises(InvalidArgumentError, match="lease must be at most"):
-        semaphore.lease_seconds(value)
+        arguments.lease(value)
 
 
 @pytest.mark.parametrize(
@@ -106,7 +107,7 @@ def test_a_lease_in_range_is_taken(value: Any) -> None:
     expected = value.total_seconds() if isinstance(value, timedelta) else float(value)
     assert options.lease_seconds(value) == expected
     assert options.seconds(value, "watchdog_timeout") == expected
-    assert semaphore.lease_seconds(value) == expected
+    assert arguments.lease(value) == expected
     assert isinstance(options.lease_seconds(value), float)
 
 
@@ -140,7 +141,7 @@ def test_replicas_are_a_bounded_count() -> None:
 @pytest.mark.parametrize("value", [*NOT_NUMBERS[1:], *NAN, -1, -1e-9, math.inf, -math.inf])
 def test_a_bad_wait_is_refused_naming_it(value: Any) -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        semaphore.wait_timeout(value)
+        arguments.wait(value)
     _is_invalid(info.value, "timeout")
     with pytest.raises(InvalidArgumentError) as info:
         options.wait_args(True, value)
@@ -149,7 +150,7 @@ def test_a_bad_wait_is_refused_naming_it(value: Any) -> None:
 
 @pytest.mark.parametrize("value", [1e-9, 1e300, sys.float_info.max, 10**400, timedelta.max])
 def test_any_finite_wait_is_taken_however_long(value: Any) -> None:
-    got = semaphore.wait_timeout(value)
+    got = arguments.wait(value)
     assert got is not None and math.isfinite(got) and got > 0
     assert options.wait_args(True, value) == (True, got)
     assert options.wait_seconds(value, "--wait") == got
@@ -159,8 +160,8 @@ def test_zero_tries_once_everywhere() -> None:
     """``timeout=0`` is a single try for semaphores and latches (a wait of 0) and for locks
     (``blocking=False``), as ``threading.Lock.acquire(timeout=0)`` and redis-py's
     ``blocking_timeout=0``."""
-    assert semaphore.wait_timeout(0) == 0.0
-    assert semaphore.wait_timeout(None) is None
+    assert arguments.wait(0) == 0.0
+    assert arguments.wait(None) is None
     assert options.wait_args(True, None) == (True, None)
     assert options.wait_args(True, 0) == (False, None)
     assert options.wait_args(True, 0.0) == (False, None)
@@ -205,7 +206,7 @@ def test_a_huge_wait_never_hands_the_shell_a_huge_wait() -> None:
 )
 def test_a_bad_count_is_refused_naming_it(value: Any) -> None:
     with pytest.raises(InvalidArgumentError) as info:
-        semaphore.positive_int(value, "permits")
+        arguments.count(value, "permits")
     _is_invalid(info.value, "permits")
     with pytest.raises(InvalidArgumentError) as info:
         latch.count_arg(value)
@@ -216,21 +217,21 @@ def test_an_int_too_long_to_print_gets_a_clear_error_too() -> None:
     """Python refuses to print an int of more than 4300 digits: the message must not."""
     huge = 10**5000
     for call, what in (
-        (lambda: semaphore.positive_int(huge, "permits"), "permits"),
+        (lambda: arguments.count(huge, "permits"), "permits"),
         (lambda: latch.count_arg(-huge), "count"),
         (lambda: options.lease_seconds(huge), "lease"),
-        (lambda: semaphore.wait_timeout(-huge), "timeout"),
+        (lambda: arguments.wait(-huge), "timeout"),
     ):
         with pytest.raises(InvalidArgumentError) as info:
             call()
         _is_invalid(info.value, what)
         assert "bits" in str(info.value)
-    assert semaphore.wait_timeout(huge) == sys.float_info.max  # a wait that long: fine
+    assert arguments.wait(huge) == sys.float_info.max  # a wait that long: fine
 
 
 def test_counts_up_to_the_bound_are_taken() -> None:
     for value in (1, 2, 10**15, limits.MAX_COUNT):
-        assert semaphore.positive_int(value, "permits") == value
+        assert arguments.count(value, "permits") == value
         assert latch.count_arg(value) == value
     with pytest.raises(InvalidArgumentError, match=r"at most 9007199254740991 \(2\*\*53 - 1\)"):
         latch.count_arg(limits.MAX_COUNT + 1)
@@ -239,7 +240,7 @@ def test_counts_up_to_the_bound_are_taken() -> None:
 
 
 def test_an_add_the_server_refuses_raises_and_says_nothing_was_added() -> None:
-    keys = semaphore.SemaphoreKeys.for_name("s")
+    keys = SemaphoreKeys.for_name("s")
     op = semaphore.add_permits(keys, 5)
     next(op)
     with pytest.raises(InvalidArgumentError, match="nothing was added"):
@@ -329,8 +330,8 @@ def test_a_read_lock_answered_only_by_late_grants_slows_down() -> None:
 
 def test_a_lease_permit_answered_only_by_late_grants_slows_down() -> None:
     clock = FakeClock()
-    op = semaphore.lease_acquire(
-        semaphore.LeaseSemaphoreKeys.for_name("x"), "me", lease=0.01, timeout=None, clock=clock
+    op = lease_core.lease_acquire(
+        LeaseSemaphoreKeys.for_name("x"), "me", lease=0.01, timeout=None, clock=clock
     )
     paused = _drive_late_grants(op, clock, 0.01, [semaphore.GRANTED, 10, 0], rounds=40)
     assert paused > 10.0

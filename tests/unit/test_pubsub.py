@@ -11,10 +11,18 @@ import pytest
 import redis
 
 from redlease._core import group, latch, rwlock, scripts
+from redlease._core import lease_semaphore as lease_core
 from redlease._core import lock as lock_core
 from redlease._core import semaphore as sem
 from redlease._core.fair import REDISSON_FAIR
-from redlease._core.keys import CLASSIC, PUBLISH_COMMANDS, LockKeys, PubSub
+from redlease._core.keys import (
+    CLASSIC,
+    PUBLISH_COMMANDS,
+    LeaseSemaphoreKeys,
+    LockKeys,
+    PubSub,
+    SemaphoreKeys,
+)
 from redlease._core.requests import Call, Handed
 from redlease._core.rwlock_redisson import RedissonRwKeys
 from redlease._redis.connections import ANY_NODE, settle_pubsub
@@ -111,22 +119,22 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
         leave = redisson_rw.leave_call(side, OWNER, "w")
         assert leave is not None
         yield leave
-    s = sem.SemaphoreKeys.for_name("jobs", mode)
+    s = SemaphoreKeys.for_name("jobs", mode)
     yield next(sem.try_set_permits(s, 2))
     yield next(sem.add_permits(s, 1))
     yield sem.release_call(s, 1, "r")
     yield sem.undo_call(s, 1, "r")
-    ls = sem.LeaseSemaphoreKeys.for_name("workers", mode)
-    permit = sem.new_permit_id()
-    yield next(sem.lease_try_set_permits(ls, 2))
-    yield sem.lease_acquire_call(ls, OWNER, permit, 10.0, register=True)
-    yield sem.lease_release_call(ls, permit, "r")
-    yield sem.renew_call(ls, [permit, sem.new_permit_id()], 10.0)
+    ls = LeaseSemaphoreKeys.for_name("workers", mode)
+    permit = lease_core.new_permit_id()
+    yield next(lease_core.lease_try_set_permits(ls, 2))
+    yield lease_core.lease_acquire_call(ls, OWNER, permit, 10.0, register=True)
+    yield lease_core.lease_release_call(ls, permit, "r")
+    yield lease_core.renew_call(ls, [permit, lease_core.new_permit_id()], 10.0)
     yield next(sem.set_permits(s, 3))
-    yield next(sem.lease_add_permits(ls, -1))
-    yield next(sem.lease_set_permits(ls, 3))
-    yield sem.release_many_call(ls, [permit, sem.new_permit_id()], ["r1", "r2"])
-    yield next(sem.update_lease(ls, permit, 10.0))
+    yield next(lease_core.lease_add_permits(ls, -1))
+    yield next(lease_core.lease_set_permits(ls, 3))
+    yield lease_core.release_many_call(ls, [permit, lease_core.new_permit_id()], ["r1", "r2"])
+    yield next(lease_core.update_lease(ls, permit, 10.0))
     layout = group.GroupLayout(group.value_fields(["a", "b"]))
     seats = layout.keys("seats", mode)
     yield layout.release_call(seats, OWNER, 1, request_id="r", token=7)

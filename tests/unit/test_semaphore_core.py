@@ -14,9 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from redlease._core import latch, scripts
+from redlease._core import arguments, latch, receipts, scripts, waiting
+from redlease._core import lease_semaphore as lease_core
+from redlease._core import permits as permit_core
 from redlease._core import semaphore as core
-from redlease._core.keys import hash_slot
+from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys, hash_slot
 from redlease._core.lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift
 from redlease._core.requests import Call, Sleep, Subscribe, WaitWake
 from redlease.errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
@@ -25,15 +27,15 @@ from ._fakes import FakeClock, Finished, finish, step
 from .test_scripts import _redis_calls, header_arity
 
 OWNER = "5f0c2a9e-client:7"
-SEM = core.SemaphoreKeys.for_name("jobs")
-LSEM = core.LeaseSemaphoreKeys.for_name("workers")
+SEM = SemaphoreKeys.for_name("jobs")
+LSEM = LeaseSemaphoreKeys.for_name("workers")
 LATCH = latch.LatchKeys.for_name("gate")
 LUA_DIR = Path(str(resources.files("redlease").joinpath("lua")))
-MINE = core.SCRIPTS + latch.SCRIPTS
+MINE = (*core.SCRIPTS, *lease_core.SCRIPTS, waiting.SEMAPHORE_LEAVE, *latch.SCRIPTS)
 
 
-def _permit(keys: core.LeaseSemaphoreKeys, permit: str) -> core.Permit:
-    return core.Permit(keys=keys, permit_id=permit, watched=True, renewed_at=0.0)
+def _permit(keys: LeaseSemaphoreKeys, permit: str) -> permit_core.Permit:
+    return permit_core.Permit(keys=keys, permit_id=permit, watched=True, renewed_at=0.0)
 
 
 # --- scripts --------------------------------------------------------------------------------
@@ -63,8 +65,8 @@ def test_sha_is_sha1_of_the_source(script: scripts.Script) -> None:
 
 def _calls() -> list[tuple[Call, int]]:
     """Every kind of Call these cores build, with the number of permits it is about."""
-    permit = core.new_permit_id()
-    two = [core.new_permit_id() for _ in range(2)]
+    permit = lease_core.new_permit_id()
+    two = [lease_core.new_permit_id() for _ in range(2)]
     calls = [
         (next(core.try_set_permits(SEM, 3)), 1),
         (next(core.add_permits(SEM, 2)), 1),
@@ -75,19 +77,19 @@ def _calls() -> list[tuple[Call, int]]:
         (next(core.release(SEM, permits=1, request_id="r3")), 1),
         (next(core.drain_permits(SEM, "r5")), 1),
         (next(core.status(SEM)), 1),
-        (core.leave_call(SEM.waiters, OWNER), 1),
-        (next(core.lease_try_set_permits(LSEM, 2)), 1),
-        (core.lease_acquire_call(LSEM, OWNER, permit, 30.0, register=False), 1),
-        (core.lease_release_call(LSEM, permit, "r4"), 1),
-        (next(core.lease_status(LSEM)), 1),
-        (next(core.renew(LSEM, permit, 10.0)), 1),
-        (next(core.lease_add_permits(LSEM, -3)), 1),
-        (next(core.lease_set_permits(LSEM, 5)), 1),
-        (core.lease_acquire_call(LSEM, OWNER, permit, 30.0, register=True, more=two), 3),
-        (core.release_many_call(LSEM, [permit, *two], ["a", "b", "c"]), 3),
-        (next(core.lease_release_many(LSEM, two, ["a", "b"])), 2),
-        (next(core.update_lease(LSEM, permit, 5.0)), 1),
-        (next(core.lease_expire(LSEM, 60.0)), 1),
+        (waiting.leave_call(SEM.waiters, OWNER), 1),
+        (next(lease_core.lease_try_set_permits(LSEM, 2)), 1),
+        (lease_core.lease_acquire_call(LSEM, OWNER, permit, 30.0, register=False), 1),
+        (lease_core.lease_release_call(LSEM, permit, "r4"), 1),
+        (next(lease_core.lease_status(LSEM)), 1),
+        (next(lease_core.renew(LSEM, permit, 10.0)), 1),
+        (next(lease_core.lease_add_permits(LSEM, -3)), 1),
+        (next(lease_core.lease_set_permits(LSEM, 5)), 1),
+        (lease_core.lease_acquire_call(LSEM, OWNER, permit, 30.0, register=True, more=two), 3),
+        (lease_core.release_many_call(LSEM, [permit, *two], ["a", "b", "c"]), 3),
+        (next(lease_core.lease_release_many(LSEM, two, ["a", "b"])), 2),
+        (next(lease_core.update_lease(LSEM, permit, 5.0)), 1),
+        (next(lease_core.lease_expire(LSEM, 60.0)), 1),
         (next(latch.delete(LATCH)), 1),
         (next(latch.try_set_count(LATCH, 4)), 1),
         (next(latch.count_down(LATCH)), 1),
@@ -100,9 +102,9 @@ def _calls() -> list[tuple[Call, int]]:
             assert back is not None
             calls.append((back, n))
             assert call.undo([core.SHORT, -1, 0]) is None
-    for n in (1, 2, core.BATCH, core.BATCH + 5):
-        records = [_permit(LSEM, core.new_permit_id()) for _ in range(n)]
-        for batch, call in core.PermitTable.calls(records, 30.0):
+    for n in (1, 2, permit_core.BATCH, permit_core.BATCH + 5):
+        records = [_permit(LSEM, lease_core.new_permit_id()) for _ in range(n)]
+        for batch, call in permit_core.PermitTable.calls(records, 30.0):
             calls.append((call, len(batch)))
     return calls
 
@@ -132,22 +134,28 @@ def test_scripts_publish_only_on_the_channel_key(script: scripts.Script) -> None
 
 
 def test_receipt_lifetime_is_passed_not_written_in_the_scripts() -> None:
-    assert core.release_call(SEM, 1, "r").args[-2] == core.receipt_ms()
-    assert core.lease_release_call(LSEM, core.new_permit_id(), "r").args[-2] == core.receipt_ms()
-    assert next(latch.count_down(LATCH)).args == (core.receipt_ms(), "publish")
-    assert next(latch.delete(LATCH)).args == (core.receipt_ms(), "publish")
-    assert core.acquire_call(SEM, OWNER, 1, "r", register=False).args[-1] == core.receipt_ms()
-    assert core.undo_call(SEM, 1, "r").args[1] == core.receipt_ms()
-    assert next(core.drain_permits(SEM, "r")).args == (core.receipt_ms(),)
-    assert next(core.add_permits(SEM, 1)).args[2] == core.receipt_ms()
-    assert next(core.lease_add_permits(LSEM, 1)).args[2] == core.receipt_ms()
-    assert core.release_many_call(LSEM, [core.new_permit_id()], ["r"]).args[0] == core.receipt_ms()
+    assert core.release_call(SEM, 1, "r").args[-2] == receipts.receipt_ms()
+    assert (
+        lease_core.lease_release_call(LSEM, lease_core.new_permit_id(), "r").args[-2]
+        == receipts.receipt_ms()
+    )
+    assert next(latch.count_down(LATCH)).args == (receipts.receipt_ms(), "publish")
+    assert next(latch.delete(LATCH)).args == (receipts.receipt_ms(), "publish")
+    assert core.acquire_call(SEM, OWNER, 1, "r", register=False).args[-1] == receipts.receipt_ms()
+    assert core.undo_call(SEM, 1, "r").args[1] == receipts.receipt_ms()
+    assert next(core.drain_permits(SEM, "r")).args == (receipts.receipt_ms(),)
+    assert next(core.add_permits(SEM, 1)).args[2] == receipts.receipt_ms()
+    assert next(lease_core.lease_add_permits(LSEM, 1)).args[2] == receipts.receipt_ms()
+    assert (
+        lease_core.release_many_call(LSEM, [lease_core.new_permit_id()], ["r"]).args[0]
+        == receipts.receipt_ms()
+    )
     for call in (
         next(core.try_set_permits(SEM, 2)),
-        next(core.lease_try_set_permits(LSEM, 2)),
+        next(lease_core.lease_try_set_permits(LSEM, 2)),
         next(latch.try_set_count(LATCH, 2)),
     ):
-        assert call.args[-1] == core.receipt_ms()
+        assert call.args[-1] == receipts.receipt_ms()
 
 
 def test_receipts_outlive_the_clients_window_by_a_margin() -> None:
@@ -155,20 +163,20 @@ def test_receipts_outlive_the_clients_window_by_a_margin() -> None:
     and undos are sent within ``unsure_for`` of its FIRST send (before it ran): the receipt's
     life covers that window with a margin, and a reply read within ``conclusive_for`` (the
     life less the drift allowance) still proves what the receipt says."""
-    windows = core.WINDOWS
+    windows = receipts.WINDOWS
     assert windows.receipt_ms == round((windows.unsure_for + windows.margin) * 1000)
     assert windows.margin > 0 and windows.unsure_for < windows.conclusive_for
     assert windows.conclusive_for < windows.receipt_ms / 1000
-    assert core.receipt_ms() == windows.receipt_ms
-    small = core.Windows(unsure_for=2.0, margin=1.0)
+    assert receipts.receipt_ms() == windows.receipt_ms
+    small = receipts.Windows(unsure_for=2.0, margin=1.0)
     assert small.receipt_ms == 3000 and small.conclusive_for == 3.0 - drift(3.0)
 
 
 def test_the_receipt_lifetime_follows_the_windows(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(core, "WINDOWS", core.Windows(unsure_for=2.0, margin=0.5))
+    monkeypatch.setattr(receipts, "WINDOWS", receipts.Windows(unsure_for=2.0, margin=0.5))
     assert core.undo_call(SEM, 1, "r").args[1] == 2500
     assert next(latch.count_down(LATCH)).args[0] == 2500
-    table = core.PermitTable()
+    table = permit_core.PermitTable()
     assert table.undo_later(core.undo_call(SEM, 1, "r"), "jobs", 10.0).until == 12.0
 
 
@@ -179,7 +187,7 @@ def test_redisson_key_and_channel_names() -> None:
     assert SEM.name == "jobs" and SEM.channel == "redisson_sc:{jobs}"
     assert LSEM.leases == "{workers}:timeout" and LSEM.channel == "redisson_sc:{workers}"
     assert LATCH.channel == "redisson_countdownlatch__channel__{gate}"
-    tagged = core.LeaseSemaphoreKeys.for_name("{user:7}:slots")
+    tagged = LeaseSemaphoreKeys.for_name("{user:7}:slots")
     assert tagged.leases == "{user:7}:slots:timeout"
     assert tagged.channel == "redisson_sc:{user:7}:slots"
 
@@ -206,11 +214,11 @@ _NAMES = st.one_of(
 
 @given(_NAMES)
 def test_every_key_shares_the_name_slot(name: str) -> None:
-    name = core.primitive_name(name, "semaphore")
+    name = arguments.name(name, "semaphore")
     slot = hash_slot(name)
     sem, lsem, gate = (
-        core.SemaphoreKeys.for_name(name),
-        core.LeaseSemaphoreKeys.for_name(name),
+        SemaphoreKeys.for_name(name),
+        LeaseSemaphoreKeys.for_name(name),
         latch.LatchKeys.for_name(name),
     )
     for key in (sem.total, sem.waiters, sem.receipt("r"), lsem.leases, lsem.receipt("x")):
@@ -225,7 +233,7 @@ def test_every_key_shares_the_name_slot(name: str) -> None:
 @pytest.mark.parametrize("bad", [0, -1, True, 1.0, "2", None])
 def test_permits_must_be_a_positive_int(bad: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="permits"):
-        core.positive_int(bad, "permits")
+        arguments.count(bad, "permits")
 
 
 @pytest.mark.parametrize("bad", [0, -5, False, 3.5, "1"])
@@ -237,37 +245,37 @@ def test_count_must_be_a_positive_int(bad: Any) -> None:
 @pytest.mark.parametrize("bad", [-0.001, -1, math.nan, math.inf, "1", True])
 def test_timeout_must_be_none_or_seconds(bad: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="timeout"):
-        core.wait_timeout(bad)
+        arguments.wait(bad)
 
 
 def test_timeouts_and_leases_accept_timedelta_and_zero_means_try_once() -> None:
     from datetime import timedelta
 
-    assert core.wait_timeout(None) is None
-    assert core.wait_timeout(0) == 0.0
-    assert core.wait_timeout(timedelta(seconds=2)) == 2.0
-    assert core.lease_seconds(timedelta(milliseconds=1500)) == 1.5
+    assert arguments.wait(None) is None
+    assert arguments.wait(0) == 0.0
+    assert arguments.wait(timedelta(seconds=2)) == 2.0
+    assert arguments.lease(timedelta(milliseconds=1500)) == 1.5
     for bad in (0, -1, math.inf, "5"):
         with pytest.raises(InvalidArgumentError, match="lease"):
-            core.lease_seconds(bad)
+            arguments.lease(bad)
 
 
 @pytest.mark.parametrize("bad", ["", "xyz", "0" * 31, "0" * 33, "g" * 32, 5, None])
 def test_permit_id_must_be_32_hex_digits(bad: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="permit_id"):
-        core.permit_id(bad)
+        arguments.permit_id(bad)
 
 
 def test_permit_ids_are_fresh_16_byte_hex() -> None:
-    ids = {core.new_permit_id() for _ in range(100)}
+    ids = {lease_core.new_permit_id() for _ in range(100)}
     assert len(ids) == 100 and all(len(bytes.fromhex(i)) == 16 for i in ids)
-    assert core.permit_id("ABCDEF0123456789ABCDEF0123456789") == "abcdef0123456789" * 2
+    assert arguments.permit_id("ABCDEF0123456789ABCDEF0123456789") == "abcdef0123456789" * 2
 
 
 @pytest.mark.parametrize("bad", ["", "a}b{", "x{}y", "\ud800", 7, None])
 def test_names_must_be_usable(bad: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="name"):
-        core.primitive_name(bad, "semaphore")
+        arguments.name(bad, "semaphore")
 
 
 # --- the counting semaphore's operations ---------------------------------------------------
@@ -287,7 +295,7 @@ def test_acquire_waits_then_succeeds_with_one_request_id() -> None:
     assert call.script is core.SEMAPHORE_ACQUIRE and call.args[2] == PLACE_MS
     receipt = call.keys[3]
     sub = step(op, [core.SHORT, 1, 3])
-    assert sub == Subscribe(SEM.channel, OWNER, core.leave_call(SEM.waiters, OWNER))
+    assert sub == Subscribe(SEM.channel, OWNER, waiting.leave_call(SEM.waiters, OWNER))
     again = step(op, True)  # subscribed: try again at once
     assert again.keys[3] == receipt
     wait = step(op, [core.SHORT, 0, 3])
@@ -324,7 +332,7 @@ def test_an_abandoned_acquire_is_undone_by_its_request_id() -> None:
             take.keys[3],
         )
     )
-    assert undo.args == (2, core.receipt_ms(), "publish")
+    assert undo.args == (2, receipts.receipt_ms(), "publish")
     assert header_arity("semaphore_undo", 1) == (3, 3)
     assert header_arity("semaphore_acquire", 1) == (4, 4)
     op = core.acquire(SEM, OWNER, permits=1, timeout=0, request_id="r1")
@@ -362,17 +370,17 @@ def test_status_and_statistics() -> None:
     stats = core.statistics(finish(op, [1, 3, 2, 5000]), "jobs", 1)
     assert (stats.permits, stats.available, stats.holders, stats.waiters) == (3, 1, 2, 2)
     assert (stats.local_waiters, stats.ttl) == (1, 5.0)
-    op = core.lease_status(LSEM)
+    op = lease_core.lease_status(LSEM)
     step(op, first=True)
-    stats = core.lease_statistics(finish(op, [0, 2, 1, 1500, 3, 1]), "workers", 0)
+    stats = lease_core.lease_statistics(finish(op, [0, 2, 1, 1500, 3, 1]), "workers", 0)
     assert (stats.permits, stats.available, stats.holders, stats.ttl) == (3, 1, 2, 1.5)
-    op = core.lease_status(LSEM)
+    op = lease_core.lease_status(LSEM)
     step(op, first=True)
-    stats = core.lease_statistics(finish(op, [0, 0, 0, -1, 0, 0]), "workers", 0)
+    stats = lease_core.lease_statistics(finish(op, [0, 0, 0, -1, 0, 0]), "workers", 0)
     assert (stats.permits, stats.available, stats.holders, stats.ttl) == (None, 0, 0, None)
-    op = core.lease_status(LSEM)  # permits taken away below the leased ones: -1 free
+    op = lease_core.lease_status(LSEM)  # permits taken away below the leased ones: -1 free
     step(op, first=True)
-    stats = core.lease_statistics(finish(op, [-1, 3, 0, 900, 0, 1]), "workers", 0)
+    stats = lease_core.lease_statistics(finish(op, [-1, 3, 0, 900, 0, 1]), "workers", 0)
     assert (stats.permits, stats.available, stats.holders) == (2, -1, 3)
 
 
@@ -394,13 +402,13 @@ def test_lease_waits_are_bounded_and_give_up_on_time(
     deadline and RECHECK; every try asks for the same permit; giving up leaves the line."""
     clock = FakeClock()
     deadline = None if timeout is None else clock() + timeout
-    op = core.lease_acquire(LSEM, OWNER, lease=30.0, timeout=timeout, clock=clock)
+    op = lease_core.lease_acquire(LSEM, OWNER, lease=30.0, timeout=timeout, clock=clock)
     request = _start(op)
     permit = request.args[0]
     hint = math.inf
     subscribed = False
     for soonest_ms, elapsed, woken in replies:
-        assert isinstance(request, Call) and request.script is core.LEASE_SEMAPHORE_ACQUIRE
+        assert isinstance(request, Call) and request.script is lease_core.LEASE_SEMAPHORE_ACQUIRE
         assert request.args[0] == permit
         hint = math.inf if soonest_ms < 0 else soonest_ms / 1000
         try:
@@ -413,7 +421,7 @@ def test_lease_waits_are_bounded_and_give_up_on_time(
             subscribed = True
             request = step(op, True)
             continue
-        if request == core.leave_call(LSEM.waiters, OWNER):
+        if request == waiting.leave_call(LSEM.waiters, OWNER):
             assert deadline is not None and clock() >= deadline
             with pytest.raises(Finished) as done:
                 step(op, 1)
@@ -428,12 +436,12 @@ def test_lease_waits_are_bounded_and_give_up_on_time(
 
 def test_lease_grant_that_comes_too_late_is_given_back() -> None:
     clock = FakeClock()
-    op = core.lease_acquire(LSEM, OWNER, lease=1.0, timeout=10.0, clock=clock)
+    op = lease_core.lease_acquire(LSEM, OWNER, lease=1.0, timeout=10.0, clock=clock)
     call = _start(op)
     permit = call.args[0]
     clock.advance(1.0 - drift(1.0))  # the reply took the whole lease
     back = step(op, [core.GRANTED, 1000, 0])
-    assert back.script is core.LEASE_SEMAPHORE_RELEASE and back.args[0] == permit
+    assert back.script is lease_core.LEASE_SEMAPHORE_RELEASE and back.args[0] == permit
     sub = step(op, [core.RELEASED, 1])
     assert isinstance(sub, Subscribe)
     step(op, True)
@@ -465,7 +473,7 @@ def test_outage_is_ridden_out_only_while_listening() -> None:
     assert sleeps >= OUTAGE_TOLERANCE / 0.6
 
 
-def _lost_try_then_outage(clock: FakeClock, unsure: core.Unsure) -> Any:
+def _lost_try_then_outage(clock: FakeClock, unsure: receipts.Unsure) -> Any:
     """A waiting acquire (listening) whose try at ``clock.now`` got no reply."""
     op = core.acquire(SEM, OWNER, permits=1, timeout=None, clock=clock, unsure=unsure)
     step(op, first=True)
@@ -485,10 +493,10 @@ def test_a_try_whose_reply_was_lost_is_sent_again_only_within_its_window(
     sends no try after the first half of the window (the undo has the other half), even when
     it would ride out a longer outage, then raises; ``unsure.since`` is the lost try's send
     time, for the undo."""
-    monkeypatch.setattr(core, "WINDOWS", core.Windows(unsure_for=4.0, margin=1.0))
+    monkeypatch.setattr(receipts, "WINDOWS", receipts.Windows(unsure_for=4.0, margin=1.0))
     assert OUTAGE_TOLERANCE > 2.0
     clock = FakeClock()
-    unsure = core.Unsure()
+    unsure = receipts.Unsure()
     op = _lost_try_then_outage(clock, unsure)
     lost_at = clock.now
     last_sent = lost_at
@@ -510,19 +518,19 @@ def test_a_retry_answered_after_the_receipt_may_be_gone_proves_nothing() -> None
     have expired cannot tell whether that try took the permits: the acquire raises (and is
     undone, which reports it) instead of counting it as "not granted" and waiting on."""
     clock = FakeClock()
-    unsure = core.Unsure()
+    unsure = receipts.Unsure()
     op = _lost_try_then_outage(clock, unsure)
     lost_at = clock.now
     assert isinstance(op.throw(ServerUnavailableError("down")), Sleep)
     clock.advance(0.1)
     assert isinstance(step(op, None), Call)  # the retry, answered very late
-    clock.advance(core.WINDOWS.conclusive_for + 1)
+    clock.advance(receipts.WINDOWS.conclusive_for + 1)
     with pytest.raises(ServerUnavailableError, match="no longer knowable"):
         step(op, [core.SHORT, 0, 1])
     assert unsure.since == lost_at
     # answered in time, the same reply settles it: the wait goes on, nothing is unknown
     clock = FakeClock()
-    unsure = core.Unsure()
+    unsure = receipts.Unsure()
     op = _lost_try_then_outage(clock, unsure)
     assert isinstance(op.throw(ServerUnavailableError("down")), Sleep)
     clock.advance(0.1)
@@ -533,17 +541,17 @@ def test_a_retry_answered_after_the_receipt_may_be_gone_proves_nothing() -> None
 
 def test_a_single_try_answered_late_is_still_its_own_answer() -> None:
     clock = FakeClock()
-    unsure = core.Unsure()
+    unsure = receipts.Unsure()
     op = core.acquire(SEM, OWNER, permits=1, timeout=0, clock=clock, unsure=unsure)
     step(op, first=True)
-    clock.advance(core.WINDOWS.receipt_ms)  # a hung server answers very late
+    clock.advance(receipts.WINDOWS.receipt_ms)  # a hung server answers very late
     assert finish(op, [core.SHORT, 0, 1]) is False
     assert unsure.since is None
 
 
 def test_a_drain_records_its_first_send_until_answered() -> None:
     clock = FakeClock()
-    unsure = core.Unsure()
+    unsure = receipts.Unsure()
     op = core.drain_permits(SEM, "r", unsure, clock)
     step(op, first=True)
     assert unsure.since == clock.now
@@ -555,18 +563,18 @@ def test_an_undo_that_found_nothing_too_late_cannot_tell() -> None:
     while that receipt would have lived; read later, it proves nothing (reported by the
     shells as "may stay taken", never counted as done). One that gave permits back, and a
     lease give-back (the permit itself is the record), always tell."""
-    windows = core.WINDOWS
-    undo = core.pending_undo(core.undo_call(SEM, 1, "r"), "jobs", 100.0)
+    windows = receipts.WINDOWS
+    undo = permit_core.pending_undo(core.undo_call(SEM, 1, "r"), "jobs", 100.0)
     assert undo.counting and undo.until == 100.0 + windows.unsure_for
-    assert core.undo_settled(undo, [0, 3], 100.0 + windows.unsure_for)
-    assert core.undo_settled(undo, [0, 3], 100.0 + windows.conclusive_for)
-    assert not core.undo_settled(undo, [0, 3], 100.0 + windows.conclusive_for + 0.01)
-    assert core.undo_settled(undo, [1, 3], 100.0 + 10 * windows.receipt_ms)
-    give_back = core.pending_undo(
-        core.give_back_call(LSEM, [core.new_permit_id()]), "workers", 100.0
+    assert permit_core.undo_settled(undo, [0, 3], 100.0 + windows.unsure_for)
+    assert permit_core.undo_settled(undo, [0, 3], 100.0 + windows.conclusive_for)
+    assert not permit_core.undo_settled(undo, [0, 3], 100.0 + windows.conclusive_for + 0.01)
+    assert permit_core.undo_settled(undo, [1, 3], 100.0 + 10 * windows.receipt_ms)
+    give_back = permit_core.pending_undo(
+        lease_core.give_back_call(LSEM, [lease_core.new_permit_id()]), "workers", 100.0
     )
     assert not give_back.counting
-    assert core.undo_settled(give_back, [0, 3], 100.0 + 10 * windows.receipt_ms)
+    assert permit_core.undo_settled(give_back, [0, 3], 100.0 + 10 * windows.receipt_ms)
 
 
 def test_a_permit_granted_with_less_left_than_asked_is_lost_by_what_was_left() -> None:
@@ -574,18 +582,18 @@ def test_a_permit_granted_with_less_left_than_asked_is_lost_by_what_was_left() -
     earlier, with less of the lease left than was asked; when renewal cannot reach the
     server, the client counts that permit lost when what was left ran out, not a whole
     lease later. Once renewed, the renewal's lease counts."""
-    table = core.PermitTable()
+    table = permit_core.PermitTable()
     short = table.granted(
-        LSEM, core.Granted(core.new_permit_id(), 4.0, 0.0), watched=True, listener=None
+        LSEM, lease_core.Granted(lease_core.new_permit_id(), 4.0, 0.0), watched=True, listener=None
     )
     full = table.granted(
-        LSEM, core.Granted(core.new_permit_id(), 30.0, 0.0), watched=True, listener=None
+        LSEM, lease_core.Granted(lease_core.new_permit_id(), 30.0, 0.0), watched=True, listener=None
     )
     assert table.renewal_failed([short, full], 3.9, 30.0) == []
     gone = table.renewal_failed([short, full], 4.0, 30.0)
     assert [record for record, _ in gone] == [short]
     renewed = table.granted(
-        LSEM, core.Granted(core.new_permit_id(), 4.0, 0.0), watched=True, listener=None
+        LSEM, lease_core.Granted(lease_core.new_permit_id(), 4.0, 0.0), watched=True, listener=None
     )
     table.renewed([renewed], [1], 1.0)
     assert table.renewal_failed([renewed], 30.9, 30.0) == []
@@ -603,7 +611,7 @@ def test_latch_wait_returns_at_zero_and_leaves_on_timeout() -> None:
     assert wait == WaitWake(1.0)
     clock.advance(1.0)
     step(op, False)
-    assert step(op, 3) == core.leave_call(LATCH.waiters, OWNER)
+    assert step(op, 3) == waiting.leave_call(LATCH.waiters, OWNER)
     assert finish(op, 1) is False
     op = latch.wait(LATCH, OWNER, timeout=None, clock=clock)
     _start(op)
@@ -611,15 +619,15 @@ def test_latch_wait_returns_at_zero_and_leaves_on_timeout() -> None:
 
 
 def test_release_errors() -> None:
-    permit = core.new_permit_id()
-    assert core.release_error(LSEM, permit, core.RELEASED, True, None) is None
-    lost = core.release_error(LSEM, permit, core.LOST, False, None)
+    permit = lease_core.new_permit_id()
+    assert lease_core.release_error(LSEM, permit, core.RELEASED, True, None) is None
+    lost = lease_core.release_error(LSEM, permit, core.LOST, False, None)
     assert isinstance(lost, LeaseLostError) and lost.owner == permit
-    ours = core.release_error(LSEM, permit, core.UNKNOWN, True, None)
+    ours = lease_core.release_error(LSEM, permit, core.UNKNOWN, True, None)
     assert isinstance(ours, LeaseLostError)
     known = LeaseLostError("x", name="workers", owner=permit)
-    assert core.release_error(LSEM, permit, core.UNKNOWN, False, known) is known
-    unknown = core.release_error(LSEM, permit, core.UNKNOWN, False, None)
+    assert lease_core.release_error(LSEM, permit, core.UNKNOWN, False, known) is known
+    unknown = lease_core.release_error(LSEM, permit, core.UNKNOWN, False, None)
     assert isinstance(unknown, InvalidArgumentError) and "permit_id" in str(unknown)
 
 
@@ -627,12 +635,12 @@ def test_release_errors() -> None:
 
 
 def test_renewal_calls_group_by_semaphore_and_batch() -> None:
-    other = core.LeaseSemaphoreKeys.for_name("other")
-    records = [_permit(LSEM if i % 3 else other, core.new_permit_id()) for i in range(600)]
-    calls = core.PermitTable.calls(records, 9.0)
+    other = LeaseSemaphoreKeys.for_name("other")
+    records = [_permit(LSEM if i % 3 else other, lease_core.new_permit_id()) for i in range(600)]
+    calls = permit_core.PermitTable.calls(records, 9.0)
     seen = []
     for batch, call in calls:
-        assert len(batch) <= core.BATCH
+        assert len(batch) <= permit_core.BATCH
         assert len({p.keys.name for p in batch}) == 1
         assert call.keys[1] == batch[0].keys.leases and call.args[:2] == (9000, "publish")
         assert list(call.args[2:]) == [bytes.fromhex(p.permit_id) for p in batch]
@@ -641,14 +649,14 @@ def test_renewal_calls_group_by_semaphore_and_batch() -> None:
 
 
 def test_pending_undos_are_kept_until_sent_or_too_old() -> None:
-    table = core.PermitTable()
+    table = permit_core.PermitTable()
     first = table.undo_later(core.undo_call(SEM, 1, "a"), "jobs", 0.0)
     second = table.undo_later(core.undo_call(SEM, 2, "b"), "jobs", 10.0)
     assert table.undos_pending == 2
     assert table.undo_round(5.0) == ([(first, first.call), (second, second.call)], [])
     table.undo_done(first)
     assert table.undo_round(5.0) == ([(second, second.call)], [])
-    assert table.undo_round(10.0 + core.WINDOWS.unsure_for + 1) == (
+    assert table.undo_round(10.0 + receipts.WINDOWS.unsure_for + 1) == (
         [],
         [second],
     )  # its receipt is gone
@@ -656,19 +664,19 @@ def test_pending_undos_are_kept_until_sent_or_too_old() -> None:
 
 
 def test_a_retried_release_sends_the_same_request_id() -> None:
-    table = core.PermitTable()
-    permit = core.new_permit_id()
-    table.granted(LSEM, core.Granted(permit, 30.0, 0.0), watched=True, listener=None)
+    table = permit_core.PermitTable()
+    permit = lease_core.new_permit_id()
+    table.granted(LSEM, lease_core.Granted(permit, 30.0, 0.0), watched=True, listener=None)
     request_id = table.begin_release(permit, 1.0)
     assert table.watched() == []  # its release's outcome is unknown: not renewed
     assert table.begin_release(permit, 2.0) == request_id  # the retry: the same request
     assert table.released(permit) is not None
     assert table.begin_release(permit, 3.0) != request_id  # a new release: a new request
     table.released(permit)
-    other = core.new_permit_id()
-    table.granted(LSEM, core.Granted(other, 30.0, 0.0), watched=True, listener=None)
+    other = lease_core.new_permit_id()
+    table.granted(LSEM, lease_core.Granted(other, 30.0, 0.0), watched=True, listener=None)
     table.begin_release(other, 4.0)
-    table.begin_release(permit, 5.0 + core.WINDOWS.unsure_for)  # the other one's is too old now
+    table.begin_release(permit, 5.0 + receipts.WINDOWS.unsure_for)  # the other one's is too old now
     assert table.get(other) is None
 
 
@@ -680,7 +688,7 @@ class PermitTableMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.table = core.PermitTable()
+        self.table = permit_core.PermitTable()
         self.now = 0.0
         self.held: dict[str, bool] = {}  # id -> watched
         self.releasing: dict[str, tuple[str, float]] = {}  # id -> (request id, first sent)
@@ -690,9 +698,9 @@ class PermitTableMachine(RuleBasedStateMachine):
 
     @rule(watched=st.booleans(), other=st.booleans())
     def grant(self, watched: bool, other: bool) -> None:
-        keys = core.LeaseSemaphoreKeys.for_name("other") if other else LSEM
+        keys = LeaseSemaphoreKeys.for_name("other") if other else LSEM
         self.minted += 1
-        granted = core.Granted(f"{self.minted:032x}", 30.0, self.now)
+        granted = lease_core.Granted(f"{self.minted:032x}", 30.0, self.now)
         self.table.granted(keys, granted, watched=watched, listener=None)
         self.held[granted.permit_id] = watched
 
@@ -702,7 +710,7 @@ class PermitTableMachine(RuleBasedStateMachine):
         permit = data.draw(st.sampled_from(sorted(self.held)))
         request_id = self.table.begin_release(permit, self.now)
         for other, (_, sent_at) in list(self.releasing.items()):
-            if other != permit and self.now - sent_at > core.WINDOWS.unsure_for:
+            if other != permit and self.now - sent_at > receipts.WINDOWS.unsure_for:
                 del self.releasing[other], self.held[other]  # too old: forgotten
         if permit in self.releasing:  # a retry of a release whose outcome is unknown
             assert request_id == self.releasing[permit][0]
@@ -726,7 +734,7 @@ class PermitTableMachine(RuleBasedStateMachine):
         assert {p.permit_id for p in watched} == {
             p for p, w in self.held.items() if w and p not in self.releasing
         }
-        for batch, _call in core.PermitTable.calls(watched, 30.0):
+        for batch, _call in permit_core.PermitTable.calls(watched, 30.0):
             if data.draw(st.booleans()):
                 reply = data.draw(
                     st.lists(st.sampled_from([0, 1]), min_size=len(batch), max_size=len(batch))
@@ -771,73 +779,73 @@ def test_zero_permits_succeed_at_once_and_send_nothing() -> None:
     with pytest.raises(Finished) as done:
         step(core.acquire(SEM, OWNER, permits=0, timeout=None), first=True)
     assert done.value.value is True
-    assert core.permits_arg(0) == 0 and core.many_arg(0) == 0
+    assert arguments.permits(0) == 0 and arguments.permits_at_once(0) == 0
 
 
 @pytest.mark.parametrize("bad", [True, 1.5, "2", None, -(2**53), 2**53])
 def test_added_permits_may_be_negative_within_the_bounds(bad: Any) -> None:
     from redlease._core.arguments import MAX_COUNT
 
-    assert core.delta_arg(-5) == -5 and core.delta_arg(0) == 0
-    assert core.delta_arg(-MAX_COUNT) == -MAX_COUNT
+    assert arguments.permits_delta(-5) == -5 and arguments.permits_delta(0) == 0
+    assert arguments.permits_delta(-MAX_COUNT) == -MAX_COUNT
     with pytest.raises(InvalidArgumentError, match="permits"):
-        core.delta_arg(bad)
-    for check in (core.permits_arg, core.many_arg):
+        arguments.permits_delta(bad)
+    for check in (arguments.permits, arguments.permits_at_once):
         with pytest.raises(InvalidArgumentError, match="permits"):
             check(-1)
 
 
 def test_many_permits_and_ids_are_bounded_and_checked() -> None:
-    assert core.many_arg(core.MAX_AT_ONCE) == core.MAX_AT_ONCE
+    assert arguments.permits_at_once(arguments.MAX_AT_ONCE) == arguments.MAX_AT_ONCE
     with pytest.raises(InvalidArgumentError, match="at most"):
-        core.many_arg(core.MAX_AT_ONCE + 1)
-    a, b = core.new_permit_id(), core.new_permit_id()
-    assert core.permit_ids(iter([a, b.upper()])) == [a, b]
-    assert core.permit_ids([]) == []
+        arguments.permits_at_once(arguments.MAX_AT_ONCE + 1)
+    a, b = lease_core.new_permit_id(), lease_core.new_permit_id()
+    assert arguments.permit_ids(iter([a, b.upper()])) == [a, b]
+    assert arguments.permit_ids([]) == []
     for bad in (a, b"x", 7, None):
         with pytest.raises(InvalidArgumentError, match="permit_ids must be a list"):
-            core.permit_ids(bad)
+            arguments.permit_ids(bad)
     with pytest.raises(InvalidArgumentError, match="twice"):
-        core.permit_ids([a, a.upper()])
+        arguments.permit_ids([a, a.upper()])
     with pytest.raises(InvalidArgumentError, match="permit_id"):
-        core.permit_ids([a, "nope"])
+        arguments.permit_ids([a, "nope"])
 
 
 def test_add_and_set_carry_their_arguments_and_report_the_bound() -> None:
     add = core.add_permits(SEM, -3, "req")
     call = step(add, first=True)
     assert call.keys == (SEM.name, SEM.total, SEM.channel, SEM.receipt("req"))
-    assert call.args == (-3, "publish", core.receipt_ms(), 2**53 - 1)
+    assert call.args == (-3, "publish", receipts.receipt_ms(), 2**53 - 1)
     assert finish(add, [-3, -1, 1]) == -3
     op = core.set_permits(SEM, 2)
     call = step(op, first=True)
     assert call.keys == (SEM.name, SEM.total, SEM.channel) and call.args[0] == 2
     with pytest.raises(InvalidArgumentError, match="nothing was changed"):
         step(op, [0, 5, core.TOO_MANY])
-    op = core.lease_add_permits(LSEM, 4, "req")
+    op = lease_core.lease_add_permits(LSEM, 4, "req")
     assert step(op, first=True).keys[2] == LSEM.receipt("req")
     with pytest.raises(InvalidArgumentError, match="nothing was added"):
         step(op, [1, core.TOO_MANY])
-    op = core.lease_set_permits(LSEM, 4)
+    op = lease_core.lease_set_permits(LSEM, 4)
     assert step(op, first=True).keys == (LSEM.name, LSEM.leases, LSEM.channel)
     assert finish(op, [-1, 1]) == -1
 
 
 def test_several_permits_are_granted_together_and_given_back_together() -> None:
     clock = FakeClock()
-    ids = [core.new_permit_id() for _ in range(3)]
-    op = core.lease_acquire(
+    ids = [lease_core.new_permit_id() for _ in range(3)]
+    op = lease_core.lease_acquire(
         LSEM, OWNER, lease=10.0, timeout=60.0, permit=ids[0], more=ids[1:], clock=clock
     )
     call = _start(op)
     assert call.args[0] == bytes.fromhex(ids[0])
     assert list(call.args[5:]) == [bytes.fromhex(i) for i in ids[1:]]
     undo = call.undo([core.GRANTED, 10_000, 0])  # a caller cancelled after the grant
-    assert undo.script is core.LEASE_SEMAPHORE_RELEASE_MANY and undo.args[2] == "0"
+    assert undo.script is lease_core.LEASE_SEMAPHORE_RELEASE_MANY and undo.args[2] == "0"
     assert list(undo.args[3:]) == [bytes.fromhex(i) for i in ids]
     clock.advance(10.0)  # the grant came after its whole lease: give every permit back
     back = step(op, [core.GRANTED, 10_000, 0])
-    assert back.script is core.LEASE_SEMAPHORE_RELEASE_MANY and back.args[2] == "0"
+    assert back.script is lease_core.LEASE_SEMAPHORE_RELEASE_MANY and back.args[2] == "0"
     assert isinstance(step(op, [core.RELEASED, 3, 3, 1, 1, 1]), Subscribe)
     step(op, True)
     got = finish(op, [core.GRANTED, 10_000, 0])
@@ -846,34 +854,34 @@ def test_several_permits_are_granted_together_and_given_back_together() -> None:
 
 
 def test_a_refused_release_of_several_leaves_the_held_ones_held() -> None:
-    table = core.PermitTable()
-    mine, gone = core.new_permit_id(), core.new_permit_id()
-    stranger = core.new_permit_id()
+    table = permit_core.PermitTable()
+    mine, gone = lease_core.new_permit_id(), lease_core.new_permit_id()
+    stranger = lease_core.new_permit_id()
     for permit in (mine, gone):
-        table.granted(LSEM, core.Granted(permit, 30.0, 0.0), watched=True, listener=None)
+        table.granted(LSEM, lease_core.Granted(permit, 30.0, 0.0), watched=True, listener=None)
     first = table.begin_releases([mine, stranger], 1.0)
     assert table.watched() == [table.get(gone)]  # being released: not renewed meanwhile
-    refused = core.ManyReleased(core.SHORT, (core.RELEASED, core.UNKNOWN))
-    error = core.finish_release_many(table, LSEM, [mine, stranger], refused)
+    refused = lease_core.ManyReleased(core.SHORT, (core.RELEASED, core.UNKNOWN))
+    error = permit_core.finish_release_many(table, LSEM, [mine, stranger], refused)
     assert isinstance(error, InvalidArgumentError) and stranger in str(error)
     assert mine not in str(error) and "none was given back" in str(error)
     assert table.get(mine) is not None and len(table.watched()) == 2  # renewed again
     assert table.begin_release(mine, 2.0) != first[0]  # the next release: a new request
-    lost = core.ManyReleased(core.SHORT, (core.RELEASED, core.LOST))
+    lost = lease_core.ManyReleased(core.SHORT, (core.RELEASED, core.LOST))
     table.release_refused(mine)
-    error = core.finish_release_many(table, LSEM, [mine, gone], lost)
+    error = permit_core.finish_release_many(table, LSEM, [mine, gone], lost)
     assert isinstance(error, LeaseLostError) and error.owner == gone
     assert table.get(gone) is None and table.get(mine) is not None
-    done = core.ManyReleased(core.RELEASED, (core.RELEASED_BEFORE,))
-    assert core.finish_release_many(table, LSEM, [mine], done) is None
+    done = lease_core.ManyReleased(core.RELEASED, (core.RELEASED_BEFORE,))
+    assert permit_core.finish_release_many(table, LSEM, [mine], done) is None
     assert len(table) == 0
 
 
 def test_a_lease_set_by_hand_is_no_longer_renewed() -> None:
-    table = core.PermitTable()
-    permit, other = core.new_permit_id(), core.new_permit_id()
+    table = permit_core.PermitTable()
+    permit, other = lease_core.new_permit_id(), lease_core.new_permit_id()
     for p in (permit, other):
-        table.granted(LSEM, core.Granted(p, 30.0, 0.0), watched=True, listener=None)
+        table.granted(LSEM, lease_core.Granted(p, 30.0, 0.0), watched=True, listener=None)
     assert table.lease_set(permit, True, 5.0)
     assert table.watched() == [table.get(other)]
     assert table.lease_set(other, False, 6.0)  # not held: forgotten
@@ -885,11 +893,11 @@ def test_latch_delete_and_expire_calls() -> None:
     call = step(op, first=True)
     assert call.keys == (LATCH.name, LATCH.channel, LATCH.receipt("r"))
     assert finish(op, 0) is False
-    op = core.lease_expire(LSEM, 1.5)
+    op = lease_core.lease_expire(LSEM, 1.5)
     assert step(op, first=True).args == (1500,)
     assert finish(op, 1) is True
     with pytest.raises(InvalidArgumentError, match="seconds"):
-        core.expiry_seconds(0)
+        arguments.duration(0, "seconds")
 
 
 def test_a_zero_on_a_latch_channel_wakes_every_waiter_and_on_a_lock_channel_one() -> None:

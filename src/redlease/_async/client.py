@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import weakref
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -69,7 +70,7 @@ from .latch import AsyncCountDownLatch
 from .lock import AsyncFairLock, AsyncLock
 from .rwlock import AsyncReadWriteLock
 from .scheduled import AsyncScheduledLock
-from .semaphore import AsyncLeaseSemaphore, AsyncSemaphore
+from .semaphore import AsyncLeaseSemaphore, AsyncPermitKeeper, AsyncSemaphore
 from .shared import AsyncClosing
 from .spinlock import AsyncSpinLock
 
@@ -154,6 +155,11 @@ class AsyncClient(ClientBase, AsyncClosing):
                 self._pipeline = Pipeline(redis_client.connection_pool, self._packer.checkout)
         self._slots = compat.call_slots(redis_client)
         """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
+        self._permit_keeper = fork.PerProcess(
+            functools.partial(AsyncPermitKeeper, weakref.ref(self))
+        )
+        """The client's lease permits (a fresh keeper in a forked child: it holds none of the
+        parent's permits)."""
 
     @classmethod
     def from_url(

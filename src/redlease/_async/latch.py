@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._asyncio.cancel import finish_despite_cancel
+from .._core import arguments
 from .._core import latch as core
 from .._core.arguments import Seconds
-from .._core.semaphore import primitive_name, wait_timeout
 from ..stats import LatchStatistics
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ class AsyncCountDownLatch:
         self.client = client
         """The client that made it."""
         self._keys = core.keys_for(
-            primitive_name(name, "latch"), cluster=client.cluster, pubsub=client._state.pubsub
+            arguments.name(name, "latch"), cluster=client.cluster, pubsub=client._state.pubsub
         )
 
     @property
@@ -79,7 +79,7 @@ class AsyncCountDownLatch:
             InvalidArgumentError: a bad ``timeout``.
             ServerUnavailableError: the server could not be reached.
             ClientClosedError: the client is closed, or was closed while waiting."""
-        op = core.wait(self._keys, self.client._owner(), timeout=wait_timeout(timeout))
+        op = core.wait(self._keys, self.client._owner(), timeout=arguments.wait(timeout))
         return await self.client._run(op, self.name)
 
     async def statistics(self) -> LatchStatistics:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Literal
 
 from ..errors import InvalidArgumentError
+from .keys import hash_tag
 from .requests import Replication
 
 if TYPE_CHECKING:
@@ -40,6 +42,11 @@ MAX_COUNT = 2**53 - 1
 at once: 9,007,199,254,740,991. The scripts compare counts as Lua numbers (doubles), exact
 only up to 2**53; the server's own integers would allow 2**63 - 1. A semaphore whose permits
 would pass this bound by an ``add_permits`` or a ``release`` refuses it and changes nothing."""
+
+
+MAX_AT_ONCE = 10_000
+"""The most permits one lease-semaphore call takes or gives back by id (``acquire_many``,
+``release_many``): each id travels in the one request."""
 
 
 def _shown(value: object) -> str:
@@ -166,12 +173,25 @@ def optional_seconds(value: Seconds | None, what: str) -> float | None:
     return None if value is None else seconds(value, what)
 
 
-def lock_name(name: object) -> str:
-    if not isinstance(name, str):
-        raise InvalidArgumentError(f"lock name must be a str, got {type(name).__name__}")
-    if not name:
-        raise InvalidArgumentError("lock name must not be empty")
-    return name
+def name(value: object, what: str) -> str:
+    """The name of a primitive (``what``: "lock", "semaphore", "latch", "election", ...): a
+    non-empty str, valid text, whose braces, if any, form a hash tag (so that every key of the
+    primitive shares its slot), the same rule for every primitive."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{what} name must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidArgumentError(f"{what} name must not be empty")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"{what} name {value!r} is not valid text (UTF-8)") from None
+    if ("{" in value and hash_tag(value) == value) or ("}" in value and "{" not in value):
+        # a '}' alone would end the hash tag Redisson's key names wrap the name in: those
+        # keys would hash to another slot than the name
+        raise InvalidArgumentError(
+            f"{what} name {value!r} has braces that do not form a hash tag; use '{{tag}}' or none"
+        )
+    return value
 
 
 LayoutName = Literal["redlease", "redisson"]
@@ -278,3 +298,59 @@ def backoff(value: object) -> ExponentialBackoff:
             f"multiplier=..., jitter=...) or None, got {_shown(value)}"
         )
     return value
+
+
+def permits(value: object, what: str = "permits") -> int:
+    """Permits to take or give back: an int from 0 (nothing, at once, as Redisson's
+    ``tryAcquire(0)`` and ``release(0)``) to ``MAX_COUNT``."""
+    return count(value, what, minimum=0)
+
+
+def permits_delta(value: object, what: str = "permits") -> int:
+    """Permits to add (Redisson's ``addPermits``): an int from ``-MAX_COUNT`` to ``MAX_COUNT``;
+    a negative one takes permits away, 0 changes no count."""
+    return count(value, what, minimum=-MAX_COUNT)
+
+
+def permits_at_once(value: object, what: str = "permits") -> int:
+    """How many lease permits one call takes: an int from 0 to ``MAX_AT_ONCE``."""
+    number = count(value, what, minimum=0)
+    if number > MAX_AT_ONCE:
+        raise InvalidArgumentError(
+            f"{what} must be at most {MAX_AT_ONCE} (permits taken by one call), got {number}"
+        )
+    return number
+
+
+def permit_id(value: object) -> str:
+    """A permit id as ``acquire`` returns it: 32 lowercase hex digits (16 bytes, as Redisson)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"permit_id must be a str, got {type(value).__name__}")
+    text = value.lower()
+    if len(text) != 32 or any(c not in "0123456789abcdef" for c in text):
+        raise InvalidArgumentError(
+            f"permit_id must be 32 hex digits as returned by acquire(), got {value!r}"
+        )
+    return text
+
+
+def permit_ids(values: object) -> list[str]:
+    """Permit ids given back together: a list (or other iterable, not a str) of at most
+    ``MAX_AT_ONCE`` ids as ``acquire`` returns them, no two alike."""
+    if isinstance(values, str | bytes | bytearray) or not isinstance(values, Iterable):
+        raise InvalidArgumentError(
+            f"permit_ids must be a list of permit ids, got {type(values).__name__}"
+        )
+    ids = []
+    for value in values:
+        ids.append(permit_id(value))
+        if len(ids) > MAX_AT_ONCE:
+            raise InvalidArgumentError(
+                f"permit_ids must hold at most {MAX_AT_ONCE} ids (given back by one call)"
+            )
+    seen: set[str] = set()
+    for permit in ids:
+        if permit in seen:
+            raise InvalidArgumentError(f"permit_ids names a permit twice: {permit}")
+        seen.add(permit)
+    return ids

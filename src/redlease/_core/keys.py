@@ -207,3 +207,57 @@ class LockKeys:
     def receipt(self, owner: str) -> str:
         """The key that remembers ``owner``'s last final release (for safe retries)."""
         return self.receipt_prefix + owner
+
+
+@dataclass(frozen=True)
+class SemaphoreKeys:
+    """The keys and channel of one counting semaphore (Redisson RSemaphore layout)."""
+
+    name: str
+    channel: str
+    total: str
+    waiters: str
+    receipt_prefix: str
+    pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
+    """How changes publish on ``channel`` (the client's; see ``PubSub``)."""
+
+    @classmethod
+    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> SemaphoreKeys:
+        return cls(
+            name=name,
+            channel=redisson_prefixed("redisson_sc", name),
+            total=same_slot_key(name, "redlease:sem-total:"),
+            waiters=same_slot_key(name, "redlease:sem-waiters:"),
+            receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
+            pubsub=pubsub,
+        )
+
+    def receipt(self, request_id: str) -> str:
+        return self.receipt_prefix + request_id
+
+
+@dataclass(frozen=True)
+class LeaseSemaphoreKeys:
+    """The keys and channel of one lease semaphore (Redisson RPermitExpirableSemaphore layout)."""
+
+    name: str
+    channel: str
+    leases: str
+    waiters: str
+    receipt_prefix: str
+    pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
+    """How changes publish on ``channel`` (the client's; see ``PubSub``)."""
+
+    @classmethod
+    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LeaseSemaphoreKeys:
+        return cls(
+            name=name,
+            channel=redisson_prefixed("redisson_sc", name),
+            leases=redisson_suffixed(name, "timeout"),
+            waiters=same_slot_key(name, "redlease:sem-waiters:"),
+            receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
+            pubsub=pubsub,
+        )
+
+    def receipt(self, request_id: str) -> str:
+        return self.receipt_prefix + request_id

@@ -22,9 +22,10 @@ from ..stats import LatchStatistics
 from . import arguments
 from .keys import CLASSIC, PubSub, hash_slot, same_slot_key
 from .lock import PLACE_MS
+from .receipts import receipt_ms
 from .requests import Call, Operation
 from .scripts import Script
-from .semaphore import leave_call, receipt_ms, wait_loop
+from .waiting import leave_call, wait_loop
 
 LATCH_TRY_SET = Script.load("latch_try_set")
 LATCH_COUNT_DOWN = Script.load("latch_count_down")

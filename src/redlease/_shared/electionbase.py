@@ -18,7 +18,7 @@ import os
 import socket
 from typing import Any
 
-from .._core.arguments import lock_name
+from .._core import arguments
 from .._core.keys import same_slot_key
 from ..errors import InvalidArgumentError, LeaseLostError
 
@@ -66,7 +66,7 @@ class ElectionBase:
     """Names and identity of one election, shared by both shells."""
 
     def __init__(self, name: str, identity: str | None) -> None:
-        self.name = lock_name(name)
+        self.name = arguments.name(name, "election")
         """The election's name, as given."""
         try:
             self.lock_name = same_slot_key(self.name, LOCK_PREFIX)

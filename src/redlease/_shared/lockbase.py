@@ -13,7 +13,6 @@ from .._core import lock as core
 from .._core.arguments import (
     Seconds,
     chosen_lease,
-    lock_name,
     optional_seconds,
     replication,
     wait_args,
@@ -89,7 +88,7 @@ class LockBase:
         self._state = state
         self._layout = layout
         try:
-            self._keys = layout.keys(lock_name(name), state.pubsub)
+            self._keys = layout.keys(arguments.name(name, "lock"), state.pubsub)
         except InvalidArgumentError:
             raise
         except ValueError as exc:

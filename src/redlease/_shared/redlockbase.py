@@ -8,8 +8,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
+from .._core import arguments
 from .._core import redlock as core
-from .._core.arguments import Seconds, chosen_lease, lock_name, optional_seconds, wait_args
+from .._core.arguments import Seconds, chosen_lease, optional_seconds, wait_args
 from .._core.keys import LockKeys
 from .._core.lock import Acquired, Hold
 from .._core.log import log
@@ -177,7 +178,7 @@ class RedlockLockBase:
         self._state = state
         self._masters = masters
         self._master_timeout = master_timeout
-        self._keys = LockKeys.for_name(lock_name(name))
+        self._keys = LockKeys.for_name(arguments.name(name, "lock"))
         self._lease = optional_seconds(lease, "lease")
         self._on_lease_lost = on_lease_lost
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from .._core import permits as permit_core
+from .._core import receipts
 from .._core import semaphore as core
 from .._core.log import log
-from .._core.semaphore import PendingUndo, Released
+from .._core.permits import PendingUndo
+from .._core.semaphore import Released
 from ..errors import LeaseLostError
 from ..events import Listeners, LockEvent
 
@@ -30,7 +33,7 @@ def report_expired(listeners: Listeners | None, expired: list[PendingUndo]) -> N
             listeners,
             pending,
             "gave up giving back the permits of an abandoned request (the server was not "
-            f"reached within {core.WINDOWS.unsure_for:.0f} s of the request's first send)",
+            f"reached within {receipts.WINDOWS.unsure_for:.0f} s of the request's first send)",
         )
 
 
@@ -44,7 +47,7 @@ def report_unsettled(listeners: Listeners | None, pending: PendingUndo, now: flo
     )
 
 
-def report_lost(gone: list[tuple[core.Permit, LeaseLostError]]) -> None:
+def report_lost(gone: list[tuple[permit_core.Permit, LeaseLostError]]) -> None:
     """Log each lost permit and tell its listeners."""
     for record, error in gone:
         log.warning("%s", error)

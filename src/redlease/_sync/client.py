@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
+import weakref
 from collections.abc import Callable, Collection, Iterable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -68,7 +70,7 @@ from .latch import CountDownLatch
 from .lock import FairLock, Lock
 from .rwlock import ReadWriteLock
 from .scheduled import ScheduledLock
-from .semaphore import LeaseSemaphore, Semaphore
+from .semaphore import LeaseSemaphore, PermitKeeper, Semaphore
 from .shared import Closing
 from .spinlock import SpinLock
 
@@ -146,6 +148,9 @@ class Client(ClientBase, Closing):
             self._packer = Packer.for_pool(redis_client.connection_pool)
         self._slots = compat.call_slots(redis_client)
         """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
+        self._permit_keeper = fork.PerProcess(functools.partial(PermitKeeper, weakref.ref(self)))
+        """The client's lease permits (a fresh keeper in a forked child: it holds none of the
+        parent's permits)."""
 
     @classmethod
     def from_url(

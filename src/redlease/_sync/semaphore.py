@@ -11,12 +11,16 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from .._core import arguments, receipts
+from .._core import lease_semaphore as lease_core
+from .._core import permits as permit_core
 from .._core import semaphore as core
 from .._core.arguments import Seconds
+from .._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
+from .._core.lease_semaphore import Granted, ManyReleased
 from .._core.log import log
+from .._core.permits import PendingUndo, PermitTable
 from .._core.requests import Call
-from .._core.semaphore import Granted, ManyReleased, PendingUndo, PermitTable
-from .._shared import fork
 from .._shared.semaphorebase import (
     report_expired,
     report_lost,
@@ -44,9 +48,7 @@ class Semaphore(Held):
     def __init__(self, client: Client, name: str) -> None:
         self.client = client
         """The client that made it."""
-        self._keys = core.SemaphoreKeys.for_name(
-            core.primitive_name(name, "semaphore"), client._state.pubsub
-        )
+        self._keys = SemaphoreKeys.for_name(arguments.name(name, "semaphore"), client._state.pubsub)
 
     @property
     def name(self) -> str:
@@ -55,20 +57,20 @@ class Semaphore(Held):
 
     def try_set_permits(self, permits: int) -> bool:
         """Set the number of permits if it was never set; ``False`` when it already was."""
-        count = core.positive_int(permits, "permits")
+        count = arguments.count(permits, "permits")
         return self.client._run(core.try_set_permits(self._keys, count), self.name)
 
     def add_permits(self, permits: int) -> None:
         """Add ``permits`` to the semaphore (to its total too) and wake its waiters. As
         Redisson's ``addPermits``, a negative count takes permits away: the free count may go
         below zero (acquires then wait until releases bring it back up); 0 changes nothing."""
-        count = core.delta_arg(permits)
+        count = arguments.permits_delta(permits)
         self.client._run(core.add_permits(self._keys, count), self.name)
 
     def set_permits(self, permits: int) -> None:
         """Make the semaphore have ``permits`` in all, those held now included: the free count
         moves by the difference (below zero while more are held than ``permits``)."""
-        count = core.permits_arg(permits)
+        count = arguments.permits(permits)
         self.client._run(core.set_permits(self._keys, count), self.name)
 
     def acquire(self, permits: int = 1, *, timeout: Seconds | None = None) -> bool:
@@ -88,10 +90,10 @@ class Semaphore(Held):
                 total (set plus added); nothing is taken.
             ServerUnavailableError: the server could not be reached.
             ClientClosedError: the client is closed, or was closed while waiting."""
-        count = core.permits_arg(permits)
-        wait = core.wait_timeout(timeout)
+        count = arguments.permits(permits)
+        wait = arguments.wait(timeout)
         request_id = core.new_request_id()
-        unsure = core.Unsure()  # when a try whose outcome is unknown was first sent
+        unsure = receipts.Unsure()  # when a try whose outcome is unknown was first sent
         op = core.acquire(
             self._keys,
             self.client._owner(),
@@ -106,7 +108,7 @@ class Semaphore(Held):
             raise
         except BaseException:  # the outcome is unknown: it may have taken the permits
             undo = core.undo_call(self._keys, count, request_id)
-            keeper(self.client).undo(undo, self.name, unsure.since)
+            self.client._permit_keeper.get().undo(undo, self.name, unsure.since)
             raise
 
     def release(self, permits: int = 1) -> None:
@@ -122,7 +124,7 @@ class Semaphore(Held):
         Raises:
             InvalidArgumentError: bad ``permits``, or the semaphore was never set.
             ServerUnavailableError: the server could not be reached."""
-        count = core.permits_arg(permits)
+        count = arguments.permits(permits)
         if count == 0:
             return
         owner = self.client._owner()
@@ -138,13 +140,13 @@ class Semaphore(Held):
         """Take every permit free now and return how many (Redisson's ``drainPermits``); give
         them back with ``release(n)``."""
         request_id = core.new_request_id()
-        unsure = core.Unsure()
+        unsure = receipts.Unsure()
         op = core.drain_permits(self._keys, request_id, unsure)
         try:
             return self.client._run(op, self.name)
         except BaseException:  # the outcome is unknown: it may have taken the permits
             undo = core.undo_call(self._keys, 0, request_id)  # (the count is in the receipt)
-            keeper(self.client).undo(undo, self.name, unsure.since)
+            self.client._permit_keeper.get().undo(undo, self.name, unsure.since)
             raise
 
     def available(self) -> int:
@@ -201,10 +203,10 @@ class LeaseSemaphore:
     ) -> None:
         self.client = client
         """The client that made it."""
-        self._keys = core.LeaseSemaphoreKeys.for_name(
-            core.primitive_name(name, "lease semaphore"), client._state.pubsub
+        self._keys = LeaseSemaphoreKeys.for_name(
+            arguments.name(name, "lease semaphore"), client._state.pubsub
         )
-        self._lease = None if lease is None else core.lease_seconds(lease)
+        self._lease = None if lease is None else arguments.lease(lease)
         self._on_lease_lost = on_lease_lost
         self._entered: dict[str, list[str]] = {}  # owner -> permits taken by ``with``
         self._mutex = threading.Lock()
@@ -216,20 +218,20 @@ class LeaseSemaphore:
 
     def try_set_permits(self, permits: int) -> bool:
         """Set the number of permits if it was never set; ``False`` when it already was."""
-        count = core.positive_int(permits, "permits")
-        return self.client._run(core.lease_try_set_permits(self._keys, count), self.name)
+        count = arguments.count(permits, "permits")
+        return self.client._run(lease_core.lease_try_set_permits(self._keys, count), self.name)
 
     def add_permits(self, permits: int) -> None:
         """Add ``permits`` and wake the waiters. As Redisson's ``addPermits``, a negative count
         takes permits away (the free count may go below zero); 0 changes nothing."""
-        count = core.delta_arg(permits)
-        self.client._run(core.lease_add_permits(self._keys, count), self.name)
+        count = arguments.permits_delta(permits)
+        self.client._run(lease_core.lease_add_permits(self._keys, count), self.name)
 
     def set_permits(self, permits: int) -> None:
         """Make the semaphore have ``permits`` in all, leased ones included (Redisson's
         ``setPermits``): the free count becomes ``permits`` less those leased now."""
-        count = core.permits_arg(permits)
-        self.client._run(core.lease_set_permits(self._keys, count), self.name)
+        count = arguments.permits(permits)
+        self.client._run(lease_core.lease_set_permits(self._keys, count), self.name)
 
     def acquire(
         self, *, timeout: Seconds | None = None, lease: Seconds | None = None
@@ -270,17 +272,17 @@ class LeaseSemaphore:
         Raises:
             InvalidArgumentError: bad ``permits``, ``timeout`` or ``lease``.
             ServerUnavailableError: the server could not be reached."""
-        return self._acquire(core.many_arg(permits), timeout, lease)
+        return self._acquire(arguments.permits_at_once(permits), timeout, lease)
 
     def _acquire(
         self, count: int, timeout: Seconds | None, lease: Seconds | None
     ) -> list[str] | None:
-        wait = core.wait_timeout(timeout)
-        chosen = self._lease if lease is None else core.lease_seconds(lease)
+        wait = arguments.wait(timeout)
+        chosen = self._lease if lease is None else arguments.lease(lease)
         if count == 0:
             return []
-        ids = [core.new_permit_id() for _ in range(count)]
-        op = core.lease_acquire(
+        ids = [lease_core.new_permit_id() for _ in range(count)]
+        op = lease_core.lease_acquire(
             self._keys,
             self.client._owner(),
             lease=self.client.watchdog_timeout if chosen is None else chosen,
@@ -294,11 +296,15 @@ class LeaseSemaphore:
             raise
         except BaseException:  # the outcome is unknown: it may hold the permits
             # (a give-back needs no receipt: a permit stays in the leases while it is held)
-            keeper(self.client).undo(core.give_back_call(self._keys, ids), self.name, None)
+            self.client._permit_keeper.get().undo(
+                lease_core.give_back_call(self._keys, ids), self.name, None
+            )
             raise
         if granted is None:
             return None
-        keeper(self.client).granted(self._keys, granted, chosen is None, self._on_lease_lost)
+        self.client._permit_keeper.get().granted(
+            self._keys, granted, chosen is None, self._on_lease_lost
+        )
         return granted.ids
 
     def release(self, permit_id: str) -> None:
@@ -311,12 +317,12 @@ class LeaseSemaphore:
             LeaseLostError: the permit's lease ran out first.
             InvalidArgumentError: an id that is not a held permit.
             ServerUnavailableError: the server could not be reached."""
-        permit = core.permit_id(permit_id)
-        kept = keeper(self.client)
+        permit = arguments.permit_id(permit_id)
+        kept = self.client._permit_keeper.get()
         request_id = kept.begin_release(permit)
         # an error leaves the outcome unknown: the permit stays "releasing" (neither renewed
         # nor reported lost) and a retry sends the same request id, which the server recognises
-        op = core.lease_release(self._keys, permit, request_id=request_id)
+        op = lease_core.lease_release(self._keys, permit, request_id=request_id)
         code = self.client._run(op, self.name)
         error = kept.finish(self._keys, permit, code)
         if error is not None:
@@ -337,12 +343,12 @@ class LeaseSemaphore:
         Raises:
             InvalidArgumentError: an id that is not a held permit (none is given back).
             LeaseLostError: a permit's lease ran out (none is given back)."""
-        permits = core.permit_ids(permit_ids)
+        permits = arguments.permit_ids(permit_ids)
         if not permits:
             return 0
-        kept = keeper(self.client)
+        kept = self.client._permit_keeper.get()
         request_ids = kept.begin_releases(permits)
-        op = core.lease_release_many(self._keys, permits, request_ids)
+        op = lease_core.lease_release_many(self._keys, permits, request_ids)
         done = self.client._run(op, self.name)
         error = kept.finish_many(self._keys, permits, done)
         if error is not None:
@@ -363,11 +369,11 @@ class LeaseSemaphore:
 
         Raises:
             InvalidArgumentError: a bad ``permit_id`` or ``lease``."""
-        permit = core.permit_id(permit_id)
-        seconds = core.lease_seconds(lease)
+        permit = arguments.permit_id(permit_id)
+        seconds = arguments.lease(lease)
         sent_at = time.monotonic()
-        held = self.client._run(core.update_lease(self._keys, permit, seconds), self.name)
-        keeper(self.client).lease_set(permit, held, sent_at)
+        held = self.client._run(lease_core.update_lease(self._keys, permit, seconds), self.name)
+        self.client._permit_keeper.get().lease_set(permit, held, sent_at)
         return held
 
     def disown(self, permit_id: str) -> bool:
@@ -377,24 +383,24 @@ class LeaseSemaphore:
         client). Give it a lease (``acquire(lease=...)``) first: a permit left to the watchdog
         would otherwise end after ``watchdog_timeout``. Returns whether this client had it;
         sends nothing."""
-        return keeper(self.client).disown(core.permit_id(permit_id))
+        return self.client._permit_keeper.get().disown(arguments.permit_id(permit_id))
 
     def expire(self, seconds: Seconds) -> bool:
         """Delete the semaphore (its count and its leases) ``seconds`` from now, as Redisson's
         ``expire``; ``False`` when it does not exist. Permits taken meanwhile go with it."""
-        ttl = core.expiry_seconds(seconds)
-        return self.client._run(core.lease_expire(self._keys, ttl), self.name)
+        ttl = arguments.duration(seconds, "seconds")
+        return self.client._run(lease_core.lease_expire(self._keys, ttl), self.name)
 
     def available(self) -> int:
         """Permits free now, counting those whose lease ran out (0 when never set)."""
-        return self.client._run(core.lease_status(self._keys), self.name).available or 0
+        return (self.client._run(lease_core.lease_status(self._keys), self.name)).available or 0
 
     def statistics(self) -> SemaphoreStatistics:
         """The semaphore as the server has it (permits available, permits leased out) and
         this client's waiters, in one round trip."""
-        status = self.client._run(core.lease_status(self._keys), self.name)
+        status = self.client._run(lease_core.lease_status(self._keys), self.name)
         local = _local_waiters(self.client, self._keys.channel)
-        return core.lease_statistics(status, self.name, local)
+        return lease_core.lease_statistics(status, self.name, local)
 
     @contextmanager
     def hold(
@@ -460,14 +466,14 @@ class PermitKeeper:
     """A client's lease permits; the client's one watchdog renews the watched ones, batched per
     semaphore, every ``watchdog_timeout / 3`` (this is one of its renewal sources)."""
 
-    def __init__(self, client: Client) -> None:
-        self._client = weakref.ref(client)
+    def __init__(self, client: weakref.ref[Client]) -> None:
+        self._client = client
         self.mutex = threading.Lock()
         self.table = PermitTable()
 
     def granted(
         self,
-        keys: core.LeaseSemaphoreKeys,
+        keys: LeaseSemaphoreKeys,
         granted: Granted,
         watched: bool,
         listener: Callable[[LeaseLostError], None] | None,
@@ -489,11 +495,11 @@ class PermitKeeper:
             return self.table.begin_releases(permits, time.monotonic())
 
     def finish_many(
-        self, keys: core.LeaseSemaphoreKeys, permits: list[str], done: ManyReleased
+        self, keys: LeaseSemaphoreKeys, permits: list[str], done: ManyReleased
     ) -> Exception | None:
         """Apply a several-permit release's outcome; the error it reports, if any."""
         with self.mutex:
-            return core.finish_release_many(self.table, keys, permits, done)
+            return permit_core.finish_release_many(self.table, keys, permits, done)
 
     def lease_set(self, permit: str, held: bool, sent_at: float) -> None:
         with self.mutex:
@@ -505,7 +511,7 @@ class PermitKeeper:
         ``since`` (``None``: no try's outcome is unknown, or no receipt is involved: now). One
         that cannot tell whether its request ran is reported: its permits may stay taken."""
         client = self._client()
-        pending = core.pending_undo(call, name, time.monotonic() if since is None else since)
+        pending = permit_core.pending_undo(call, name, time.monotonic() if since is None else since)
         if client is None or client._closed:
             if since is not None and pending.counting:  # (a lease ends by itself)
                 report_may_stay_taken(
@@ -527,7 +533,7 @@ class PermitKeeper:
 
     def _undo_answered(self, pending: PendingUndo, reply: Any) -> None:
         now = time.monotonic()
-        if not core.undo_settled(pending, reply, now):
+        if not permit_core.undo_settled(pending, reply, now):
             client = self._client()
             report_unsettled(None if client is None else client._state.listeners, pending, now)
 
@@ -536,12 +542,12 @@ class PermitKeeper:
         with self.mutex:
             return self.table.released(permit) is not None
 
-    def finish(self, keys: core.LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
+    def finish(self, keys: LeaseSemaphoreKeys, permit: str, code: int) -> Exception | None:
         """Forget a released permit; the error its release reports, if any."""
         with self.mutex:
             lost = self.table.take_lost(permit)
             ours = self.table.released(permit) is not None
-        return core.release_error(keys, permit, code, ours, lost)
+        return lease_core.release_error(keys, permit, code, ours, lost)
 
     # --- the watchdog's renewal source ----------------------------------------------------
 
@@ -574,25 +580,3 @@ class PermitKeeper:
         with self.mutex:
             gone = self.table.renewal_failed(batch, time.monotonic(), lease)
         report_lost(gone)
-
-
-_keepers: weakref.WeakKeyDictionary[Client, PermitKeeper] = weakref.WeakKeyDictionary()
-_keepers_mutex = threading.Lock()
-
-
-@fork.in_child
-def _fresh_keepers() -> None:
-    """A forked child gets a fresh mutex (a thread of the parent may have held this one) and
-    no keepers: it holds none of the parent's permits."""
-    global _keepers, _keepers_mutex
-    _keepers = weakref.WeakKeyDictionary()
-    _keepers_mutex = threading.Lock()
-
-
-def keeper(client: Client) -> PermitKeeper:
-    """The client's permit keeper (a new one in a forked child: it holds no permits)."""
-    with _keepers_mutex:
-        kept = _keepers.get(client)
-        if kept is None:
-            kept = _keepers[client] = PermitKeeper(client)
-        return kept
