@@ -19,7 +19,7 @@ from ._async.spinlock import AsyncSpinLock
 from ._core.arguments import LayoutName, Seconds
 from ._core.backoff import ExponentialBackoff
 from ._redis.servers import Eviction
-from ._shared.locked import OnBusy, locked
+from ._shared.exclusive import OnBusy, exclusive, renamed
 from ._shared.scheduledbase import ScheduledRun
 from ._sync.client import Client
 from ._sync.election import Election, Term
@@ -136,7 +136,7 @@ __all__ = [
     "WriteLock",
     "WrongTypeError",
     "__version__",
-    "locked",
+    "exclusive",
 ]
 
 
@@ -145,4 +145,7 @@ def __getattr__(name: str) -> Any:
         from importlib.metadata import version
 
         return version("redlease")
+    if name == "locked":  # the decorator's former name (``Lock.locked()`` is the query)
+        renamed("redlease.locked", "redlease.exclusive")
+        return exclusive
     raise AttributeError(f"module 'redlease' has no attribute {name!r}")

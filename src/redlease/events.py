@@ -10,7 +10,7 @@ A counting semaphore's release that pushed the free count past the total it was 
 (permits given back twice, typically after a failover or a restart lost an acquire: the total
 now follows the count) sends ``semaphore_total_raised``.
 A scheduled lock (``client.scheduled_lock``) that found its slot taken, so its job did not run,
-sends ``skipped``; so does a call of a ``@locked(..., on_busy="skip")`` function that found its
+sends ``skipped``; so does a call of an ``@exclusive(..., on_busy="skip")`` function that found its
 lock busy (it returned ``None`` without running).
 An asyncio task that ended while it still held a lock (it never released it) sends
 ``owner_ended``: the client no longer renews that hold, which runs out within its lease.

@@ -145,7 +145,7 @@ class PrometheusMetrics:
         self.skipped_runs = Counter(
             "skipped_runs",
             "Runs skipped because the lock was taken: scheduled jobs (another instance runs "
-            'the job, or ran it less than at_least_for ago) and @locked(on_busy="skip").',
+            'the job, or ran it less than at_least_for ago) and @exclusive(on_busy="skip").',
             lock,
             **common,
         )

@@ -230,7 +230,7 @@ async def test_skipped_scheduled_runs_are_counted(side, server, name):
 
 
 async def test_calls_skipped_by_on_busy_skip_are_counted(side, server, name):
-    """``@client.locked(..., on_busy="skip")`` on a lock held elsewhere: the call does not run,
+    """``@client.exclusive(..., on_busy="skip")`` on a lock held elsewhere: the call does not run,
     and ``redlease_skipped_runs_total`` counts it (with the lock label when asked for)."""
     registry = CollectorRegistry()
     client = side.client(server.url)
@@ -238,14 +238,14 @@ async def test_calls_skipped_by_on_busy_skip_are_counted(side, server, name):
     runs: list[int] = []
     if side.is_async:
 
-        @client.locked(name, on_busy="skip")
+        @client.exclusive(name, on_busy="skip")
         async def job() -> int:
             runs.append(1)
             return 1
 
     else:
 
-        @client.locked(name, on_busy="skip")
+        @client.exclusive(name, on_busy="skip")
         def job() -> int:
             runs.append(1)
             return 1

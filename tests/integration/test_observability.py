@@ -1,4 +1,4 @@
-"""Events, Prometheus metrics, logging and the @locked decorator, on a real server."""
+"""Events, Prometheus metrics, logging and the @exclusive decorator, on a real server."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_locked_decorator_names_the_lock_from_arguments(server):
 
     with redlease.Client.from_url(server.url) as client:
 
-        @client.locked("order:{order_id}:{kind}", timeout=5)
+        @client.exclusive("order:{order_id}:{kind}", timeout=5)
         def ship(order_id: int, kind: str = "parcel") -> str:
             assert client.lock(f"order:{order_id}:{kind}").owned()
             return f"shipped {order_id}"
@@ -131,7 +131,7 @@ def test_locked_decorator_names_the_lock_from_arguments(server):
             other.lock("order:7:parcel"),
             pytest.raises(LockTimeoutError),
         ):
-            client.locked("order:{order_id}:parcel", timeout=0.2)(lambda order_id: 1)(7)
+            client.exclusive("order:{order_id}:parcel", timeout=0.2)(lambda order_id: 1)(7)
 
 
 def test_locked_decorator_rejects_unknown_fields(server):
@@ -140,12 +140,12 @@ def test_locked_decorator_rejects_unknown_fields(server):
     with redlease.Client.from_url(server.url) as client:
         with pytest.raises(InvalidArgumentError, match="order_id"):
 
-            @client.locked("order:{order_id}")
+            @client.exclusive("order:{order_id}")
             def ship(order: int) -> None: ...
 
         with pytest.raises(InvalidArgumentError, match="coroutine"):
 
-            @client.locked("x:{a}")
+            @client.exclusive("x:{a}")
             async def coro(a: int) -> None: ...
 
 
@@ -156,7 +156,7 @@ async def test_async_locked_decorator(server):
         inside = 0
         overlaps = 0
 
-        @client.locked("job:{job.key}")
+        @client.exclusive("job:{job.key}")
         async def run(job: object) -> None:
             nonlocal inside, overlaps
             inside += 1
@@ -170,7 +170,7 @@ async def test_async_locked_decorator(server):
         await asyncio.gather(*(run(Job()) for _ in range(5)))
         assert overlaps == 0
         with pytest.raises(InvalidArgumentError, match="not a coroutine"):
-            client.locked("x")(lambda: None)
+            client.exclusive("x")(lambda: None)
 
 
 def test_listener_from_the_watchdog_thread(server, name):

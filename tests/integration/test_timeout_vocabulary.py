@@ -1,5 +1,5 @@
-"""One name for the wait (issue 32): ``timeout`` in ``Client.locked``, ``redlease.locked``,
-FastAPI's ``lock()`` and Celery's ``exclusive={...}`` (Django's ``@locked``: its own test in
+"""One name for the wait (issue 32): ``timeout`` in ``Client.exclusive``, ``redlease.exclusive``,
+FastAPI's ``lock()`` and Celery's ``exclusive={...}`` (Django's ``@exclusive``: its own test in
 tests/integration/django). A misspelt option, such as another library's ``wait=``, is an
 ``InvalidArgumentError`` (also a ``TypeError``, as Python's own error is) that names it and
 lists the valid ones."""
@@ -27,19 +27,21 @@ def check(call: Callable[[], Any], misspelt: str, options: str) -> None:
 
 
 @pytest.mark.parametrize("misspelt", ["wait", "timout"])
-def test_client_locked(server: Any, misspelt: str) -> None:
+def test_client_exclusive(server: Any, misspelt: str) -> None:
     with redlease.Client.from_url(server.url) as client:
-        check(lambda: client.locked("r:{pk}", **{misspelt: 5}), misspelt, "lease, on_busy, timeout")
+        check(
+            lambda: client.exclusive("r:{pk}", **{misspelt: 5}), misspelt, "lease, on_busy, timeout"
+        )
 
 
-async def test_async_client_locked(server: Any) -> None:
+async def test_async_client_exclusive(server: Any) -> None:
     async with redlease.AsyncClient.from_url(server.url) as client:
-        check(lambda: client.locked("r:{pk}", wait=5), "wait", "lease, on_busy, timeout")
+        check(lambda: client.exclusive("r:{pk}", wait=5), "wait", "lease, on_busy, timeout")
 
 
-def test_module_locked() -> None:
+def test_module_exclusive() -> None:
     check(
-        lambda: redlease.locked("r:{pk}", client=lambda: None, wait=5),
+        lambda: redlease.exclusive("r:{pk}", client=lambda: None, wait=5),
         "wait",
         "client, lease, on_busy, timeout",
     )

@@ -204,14 +204,14 @@ async def test_locked_with_timeout_zero_raises_at_once(side: Any, server: RedisS
     runs: list[int] = []
     if side.is_async:
 
-        @client.locked(name, timeout=0)
+        @client.exclusive(name, timeout=0)
         async def job(n: int) -> int:
             runs.append(n)
             return n
 
     else:
 
-        @client.locked(name, timeout=0)
+        @client.exclusive(name, timeout=0)
         def job(n: int) -> int:
             runs.append(n)
             return n

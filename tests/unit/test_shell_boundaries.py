@@ -215,7 +215,7 @@ def test_every_import_points_down_a_layer() -> None:
     ("module", "planted", "reported"),
     [
         ("_threads/fanout.py", "from .._sync.client import Client\n", "redlease._sync.client"),
-        ("_shared/locked.py", "import redlease._async.client\n", "redlease._async.client"),
+        ("_shared/exclusive.py", "import redlease._async.client\n", "redlease._async.client"),
         (
             "_asyncio/watchdog.py",
             "if TYPE_CHECKING:\n    from .._async import lock\n",

@@ -192,7 +192,7 @@ EXCEPTIONS = {
     ("ScheduledLock", "at_most_for"): "ShedLock's lockAtMostFor, beside at_least_for",
     ("Client.fenced_set", "px"): "redis-py's SET px=: the stored value's expiry in ms",
     ("CountDownLatch.try_set_count", "count"): "Redisson's trySetCount: a latch's count",
-    ("contrib.django.locked", "on_lost"): "a policy's name ('raise', ...), not a callback",
+    ("contrib.django.exclusive", "on_lost"): "a policy's name ('raise', ...), not a callback",
     ("contrib.fastapi.lock", "on_lost"): "a policy's name ('raise', ...), not a callback",
 }
 

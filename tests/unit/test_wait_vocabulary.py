@@ -69,10 +69,10 @@ def test_no_parameter_names_the_wait_otherwise() -> None:
 @pytest.mark.parametrize(
     "where",
     [
-        "redlease.Client.locked",
-        "redlease.AsyncClient.locked",
-        "redlease.locked",
-        "redlease.contrib.django.locked",
+        "redlease.Client.exclusive",
+        "redlease.AsyncClient.exclusive",
+        "redlease.exclusive",
+        "redlease.contrib.django.exclusive",
         "redlease.contrib.fastapi.lock",
     ],
 )

@@ -27,7 +27,7 @@ R = TypeVar("R")
 P = ParamSpec("P")
 
 ASYNCIO = True
-"""Which runtime this is (``_locked.bound`` takes coroutine functions only on asyncio)."""
+"""Which runtime this is (``_shared.exclusive.bound`` takes coroutine functions only on asyncio)."""
 
 Event = asyncio.Event
 """A flag to set and wait on (``wait_event``)."""
@@ -48,7 +48,7 @@ FAILED_OR_CANCELLED: tuple[type[BaseException], ...] = (Exception, asyncio.Cance
 """What a best-effort give-back suppresses when it must not be cut short either."""
 
 Job: TypeAlias = Callable[P, Awaitable[R]]
-"""A function ``client.locked`` decorates: a coroutine function on asyncio."""
+"""A function ``client.exclusive`` decorates: a coroutine function on asyncio."""
 
 _owners = TaskOwners()
 _spawned: set[asyncio.Task[None]] = set()  # a reference to each until it is done

@@ -1,4 +1,4 @@
-"""Lock names made from a call's arguments, for ``@client.locked("order:{order_id}")``."""
+"""Lock names made from a call's arguments, for ``@client.exclusive("order:{order_id}")``."""
 
 from __future__ import annotations
 

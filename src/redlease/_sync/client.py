@@ -44,10 +44,10 @@ from .._redis.wire import Packer
 from .._shared import fork
 from .._shared.channels import Abandoned, Waiter
 from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
+from .._shared.exclusive import OnBusy, bound, renamed
 from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key
 from .._shared.holders import parse as parse_record
 from .._shared.holders import record as holder_record
-from .._shared.locked import OnBusy, bound
 from .._shared.state import HANDOFF_WINDOW
 from .._threads import compat
 from .._threads.line import Lines
@@ -453,7 +453,7 @@ class Client(ClientBase, Closing):
         )
 
     @overload
-    def locked(
+    def exclusive(
         self,
         template: str,
         *,
@@ -463,7 +463,7 @@ class Client(ClientBase, Closing):
     ) -> Callable[[compat.Job[P, R]], compat.Job[P, R]]: ...
 
     @overload
-    def locked(
+    def exclusive(
         self,
         template: str,
         *,
@@ -472,7 +472,7 @@ class Client(ClientBase, Closing):
         on_busy: Literal["skip"],
     ) -> Callable[[compat.Job[P, R]], compat.Job[P, R | None]]: ...
 
-    def locked(
+    def exclusive(
         self,
         template: str,
         *,
@@ -482,7 +482,7 @@ class Client(ClientBase, Closing):
         **unknown: Any,
     ) -> Any:
         """Decorate a function so that each call runs holding the lock named by
-        ``template`` formatted with the call's arguments: ``@client.locked("order:{order_id}")``.
+        ``template`` formatted with the call's arguments: ``@client.exclusive("order:{order_id}")``.
 
         ``on_busy``: what a call does when the lock is taken. ``"wait"`` (the default) waits
         up to ``timeout`` (``None``: as long as it takes), then raises ``LockTimeoutError``;
@@ -490,12 +490,17 @@ class Client(ClientBase, Closing):
         the function (logged at INFO, a ``skipped`` event to the listeners). ``"raise"`` and
         ``"skip"`` try once unless given a ``timeout``. ``timeout=0`` is a single try.
         ``lease`` as for ``acquire``. A template field that names no parameter is an error at
-        decoration. For a client made later (at startup), see ``redlease.locked``.
+        decoration. For a client made later (at startup), see ``redlease.exclusive``.
         """
-        refuse_unknown("locked()", unknown, ("timeout", "lease", "on_busy"))
+        refuse_unknown("exclusive()", unknown, ("timeout", "lease", "on_busy"))
         return bound(
             self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=compat.ASYNCIO
         )
+
+    def locked(self, template: str, **options: Any) -> Any:
+        """Deprecated: the former name of ``exclusive`` (``Lock.locked()`` is the query)."""
+        renamed("client.locked()", "client.exclusive()")
+        return self.exclusive(template, **options)
 
     def fenced_get(self, key: str, token: int) -> bytes | str | None:
         """Read the string ``key`` as the holder of ``token``, and make ``key`` refuse every

@@ -20,7 +20,7 @@ R = TypeVar("R")
 P = ParamSpec("P")
 
 ASYNCIO = False
-"""Which runtime this is (``_locked.bound`` takes plain functions only on threads)."""
+"""Which runtime this is (``_shared.exclusive.bound`` takes plain functions only on threads)."""
 
 Event = threading.Event
 """A flag to set and wait on (``wait_event``)."""
@@ -39,7 +39,7 @@ FAILED_OR_CANCELLED: tuple[type[BaseException], ...] = (RedleaseError,)
 """The same on threads: a thread's call is not cancelled."""
 
 Job: TypeAlias = Callable[P, R]
-"""A function ``client.locked`` decorates: a plain function on threads."""
+"""A function ``client.exclusive`` decorates: a plain function on threads."""
 
 _owners = ThreadOwners()
 

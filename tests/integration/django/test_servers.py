@@ -3,11 +3,11 @@
 - ``gunicorn --preload -w 2``: the master takes a lock at import (so it has a client, its
   connections and its watchdog thread before it forks); each worker makes a client of its own
   (not the master's id, not its sockets), and 40 concurrent requests doing a read-modify-write
-  of one sqlite row through ``@locked`` lose no update.
+  of one sqlite row through ``@exclusive`` lose no update.
 - docs/django.md's ``model_lock`` recipe, as written there (``redlease_site.recipes``), under
   ``gunicorn -w 2 --threads 4``: 200 concurrent payments of one order lose none.
 - ``uvicorn`` (ASGI): async views share one ``AsyncClient`` (the server's event loop), 40
-  concurrent read-modify-writes through ``@locked`` lose no update, a busy lock answers 409."""
+  concurrent read-modify-writes through ``@exclusive`` lose no update, a busy lock answers 409."""
 
 from __future__ import annotations
 

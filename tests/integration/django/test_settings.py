@@ -155,7 +155,7 @@ def test_a_forked_worker_makes_its_own_client(
     ("value", "hint"),
     [
         (None, "Set REDLEASE = {'URL'"),
-        ({"URL": "redis://127.0.0.1:1/0", "ON_BUSY": 200.5}, "ON_BUSY is what a busy @locked"),
+        ({"URL": "redis://127.0.0.1:1/0", "ON_BUSY": 200.5}, "ON_BUSY is what a busy @exclusive"),
         ({"URL": "redis://127.0.0.1:1/0", "OPTIONS": {"watchdog_timout": 30}}, "OPTIONS are"),
         ({"URL": "redis://127.0.0.1:1/0", "OPTIONS": []}, "OPTIONS are keyword arguments"),
         ({"URL": "redis://127.0.0.1:1/0", "KEY_PREFIX": 3}, "KEY_PREFIX is a str"),

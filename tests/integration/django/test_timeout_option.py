@@ -1,4 +1,4 @@
-"""``@locked`` speaks the library's wait vocabulary (issue 32): ``timeout=`` (seconds; 0 one
+"""``@exclusive`` speaks the library's wait vocabulary (issue 32): ``timeout=`` (seconds; 0 one
 try, the default here; None as long as it takes), and a misspelt option such as ``wait=`` is an
 ``InvalidArgumentError`` (and a ``TypeError``) naming it and listing the options."""
 
@@ -10,13 +10,13 @@ from django.test import RequestFactory
 
 import redlease
 from redlease import InvalidArgumentError
-from redlease.contrib.django import locked
+from redlease.contrib.django import exclusive
 
 
 @pytest.mark.parametrize("misspelt", ["wait", "timout", "blocking"])
 def test_a_misspelt_option_is_named_with_the_valid_ones(misspelt: str) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
-        locked("r:{pk}", **{misspelt: 5})
+        exclusive("r:{pk}", **{misspelt: 5})
     assert isinstance(raised.value, TypeError)
     message = str(raised.value)
     assert f"unknown option {misspelt!r}" in message
@@ -24,7 +24,7 @@ def test_a_misspelt_option_is_named_with_the_valid_ones(misspelt: str) -> None:
 
 
 def test_timeout_waits_then_answers_the_busy_status(configured: str) -> None:
-    @locked("report:{pk}", timeout=0.3, on_busy=423)
+    @exclusive("report:{pk}", timeout=0.3, on_busy=423)
     def build(request: object, pk: int) -> HttpResponse:
         return HttpResponse("built")
 
@@ -36,7 +36,7 @@ def test_timeout_waits_then_answers_the_busy_status(configured: str) -> None:
 
 
 def test_timeout_none_waits_as_long_as_it_takes(configured: str) -> None:
-    @locked("report:{pk}", timeout=None, on_busy="raise")
+    @exclusive("report:{pk}", timeout=None, on_busy="raise")
     def build(pk: int) -> str:
         return "built"
 

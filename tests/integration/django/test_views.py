@@ -1,4 +1,4 @@
-"""``locked`` views through Django's test clients, on a real private server: two requests at
+"""``exclusive`` views through Django's test clients, on a real private server: two requests at
 once through real threads (one answers the busy status), N concurrent read-modify-writes of
 one row (no update lost), async views (the event loop's AsyncClient), class-based views."""
 
@@ -21,7 +21,7 @@ from redlease_site import views
 
 import redlease
 from redlease import InvalidArgumentError, LeaseLostError, LockTimeoutError
-from redlease.contrib.django import get_client, lock, locked
+from redlease.contrib.django import exclusive, get_client, lock
 
 WAIT = 30.0
 
@@ -151,7 +151,7 @@ async def test_async_views_one_answers_busy(configured: str, pk: int) -> None:
 async def test_async_view_keeps_its_response_after_a_forced_release(
     configured: str, pk: int
 ) -> None:
-    """The async path of ``@locked``: the hold force-released while the view ran, its
+    """The async path of ``@exclusive``: the hold force-released while the view ran, its
     response stands (``on_lost="log"``, the default)."""
     response = await DjangoAsyncClient().get(f"/async/lost/{pk}")
     assert (response.status_code, response.content) == (200, b"done")
@@ -188,10 +188,10 @@ def test_async_view_under_wsgi_closes_its_loops_client(
     assert _connections(raw) <= before + 1
 
 
-def test_locked_on_functions_and_checks(configured: str, pk: int) -> None:
+def test_exclusive_on_functions_and_checks(configured: str, pk: int) -> None:
     calls: list[int] = []
 
-    @locked("job:{n}", on_busy="skip")
+    @exclusive("job:{n}", on_busy="skip")
     def job(n: int) -> int:
         calls.append(n)
         return n
@@ -202,7 +202,7 @@ def test_locked_on_functions_and_checks(configured: str, pk: int) -> None:
         assert ThreadPoolExecutor(1).submit(job, pk).result(WAIT) is None
     assert calls == [pk]
 
-    @locked("job2:{n}")  # a status on a call that is not a view: raises
+    @exclusive("job2:{n}")  # a status on a call that is not a view: raises
     def job2(n: int) -> None:
         return None
 
@@ -210,17 +210,36 @@ def test_locked_on_functions_and_checks(configured: str, pk: int) -> None:
         ThreadPoolExecutor(1).submit(job2, pk).result(WAIT)
 
     with pytest.raises(InvalidArgumentError, match="has no parameter named"):
-        locked("x:{missing}")(lambda request, pk: None)
+        exclusive("x:{missing}")(lambda request, pk: None)
     with pytest.raises(InvalidArgumentError, match="on_busy"):
-        locked("x", on_busy=200.5)
+        exclusive("x", on_busy=200.5)
     with pytest.raises(InvalidArgumentError, match="timeout=-1"):
-        locked("x", timeout=-1)
+        exclusive("x", timeout=-1)
     with pytest.raises(InvalidArgumentError, match="on_lost='ignore'; give 'log' or 'raise'"):
-        locked("x", on_lost="ignore")
+        exclusive("x", on_lost="ignore")
     assert get_client() is get_client()  # one client per process
 
 
-def test_locked_management_command(configured: str, pk: int) -> None:
+def test_locked_is_a_deprecated_name_of_exclusive() -> None:
+    # ``locked`` is the query (``Lock.locked()``); the decorator's former name still works
+    import redlease.contrib.django as integration
+
+    with pytest.warns(DeprecationWarning) as caught:
+        from redlease.contrib.django import locked
+    # (an import from a package asks for the name twice: importlib's hasattr, then the import)
+    (message,) = {str(warning.message) for warning in caught}
+    assert message.startswith(
+        "redlease.contrib.django.locked is renamed redlease.contrib.django.exclusive"
+    )
+    assert __file__ in {warning.filename for warning in caught}  # the caller's line
+    with pytest.warns(DeprecationWarning) as caught:
+        assert integration.locked is exclusive
+    assert [warning.filename for warning in caught] == [__file__]
+    assert locked is exclusive
+    assert "locked" not in integration.__all__ and "exclusive" in integration.__all__
+
+
+def test_exclusive_management_command(configured: str, pk: int) -> None:
     """A command's ``handle``: the name from its options; busy with a status or ``"raise"``
     is a ``CommandError`` (one line, exit status 1 under manage.py), ``"skip"`` ends quietly."""
     from django.core.management import call_command
@@ -233,7 +252,7 @@ def test_locked_management_command(configured: str, pk: int) -> None:
             def add_arguments(self, parser: Any) -> None:
                 parser.add_argument("--source", default="shop")
 
-            @locked("import:{source}", on_busy=on_busy)
+            @exclusive("import:{source}", on_busy=on_busy)
             def handle(self, *args: Any, **options: Any) -> None:
                 ran.append(options["source"])
 

@@ -8,9 +8,9 @@ Install with ``pip install 'redlease[django]'``, add ``"redlease.contrib.django"
 
 - ``lock(name, **options)``: a ``redlease.Lock`` of this process's client;
   ``async_lock(...)`` an ``AsyncLock`` of the running event loop's client.
-- ``locked(name, timeout=0, lease=None, on_busy=409, on_lost="log")``: a view (sync or async), a
-  command's ``handle`` or a function run holding the lock, its name formatted from the call's
-  arguments.
+- ``exclusive(name, timeout=0, lease=None, on_busy=409, on_lost="log")``: a view (sync or
+  async), a command's ``handle`` or a function run holding the lock, its name formatted from
+  the call's arguments (formerly ``locked``, a deprecated alias).
 - ``model_lock(instance)``: the lock of one saved row, named ``<app_label>.<model_name>:<pk>``.
 - ``get_client()`` / ``get_async_client()``: the clients themselves. One ``Client`` per
   process, made on first use (a gunicorn or uwsgi worker makes its own after the fork); one
@@ -19,6 +19,7 @@ Install with ``pip install 'redlease[django]'``, add ``"redlease.contrib.django"
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -31,15 +32,15 @@ except ModuleNotFoundError as exc:  # the framework is an extra
 
 from ... import AsyncLock, InvalidArgumentError, LeaseLostError, Lock, Seconds
 from ._clients import get_async_client, get_client
-from ._views import locked
+from ._views import exclusive
 
 __all__ = [
     "async_lock",
     "async_model_lock",
+    "exclusive",
     "get_async_client",
     "get_client",
     "lock",
-    "locked",
     "model_lock",
     "model_lock_name",
 ]
@@ -142,3 +143,15 @@ def async_model_lock(
         on_lease_lost=on_lease_lost,
         replicas=replicas,
     )
+
+
+def __getattr__(name: str) -> Any:
+    if name == "locked":  # the decorator's former name (``Lock.locked()`` is the query)
+        warnings.warn(
+            "redlease.contrib.django.locked is renamed redlease.contrib.django.exclusive;"
+            " redlease.contrib.django.locked is deprecated and will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return exclusive
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

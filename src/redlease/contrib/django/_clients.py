@@ -79,7 +79,7 @@ OPTIONS_HINT = (
     f" (with CACHE only {', '.join(CLIENT_OPTIONS)})."
 )
 ON_BUSY_HINT = (
-    "ON_BUSY is what a busy @locked view answers by default: an HTTP status such as 409"
+    "ON_BUSY is what a busy @exclusive view answers by default: an HTTP status such as 409"
     " (the default) or 423, or 'raise' (LockTimeoutError, for a middleware to handle)."
 )
 KEY_PREFIX_HINT = "KEY_PREFIX is a str put before every lock name, e.g. 'myapp:'."

@@ -1,4 +1,4 @@
-"""``locked(...)``: a view, a management command or any function run holding a lock."""
+"""``exclusive(...)``: a view, a management command or any function run holding a lock."""
 
 from __future__ import annotations
 
@@ -21,23 +21,23 @@ log = logging.getLogger("redlease.contrib.django")
 ON_BUSY_WORDS = ("raise", "skip")
 ON_LOST = ("log", "raise")
 OPTIONS = ("timeout", "lease", "on_busy", "on_lost")
-"""``locked()``'s keyword options (a misspelt one is named in an error listing these)."""
+"""``exclusive()``'s keyword options (a misspelt one is named in an error listing these)."""
 BUSY_TEXT = "This resource is busy; try again later.\n"
 
 
 def _fields(template: str) -> list[str]:
     if not isinstance(template, str) or not template:
-        raise InvalidArgumentError("locked(): the lock name must be a non-empty str")
+        raise InvalidArgumentError("exclusive(): the lock name must be a non-empty str")
     try:
         fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
     except ValueError as exc:
-        raise InvalidArgumentError(f"locked({template!r}): {exc}") from None
+        raise InvalidArgumentError(f"exclusive({template!r}): {exc}") from None
     roots = []
     for name in fields:
         root = name.split(".", 1)[0].split("[", 1)[0]
         if not root or root.isdigit():
             raise InvalidArgumentError(
-                f"locked({template!r}): name the view's arguments ({{pk}}), not positions"
+                f"exclusive({template!r}): name the view's arguments ({{pk}}), not positions"
             )
         roots.append(root)
     return roots
@@ -63,7 +63,7 @@ def _name_maker(
             for root in roots:
                 if root not in params:
                     raise InvalidArgumentError(
-                        f"locked({template!r}) refers to {root!r}, which "
+                        f"exclusive({template!r}) refers to {root!r}, which "
                         f"{getattr(fn, '__qualname__', fn)!r} has no parameter named; it has "
                         f"{', '.join(params) or 'none'}"
                     )
@@ -87,7 +87,7 @@ def _name_maker(
         missing = [root for root in roots if root not in values]
         if missing:
             raise InvalidArgumentError(
-                f"locked({template!r}): this call has no argument named"
+                f"exclusive({template!r}): this call has no argument named"
                 f" {', '.join(map(repr, missing))}; it has {', '.join(values) or 'none'}"
             )
         return template.format(**values)
@@ -114,14 +114,14 @@ def _check_on_busy(on_busy: Any) -> None:
     if _clients.is_status(on_busy):
         return
     raise InvalidArgumentError(
-        f"locked(): on_busy={on_busy!r}; give an HTTP status (409, 423...), 'raise', 'skip'"
+        f"exclusive(): on_busy={on_busy!r}; give an HTTP status (409, 423...), 'raise', 'skip'"
         " or a callable"
     )
 
 
 def _check_on_lost(on_lost: Any) -> None:
     if on_lost not in ON_LOST:
-        raise InvalidArgumentError(f"locked(): on_lost={on_lost!r}; give 'log' or 'raise'")
+        raise InvalidArgumentError(f"exclusive(): on_lost={on_lost!r}; give 'log' or 'raise'")
 
 
 def _lost(
@@ -155,7 +155,7 @@ def _check_timeout(timeout: Any) -> float | None:
         return None
     seconds = timeout.total_seconds() if hasattr(timeout, "total_seconds") else timeout
     if isinstance(seconds, bool) or not isinstance(seconds, int | float) or not seconds >= 0:
-        raise InvalidArgumentError(f"locked(): timeout={timeout!r}; give seconds >= 0, or None")
+        raise InvalidArgumentError(f"exclusive(): timeout={timeout!r}; give seconds >= 0, or None")
     return float(seconds)
 
 
@@ -176,7 +176,7 @@ def _busy(
     if on_busy == "skip":
         if request is not None:
             raise InvalidArgumentError(
-                f"locked(): on_busy='skip' on the view {getattr(fn, '__qualname__', fn)}: a"
+                f"exclusive(): on_busy='skip' on the view {getattr(fn, '__qualname__', fn)}: a"
                 " view must answer; give a status (on_busy=409) or a callable"
             )
         return None
@@ -189,7 +189,7 @@ def _busy(
     raise error
 
 
-def locked(
+def exclusive(
     name: str,
     *,
     timeout: Seconds | None = 0,
@@ -219,7 +219,7 @@ def locked(
     Coroutine functions (async views) hold an ``AsyncLock`` of the event loop's
     ``AsyncClient``; others a ``Lock`` of the process's ``Client``.
     """
-    refuse_unknown("locked()", unknown, OPTIONS)
+    refuse_unknown("exclusive()", unknown, OPTIONS)
     _fields(name)
     seconds = _check_timeout(timeout)
     _check_on_busy(on_busy)
@@ -267,9 +267,9 @@ def locked(
                 if inspect.iscoroutine(result):  # an async handler behind a sync wrapper
                     result.close()
                     raise InvalidArgumentError(
-                        f"locked(): {getattr(fn, '__qualname__', fn)} returned a coroutine,"
+                        f"exclusive(): {getattr(fn, '__qualname__', fn)} returned a coroutine,"
                         " which would run after the lock is released: decorate the async"
-                        " function itself (method_decorator(locked(...), name='get'))"
+                        " function itself (method_decorator(exclusive(...), name='get'))"
                     )
                 failed = False
                 return result

@@ -1,4 +1,4 @@
-"""Views protected by ``locked``; the tests drive them with Django's test clients."""
+"""Views protected by ``exclusive``; the tests drive them with Django's test clients."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.views import View
 from redlease_shop.models import Counter
 
 from redlease import Client
-from redlease.contrib.django import get_async_client, get_client, locked
+from redlease.contrib.django import exclusive, get_async_client, get_client
 
 WAIT = 30.0
 ENTERED: dict[int, threading.Event] = {}
@@ -25,7 +25,7 @@ ASYNC_LEAVE: dict[int, asyncio.Event] = {}
 ASYNC_COUNTS: dict[int, int] = {}
 
 
-@locked("hold:{pk}", on_busy=423)
+@exclusive("hold:{pk}", on_busy=423)
 def hold(request: HttpRequest, pk: int) -> HttpResponse:
     """Holds the lock until the test sets ``LEAVE[pk]``."""
     ENTERED[pk].set()
@@ -33,7 +33,7 @@ def hold(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("done")
 
 
-@locked("counter:{pk}", timeout=WAIT)
+@exclusive("counter:{pk}", timeout=WAIT)
 def count(request: HttpRequest, pk: int) -> HttpResponse:
     """A read-modify-write of a row: without the lock, concurrent requests lose updates."""
     row = Counter.objects.get(pk=pk)
@@ -43,7 +43,7 @@ def count(request: HttpRequest, pk: int) -> HttpResponse:
     return JsonResponse({"value": row.value})
 
 
-@locked("hold:{pk}", on_busy="raise")
+@exclusive("hold:{pk}", on_busy="raise")
 def raising(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("done")
 
@@ -52,19 +52,19 @@ def busy_json(request: HttpRequest, pk: int) -> HttpResponse:
     return JsonResponse({"busy": pk}, status=503, headers={"Retry-After": "1"})
 
 
-@locked("hold:{pk}", on_busy=busy_json)
+@exclusive("hold:{pk}", on_busy=busy_json)
 def json_busy(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("done")
 
 
-@locked("async:{pk}")
+@exclusive("async:{pk}")
 async def async_hold(request: HttpRequest, pk: int) -> HttpResponse:
     ASYNC_ENTERED[pk].set()
     await asyncio.wait_for(ASYNC_LEAVE[pk].wait(), WAIT)
     return HttpResponse("done")
 
 
-@locked("async-counter:{pk}", timeout=WAIT)
+@exclusive("async-counter:{pk}", timeout=WAIT)
 async def async_count(request: HttpRequest, pk: int) -> HttpResponse:
     value = ASYNC_COUNTS.get(pk, 0)
     await asyncio.sleep(0.001)  # another request's turn, between the read and the write
@@ -72,7 +72,7 @@ async def async_count(request: HttpRequest, pk: int) -> HttpResponse:
     return JsonResponse({"value": value + 1})
 
 
-@locked("async-quick:{pk}")
+@exclusive("async-quick:{pk}")
 async def async_quick(request: HttpRequest, pk: int) -> HttpResponse:
     return HttpResponse("done")
 
@@ -86,17 +86,17 @@ def _work_after_leave(pk: int) -> HttpResponse:
     return JsonResponse({"row": row.pk})
 
 
-@locked("lost:{pk}")
+@exclusive("lost:{pk}")
 def lost_log(request: HttpRequest, pk: int) -> HttpResponse:
     return _work_after_leave(pk)
 
 
-@locked("lost:{pk}", on_lost="raise")
+@exclusive("lost:{pk}", on_lost="raise")
 def lost_raise(request: HttpRequest, pk: int) -> HttpResponse:
     return _work_after_leave(pk)
 
 
-@locked("async-lost:{pk}")
+@exclusive("async-lost:{pk}")
 async def async_lost(request: HttpRequest, pk: int) -> HttpResponse:
     """An operator (another client) force-releases the lock while the view runs."""
 
@@ -109,7 +109,7 @@ async def async_lost(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 class Report(View):
-    @method_decorator(locked("report:{pk}", on_busy=409))
+    @method_decorator(exclusive("report:{pk}", on_busy=409))
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         return HttpResponse(f"report {pk}")
 
@@ -138,6 +138,6 @@ else:
         permission_classes: list[Any] = []
         renderer_classes = [JSONRenderer]
 
-        @locked("hold:{pk}", on_busy=423)
+        @exclusive("hold:{pk}", on_busy=423)
         def get(self, request: Request, pk: int) -> Response:
             return Response({"pk": pk, "user": str(request.user)})

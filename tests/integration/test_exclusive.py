@@ -1,7 +1,7 @@
-"""``@client.locked(..., on_busy=...)`` and ``redlease.locked(..., client=...)`` (issue #25,
+"""``@client.exclusive(..., on_busy=...)`` and ``redlease.exclusive(..., client=...)`` (issue #25,
 section 3), on a real server, each test on the sync and asyncio side: ``"skip"`` returns
 ``None`` without running (a ``skipped`` event, an INFO log line), ``"raise"`` raises
-``LockTimeoutError`` at once, ``"wait"`` waits up to ``timeout``; a module-level ``locked``
+``LockTimeoutError`` at once, ``"wait"`` waits up to ``timeout``; a module-level ``exclusive``
 finds its client when called, so the client may be made after the decoration.
 
 A taken lock below stays taken (a watchdog-renewed hold) until the test releases it: a call
@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 
 import redlease
-from redlease import ArgumentTypeError, InvalidArgumentError, LockTimeoutError
-from redlease.events import LockEvent
+from redlease import ArgumentTypeError, InvalidArgumentError, LockEvent, LockTimeoutError
 from redlease.testing import RedisServer
 
 
@@ -55,7 +54,7 @@ async def test_on_busy_skip_returns_none_without_running(
     events: list[LockEvent] = []
     client.add_listener(events.append)
     runs: list[int] = []
-    order = job(side, client.locked(name + ":{order_id}", on_busy="skip"), runs)
+    order = job(side, client.exclusive(name + ":{order_id}", on_busy="skip"), runs)
     assert order.__name__ == "order"
     assert await side(order(1)) == 1  # free: runs
     holder = await taken(side, server.url, f"{name}:2")
@@ -82,7 +81,7 @@ async def test_on_busy_skip_is_counted_by_the_metrics(
     registry = prometheus_client.CollectorRegistry()
     client = side.client(server.url)
     client.add_listener(PrometheusMetrics(registry=registry, per_lock=True))
-    order = job(side, client.locked(name, on_busy="skip"), [])
+    order = job(side, client.exclusive(name, on_busy="skip"), [])
     holder = await taken(side, server.url, name)
     assert await side(order(1)) is None
     assert await side(order(2)) is None
@@ -93,7 +92,7 @@ async def test_on_busy_skip_is_counted_by_the_metrics(
 async def test_on_busy_raise_raises_at_once(side: Any, server: RedisServer, name: str) -> None:
     client = side.client(server.url)
     runs: list[int] = []
-    order = job(side, client.locked(name, on_busy="raise"), runs)
+    order = job(side, client.exclusive(name, on_busy="raise"), runs)
     assert await side(order(1)) == 1
     holder = await taken(side, server.url, name)
     with pytest.raises(LockTimeoutError) as info:
@@ -106,8 +105,8 @@ async def test_on_busy_raise_raises_at_once(side: Any, server: RedisServer, name
 async def test_on_busy_wait_waits_up_to_timeout(side: Any, server: RedisServer, name: str) -> None:
     client = side.client(server.url)
     runs: list[int] = []
-    order = job(side, client.locked(name, timeout=0.2), runs)  # on_busy="wait", the default
-    waiting = job(side, client.locked(name, on_busy="wait", timeout=60), runs)
+    order = job(side, client.exclusive(name, timeout=0.2), runs)  # on_busy="wait", the default
+    waiting = job(side, client.exclusive(name, on_busy="wait", timeout=60), runs)
     holder = await taken(side, server.url, name)
     with pytest.raises(LockTimeoutError, match=r"within 0\.2 s"):
         await side(order(1))
@@ -137,7 +136,7 @@ async def test_skip_after_waiting_its_timeout(side: Any, server: RedisServer, na
     """``on_busy="skip"`` with a ``timeout``: skip if still busy after it."""
     client = side.client(server.url)
     runs: list[int] = []
-    order = job(side, client.locked(name, on_busy="skip", timeout=0.1), runs)
+    order = job(side, client.exclusive(name, on_busy="skip", timeout=0.1), runs)
     holder = await taken(side, server.url, name)
     assert await side(order(1)) is None
     await side(holder.release())
@@ -157,13 +156,13 @@ async def test_an_error_in_the_function_is_not_a_skip(
 
     if side.is_async:
 
-        @client.locked(name, on_busy="skip")
+        @client.exclusive(name, on_busy="skip")
         async def fails(n: int) -> int:
             return boom(n)
 
     else:
 
-        @client.locked(name, on_busy="skip")
+        @client.exclusive(name, on_busy="skip")
         def fails(n: int) -> int:
             return boom(n)
 
@@ -176,13 +175,13 @@ async def test_bad_decorations_are_refused(side: Any, server: RedisServer, name:
     client = side.client(server.url)
     for bad in ("Skip", "retry", None, 409):
         with pytest.raises(InvalidArgumentError, match="on_busy"):
-            client.locked(name, on_busy=bad)
+            client.exclusive(name, on_busy=bad)
         with pytest.raises(InvalidArgumentError, match="on_busy"):
-            redlease.locked(name, client=client, on_busy=bad)
+            redlease.exclusive(name, client=client, on_busy=bad)
     with pytest.raises(InvalidArgumentError, match="timeout"):
-        client.locked(name, timeout=-1)
+        client.exclusive(name, timeout=-1)
     with pytest.raises(InvalidArgumentError, match="lease"):
-        client.locked(name, lease=0)
+        client.exclusive(name, lease=0)
 
     def gen() -> Any:
         yield 1
@@ -192,13 +191,13 @@ async def test_bad_decorations_are_refused(side: Any, server: RedisServer, name:
 
     for fn in (gen, agen):
         with pytest.raises(InvalidArgumentError, match="generator"):
-            redlease.locked(name, client=client)(fn)
+            redlease.exclusive(name, client=client)(fn)
     with pytest.raises(InvalidArgumentError, match="generator"):
-        client.locked(name)(agen if side.is_async else gen)
+        client.exclusive(name)(agen if side.is_async else gen)
 
 
 async def test_a_client_made_after_the_decoration(side: Any, server: RedisServer, name: str):
-    """``redlease.locked(..., client=callable)``: the callable is called at each call, so a
+    """``redlease.exclusive(..., client=callable)``: the callable is called at each call, so a
     function decorated at import time runs on the client made at startup (and a new one after
     a restart of the app)."""
 
@@ -207,7 +206,7 @@ async def test_a_client_made_after_the_decoration(side: Any, server: RedisServer
 
     state = State()
     runs: list[int] = []
-    order = job(side, redlease.locked(name + ":{order_id}", client=lambda: state.client), runs)
+    order = job(side, redlease.exclusive(name + ":{order_id}", client=lambda: state.client), runs)
     assert order.__name__ == "order"
     with pytest.raises(ArgumentTypeError, match="returned None"):
         await side(order(1))
@@ -216,11 +215,11 @@ async def test_a_client_made_after_the_decoration(side: Any, server: RedisServer
     holder = await taken(side, server.url, f"{name}:2")
     skipping = job(
         side,
-        redlease.locked(name + ":{order_id}", client=lambda: state.client, on_busy="skip"),
+        redlease.exclusive(name + ":{order_id}", client=lambda: state.client, on_busy="skip"),
         runs,
     )
     assert await side(skipping(2)) is None
-    direct = redlease.locked(name + ":{order_id}", client=state.client, timeout=0)
+    direct = redlease.exclusive(name + ":{order_id}", client=state.client, timeout=0)
     with pytest.raises(LockTimeoutError):  # a client itself, not a callable
         await side(job(side, direct, runs)(2))
     await side(holder.release())
@@ -235,13 +234,36 @@ async def test_the_client_must_match_the_function(side: Any, server: RedisServer
     one is a clear ``ArgumentTypeError`` at the call (the client is only known then)."""
     other_side = redlease.Client if side.is_async else redlease.AsyncClient
     wrong = other_side.from_url(server.url)
-    order = job(side, redlease.locked(name, client=lambda: wrong), [])
+    order = job(side, redlease.exclusive(name, client=lambda: wrong), [])
     expected = "AsyncClient" if side.is_async else "needs a Client"
     with pytest.raises(ArgumentTypeError, match=expected):
         await side(order(1))
     with pytest.raises(ArgumentTypeError, match="got str"):
-        await side(job(side, redlease.locked(name, client=lambda: "redis://"), [])(1))
+        await side(job(side, redlease.exclusive(name, client=lambda: "redis://"), [])(1))
     if side.is_async:
         wrong.close()
     else:
         await wrong.close()
+
+
+async def test_locked_is_a_deprecated_name_of_exclusive(
+    side: Any, server: RedisServer, name: str
+) -> None:
+    # ``locked`` is the query (``Lock.locked()``); the decorator's former name still works,
+    # warning at the caller's line with the name to use
+    client = side.client(server.url)
+    with pytest.warns(DeprecationWarning) as caught:
+        decorator = client.locked(name, on_busy="skip")
+    (warning,) = caught
+    assert str(warning.message).startswith("client.locked() is renamed client.exclusive()")
+    assert warning.filename == __file__
+    runs: list[int] = []
+    order = job(side, decorator, runs)
+    holder = await taken(side, server.url, name)
+    assert await side(order(1)) is None and runs == []  # the same decorator: skipped
+    await side(holder.release())
+    assert await side(order(2)) == 2 and runs == [2]
+    with pytest.warns(DeprecationWarning, match=r"redlease\.locked is renamed redlease\.exclusive"):
+        from redlease import locked
+    assert locked is redlease.exclusive
+    assert "locked" not in redlease.__all__ and "exclusive" in redlease.__all__

@@ -1,8 +1,8 @@
-"""``@locked``: a function whose every call runs holding a lock named from its arguments.
+"""``@exclusive``: a function whose every call runs holding a lock named from its arguments.
 
 Written once for both runtimes: the wrapper of a coroutine function runs on an
-``AsyncClient``, that of a plain function on a ``Client``. ``client.locked(...)`` binds the
-client when the function is decorated; ``redlease.locked(..., client=...)`` takes either a
+``AsyncClient``, that of a plain function on a ``Client``. ``client.exclusive(...)`` binds the
+client when the function is decorated; ``redlease.exclusive(..., client=...)`` takes either a
 client or a callable that returns one, called at each call, for a client made later (at
 startup, in a lifespan: ``client=lambda: app.state.redlease``), as Celery's ``shared_task``
 finds its app when the task runs.
@@ -15,6 +15,7 @@ import functools
 import inspect
 import logging
 import time
+import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
@@ -24,7 +25,7 @@ from ..events import LockEvent
 from .clientbase import ClientBase
 from .naming import name_maker
 
-__all__ = ["ON_BUSY", "OnBusy", "locked"]
+__all__ = ["ON_BUSY", "OnBusy", "exclusive"]
 
 log = logging.getLogger("redlease")
 
@@ -40,7 +41,7 @@ given a ``timeout``."""
 
 
 class Decorator(Protocol):
-    """What ``redlease.locked(...)`` returns: it decorates a plain or a coroutine function."""
+    """What ``redlease.exclusive(...)`` returns: it decorates a plain or a coroutine function."""
 
     @overload
     def __call__(
@@ -52,7 +53,7 @@ class Decorator(Protocol):
 
 
 class SkippingDecorator(Protocol):
-    """What ``redlease.locked(..., on_busy="skip")`` returns: a skipped call gives ``None``."""
+    """What ``redlease.exclusive(..., on_busy="skip")`` returns: a skipped call gives ``None``."""
 
     @overload
     def __call__(
@@ -109,7 +110,7 @@ def decorate(
     """The wrapper of ``fn`` (a coroutine function: an asyncio one); ``resolve()`` gives the
     client at each call. Arguments are checked here, when ``fn`` is decorated."""
     if not callable(fn):
-        raise ArgumentTypeError(f"locked decorates a function, got {fn!r}")
+        raise ArgumentTypeError(f"exclusive decorates a function, got {fn!r}")
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise InvalidArgumentError(
             f"{_qualname(fn)} is a generator function: the lock would be released before "
@@ -169,16 +170,16 @@ def _client(resolve: Callable[[], Any], *, asyncio: bool, fn: Callable[..., Any]
     kind = "coroutine function" if asyncio else "function"
     if client is None:
         raise ArgumentTypeError(
-            f"@locked {_qualname(fn)}: the client callable returned None (no client made "
+            f"@exclusive {_qualname(fn)}: the client callable returned None (no client made "
             f"yet?); a {kind} needs a {wanted}"
         )
     raise ArgumentTypeError(
-        f"@locked {_qualname(fn)}: a {kind} needs a {wanted}, got {type(client).__name__}"
+        f"@exclusive {_qualname(fn)}: a {kind} needs a {wanted}, got {type(client).__name__}"
     )
 
 
 @overload
-def locked(
+def exclusive(
     template: str,
     *,
     client: ClientBase | Callable[[], ClientBase | None],
@@ -189,7 +190,7 @@ def locked(
 
 
 @overload
-def locked(
+def exclusive(
     template: str,
     *,
     client: ClientBase | Callable[[], ClientBase | None],
@@ -199,7 +200,7 @@ def locked(
 ) -> SkippingDecorator: ...
 
 
-def locked(
+def exclusive(
     template: str,
     *,
     client: Any,
@@ -212,15 +213,15 @@ def locked(
     by ``template`` formatted with the call's arguments, on a client found when the call is
     made::
 
-        @redlease.locked("order:{order_id}", client=lambda: app.state.redlease)
+        @redlease.exclusive("order:{order_id}", client=lambda: app.state.redlease)
         async def ship(order_id: int) -> None: ...
 
     ``client``: a ``Client`` (for plain functions) or an ``AsyncClient`` (for coroutine
     functions), or a callable with no arguments that returns one, called at each call (the
     client may be made after the decoration: at startup, in a lifespan). ``timeout``,
-    ``lease`` and ``on_busy`` as for ``Client.locked``.
+    ``lease`` and ``on_busy`` as for ``Client.exclusive``.
     """
-    refuse_unknown("locked()", unknown, ("client", "timeout", "lease", "on_busy"))
+    refuse_unknown("exclusive()", unknown, ("client", "timeout", "lease", "on_busy"))
     on_busy_arg(on_busy)
     wait_for(on_busy, timeout)
     optional_seconds(lease, "lease")
@@ -241,7 +242,7 @@ def bound(
     on_busy: OnBusy,
     asyncio: bool,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``client.locked(...)``: the client bound now; only coroutine functions on an
+    """``client.exclusive(...)``: the client bound now; only coroutine functions on an
     ``AsyncClient`` (``asyncio``), only plain ones on a ``Client``."""
     on_busy_arg(on_busy)
     wait_for(on_busy, timeout)
@@ -251,14 +252,24 @@ def bound(
         coroutine = inspect.iscoroutinefunction(fn)
         if asyncio and not coroutine and not inspect.isasyncgenfunction(fn):
             raise InvalidArgumentError(
-                f"{_qualname(fn)} is not a coroutine function: use Client.locked, or "
-                "redlease.locked"
+                f"{_qualname(fn)} is not a coroutine function: use Client.exclusive, or "
+                "redlease.exclusive"
             )
         if not asyncio and coroutine:
             raise InvalidArgumentError(
-                f"{_qualname(fn)} is a coroutine function: use AsyncClient.locked, or "
-                "redlease.locked"
+                f"{_qualname(fn)} is a coroutine function: use AsyncClient.exclusive, or "
+                "redlease.exclusive"
             )
         return decorate(fn, lambda: client, template, timeout=timeout, lease=lease, on_busy=on_busy)
 
     return decorator
+
+
+def renamed(old: str, new: str) -> None:
+    """Warn that ``old`` is a deprecated name of ``new`` (issue 32: ``locked`` is the query
+    ``Lock.locked()``; the decorator is ``exclusive``), pointing at the caller's line."""
+    warnings.warn(
+        f"{old} is renamed {new}; {old} is deprecated and will be removed",
+        DeprecationWarning,
+        stacklevel=3,
+    )
