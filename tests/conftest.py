@@ -12,15 +12,43 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 import redlease
 from redlease.testing import PostgresServer, RedisServer, ServerBinary, find_servers
 
 SERVERS = find_servers()
 
+# No timing asserts in tests: Hypothesis's deadline (200 ms an example) is one, and failed
+# examples that took 454 ms on a loaded machine (test_rwlock_core, Python 3.10, -n 3)
+settings.register_profile("redlease", deadline=None)
+settings.load_profile("redlease")
+
 
 def pytest_report_header() -> str:
     return "servers: " + (", ".join(s.label for s in SERVERS) or "none found")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``one_server`` runs on the newest server binary found only (deselected
+    on the others): what it checks is the client's own (its transport, its watchdog), the
+    same on every server, and it is slow; every script is still run on every binary by the
+    other tests."""
+    if not SERVERS:
+        return
+    newest = max(SERVERS, key=lambda s: s.version_tuple)
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        binary = callspec.params.get("binary", newest) if callspec is not None else newest
+        if item.get_closest_marker("one_server") is not None and binary is not newest:
+            dropped.append(item)
+        else:
+            kept.append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
 
 
 @pytest.fixture(scope="session", params=SERVERS, ids=[s.label for s in SERVERS])

@@ -10,6 +10,7 @@ import sys
 import time
 from typing import Any
 
+import pytest
 import redis
 import redis.asyncio
 from redis.asyncio.connection import AbstractConnection
@@ -20,6 +21,9 @@ from redlease import AsyncClient, ServerUnavailableError, WrongTypeError
 from redlease._asyncio.cancel import CANCEL_GRACE
 from redlease.errors import LeaseLostError
 from redlease.testing import RedisServer, TcpProxy
+
+# the client's transport, the same on every server (and its storms are slow): the newest only
+pytestmark = pytest.mark.one_server
 
 TASKS = 1000
 MOST_CONNECTIONS = 8  # every connection of the client: pipeline, pub/sub and watchdog
