@@ -11,7 +11,8 @@ server
     and each command's calls per cycle (Lua-internal ones included).
 contention
     Commands per critical section in steady state: ``procs`` processes loop acquire, GET and
-    SET a counter, release; ``INFO commandstats`` is reset after a warm-up and read 2 s later.
+    SET a counter, release; ``INFO commandstats`` is reset once every process has run a few
+    critical sections (waited for, up to 60 s) and read 2 s later.
 gc
     1,000 asyncio tasks on distinct names through one ``AsyncClient(pipeline=True)``, and through
     redis.asyncio (``benchmarks/pipeline.py``'s two subjects): cycles per second and CPU per
@@ -95,11 +96,11 @@ def section_server(url: str, cycles: int = 3000) -> None:
     conn.close()
 
 
-def _contender(url: str, stop_at: float, done: Any) -> None:
+def _contender(url: str, stop: Any, done: Any) -> None:
     client = redlease.Client.from_url(url)
     lock = client.lock("anatomy:contended")
     conn = redis.Redis.from_url(url)
-    while time.time() < stop_at:
+    while not stop.is_set():
         lock.acquire()
         conn.set("anatomy:counter", int(conn.get("anatomy:counter") or 0) + 1)
         lock.release()
@@ -109,18 +110,24 @@ def _contender(url: str, stop_at: float, done: Any) -> None:
 
 def section_contention(url: str, procs: int) -> None:
     ctx = mp.get_context("spawn")
-    done = ctx.Queue()
-    stop_at = time.time() + 5.0
-    workers = [ctx.Process(target=_contender, args=(url, stop_at, done)) for _ in range(procs)]
+    done, stop = ctx.Queue(), ctx.Event()
+    workers = [ctx.Process(target=_contender, args=(url, stop, done)) for _ in range(procs)]
     for w in workers:
         w.start()
     probe = redis.Redis.from_url(url)
-    time.sleep(2.0)  # started, connected, in line
+    # started, connected, in line: on a loaded machine spawning and importing can take more
+    # than a fixed pause, so the window opens once every process has done a critical section
+    # or two (the counter at 4 per process), bounded at 60 s
+    opens_by = time.monotonic() + 60.0
+    while int(probe.get("anatomy:counter") or 0) < 4 * procs and time.monotonic() < opens_by:
+        time.sleep(0.1)
+    time.sleep(0.5)
     probe.config_resetstat()
     before = int(probe.get("anatomy:counter") or 0)
     time.sleep(2.0)
     sections = int(probe.get("anatomy:counter") or 0) - before
     _, calls = _per_cycle(probe, max(1, sections))
+    stop.set()
     total = sum(calls.values())
     for w in workers:
         w.join(timeout=30)
