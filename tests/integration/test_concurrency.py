@@ -101,6 +101,8 @@ async def test_tasks_own_their_holds(server, name):
         await lock.release()
 
 
+# owners in other processes: the client's; the scripts' exclusion runs on every server above
+@pytest.mark.one_server
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_processes_exclude_each_other(server, name, kind):
     procs = [

@@ -217,6 +217,8 @@ WORKER = textwrap.dedent(
 )
 
 
+# owners in other processes: the client's; the scripts' exclusion runs on every server above
+@pytest.mark.one_server
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_processes_exclude_each_other(server: RedisServer, name: str, kind: str) -> None:
     procs = [
