@@ -30,7 +30,7 @@ import httpx
 from fastapi import Depends, FastAPI
 
 from redlease import AsyncClient, Lease
-from redlease.contrib.fastapi import get_client, lifespan, lock
+from redlease.contrib.fastapi import exclusive, get_client, lifespan
 
 ENDPOINTS = ("unlocked", "locked")
 
@@ -54,7 +54,9 @@ def make_app(url: str) -> FastAPI:
 
     @app.post("/locked/{key}")
     async def locked(
-        key: str, client: Client, lease: Annotated[Lease, Depends(lock("c:{key}", timeout=120))]
+        key: str,
+        client: Client,
+        lease: Annotated[Lease, Depends(exclusive("c:{key}", timeout=120))],
     ) -> dict[str, int]:
         return {"value": await bump(client, f"count:{key}"), "token": lease.fencing_token}
 

@@ -4,7 +4,7 @@ on a socket of its own on a free port) and called by httpx, and FastAPI's and St
 
 What each test proves:
 - a few hundred concurrent requests doing a read-modify-write of a Redis counter under
-  ``lock("counter:{key}")``: no update lost, no 500, each answer a fencing token that grows
+  ``exclusive("counter:{key}")``: no update lost, no 500, each answer a fencing token that grows
   with the counter;
 - a busy lock answers the configured status with a detail that does not name the lock (and
   ``Retry-After`` for 503); the lock is released after an error, a cancelled request and a
@@ -43,7 +43,7 @@ from starlette.routing import Route
 
 import redlease
 from redlease import AsyncClient, EventLoopError, InvalidArgumentError, Lease
-from redlease.contrib.fastapi import get_client, leader_task, lifespan, lock
+from redlease.contrib.fastapi import exclusive, get_client, leader_task, lifespan
 from redlease.events import LockEvent
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -86,7 +86,7 @@ def counter_app(url: str) -> FastAPI:
     @app.post("/counters/{key}")
     async def bump(
         key: str,
-        lease: Annotated[Lease, Depends(lock("counter:{key}", timeout=60))],
+        lease: Annotated[Lease, Depends(exclusive("counter:{key}", timeout=60))],
         client: Annotated[AsyncClient, Depends(get_client)],
     ) -> dict[str, int]:
         value = int(await client.redis.get(f"count:{key}") or 0)
@@ -127,7 +127,7 @@ def test_deposit_recipe_loses_no_update_under_uvicorn(server: Any) -> None:
 
     app = FastAPI(lifespan=lifespan(server.url))
     namespace = {"app": app, "Annotated": Annotated, "Depends": Depends, "redlease": redlease}
-    namespace |= {"lock": lock, "Client": Annotated[AsyncClient, Depends(app_client)]}
+    namespace |= {"exclusive": exclusive, "Client": Annotated[AsyncClient, Depends(app_client)]}
     recipe("fastapi.md", "deposit", namespace)
     account, n = uuid.uuid4().hex, 200
     with serving(app) as base:
@@ -174,7 +174,7 @@ def test_lifespan_listeners_reach_each_run_s_client(server: Any) -> None:
     key = uuid.uuid4().hex
 
     @app.post("/work/{key}")
-    async def work(key: str, lease: Annotated[Lease, Depends(lock("work:{key}"))]) -> Any:
+    async def work(key: str, lease: Annotated[Lease, Depends(exclusive("work:{key}"))]) -> Any:
         return {"token": lease.fencing_token}
 
     with serving(app) as base:
@@ -194,26 +194,26 @@ def busy_app(url: str) -> FastAPI:
 
     @app.get("/orders/{order_id}")
     async def order(
-        order_id: int, lease: Annotated[Lease, Depends(lock("order:{order_id}"))]
+        order_id: int, lease: Annotated[Lease, Depends(exclusive("order:{order_id}"))]
     ) -> Any:
         return {"order": order_id, "token": lease.fencing_token}
 
     @app.get("/slow/{order_id}")
     async def slow(
         order_id: int,
-        lease: Annotated[Lease, Depends(lock("order:{order_id}", on_busy=503, timeout=0.2))],
+        lease: Annotated[Lease, Depends(exclusive("order:{order_id}", on_busy=503, timeout=0.2))],
     ) -> Any:
         return {"order": order_id}
 
     @app.get("/fails/{order_id}")
     async def fails(
-        order_id: int, lease: Annotated[Lease, Depends(lock("order:{order_id}"))]
+        order_id: int, lease: Annotated[Lease, Depends(exclusive("order:{order_id}"))]
     ) -> Any:
         raise ValueError("the handler failed")
 
     @app.get("/refused/{order_id}")
     async def refused(
-        order_id: int, lease: Annotated[Lease, Depends(lock("order:{order_id}"))]
+        order_id: int, lease: Annotated[Lease, Depends(exclusive("order:{order_id}"))]
     ) -> Any:
         raise HTTPException(418, "no")
 
@@ -259,7 +259,9 @@ def test_released_when_the_client_goes_away_after_the_handler(server: Any) -> No
     name = f"job:{uuid.uuid4().hex}"
 
     @app.post("/jobs/{job}")
-    async def job(job: str, lease: Annotated[Lease, Depends(lock("job:{job}", timeout=0))]) -> Any:
+    async def job(
+        job: str, lease: Annotated[Lease, Depends(exclusive("job:{job}", timeout=0))]
+    ) -> Any:
         entered.set()
         await asyncio.to_thread(gate.wait, 30)
         return {"done": True}
@@ -289,7 +291,7 @@ async def test_released_when_the_request_is_cancelled(server: Any) -> None:
 
     @app.get("/work/{name}")
     async def work(
-        name: str, lease: Annotated[Lease, Depends(lock("work:{name}", timeout=0))]
+        name: str, lease: Annotated[Lease, Depends(exclusive("work:{name}", timeout=0))]
     ) -> Any:
         entered.set()
         await asyncio.sleep(60)
@@ -318,12 +320,12 @@ def test_names_from_path_and_query_parameters(server: Any) -> None:
 
     @app.get("/reports/{region}")
     async def report(
-        region: str, day: str, lease: Annotated[Lease, Depends(lock("r:{region}:{day}"))]
+        region: str, day: str, lease: Annotated[Lease, Depends(exclusive("r:{region}:{day}"))]
     ):
         return {"token": lease.fencing_token}
 
     @app.get("/typed")
-    async def typed(lease: Annotated[Lease, Depends(lock(report_name))]) -> Any:
+    async def typed(lease: Annotated[Lease, Depends(exclusive(report_name))]) -> Any:
         return {"token": lease.fencing_token}
 
     day = str(uuid.uuid4().int % 10**6)
@@ -345,7 +347,9 @@ def test_a_field_neither_path_nor_query_fails_at_startup(server: Any) -> None:
     app = FastAPI(lifespan=lifespan(server.url))
 
     @app.get("/orders/{order_id}")
-    async def order(order_id: int, lease: Annotated[Lease, Depends(lock("order:{oid}"))]) -> Any:
+    async def order(
+        order_id: int, lease: Annotated[Lease, Depends(exclusive("order:{oid}"))]
+    ) -> Any:
         return {}
 
     with (
@@ -357,13 +361,13 @@ def test_a_field_neither_path_nor_query_fails_at_startup(server: Any) -> None:
 
 def test_bad_arguments_are_refused_at_once() -> None:
     with pytest.raises(InvalidArgumentError, match="on_busy"):
-        lock("a", on_busy=200)
+        exclusive("a", on_busy=200)
     with pytest.raises(InvalidArgumentError, match="timeout must be >= 0"):
-        lock("a", timeout=-1)
+        exclusive("a", timeout=-1)
     with pytest.raises(InvalidArgumentError, match="field"):
-        lock("a:{0}")
+        exclusive("a:{0}")
     with pytest.raises(InvalidArgumentError, match="lease"):
-        lock("a", lease=0)
+        exclusive("a", lease=0)
     with pytest.raises(InvalidArgumentError, match="url"):
         lifespan(None)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="restart_after"):
@@ -383,7 +387,7 @@ def test_a_module_level_client_fails_clearly_on_a_second_event_loop(server: Any)
             return {"token": lease.fencing_token}
 
     @app.get("/lifespan")
-    async def from_lifespan(lease: Annotated[Lease, Depends(lock(name, timeout=5))]) -> Any:
+    async def from_lifespan(lease: Annotated[Lease, Depends(exclusive(name, timeout=5))]) -> Any:
         return {"token": lease.fencing_token}
 
     with TestClient(app) as http:
@@ -410,7 +414,7 @@ def test_lifespan_entered_from_the_apps_own_lifespan(server: Any) -> None:
     app = FastAPI(lifespan=app_lifespan)
 
     @app.get("/{item}")
-    async def item(item: str, lease: Annotated[Lease, Depends(lock("item:{item}"))]) -> Any:
+    async def item(item: str, lease: Annotated[Lease, Depends(exclusive("item:{item}"))]) -> Any:
         return {"token": lease.fencing_token}
 
     with TestClient(app) as http:
@@ -497,7 +501,7 @@ def test_release_after_the_response_or_when_the_endpoint_returns(server: Any) ->
     async def stream(
         name: str,
         client: Annotated[AsyncClient, Depends(get_client)],
-        lease: Annotated[Lease, Depends(lock("s:{name}"))],
+        lease: Annotated[Lease, Depends(exclusive("s:{name}"))],
     ) -> StreamingResponse:
         async def body() -> AsyncIterator[bytes]:
             yield b"held while streaming: "
@@ -507,7 +511,7 @@ def test_release_after_the_response_or_when_the_endpoint_returns(server: Any) ->
 
     @app.post("/chained/{name}")
     async def chained(
-        name: str, lease: Annotated[Lease, Depends(lock("c:{name}"), scope="function")]
+        name: str, lease: Annotated[Lease, Depends(exclusive("c:{name}"), scope="function")]
     ) -> Any:
         return {"token": lease.fencing_token}
 
@@ -535,7 +539,9 @@ def test_a_forced_release_before_the_request_ends(
     @app.post("/orders/{order}/pay")
     async def pay(
         order: str,
-        lease: Annotated[Lease, Depends(lock("pay:{order}", on_lost=on_lost), scope="function")],
+        lease: Annotated[
+            Lease, Depends(exclusive("pay:{order}", on_lost=on_lost), scope="function")
+        ],
     ) -> Any:
         entered.set()
         await asyncio.to_thread(gate.wait, 30)
@@ -571,7 +577,7 @@ def test_a_forced_release_before_the_request_ends(
     assert len(heard) == 1 and heard[0].name == f"pay:{order}"
     assert heard[0].cause in ("forced", "unknown")
     with pytest.raises(InvalidArgumentError, match="on_lost='ignore'; give 'log' or 'raise'"):
-        lock("x", on_lost="ignore")
+        exclusive("x", on_lost="ignore")
 
 
 async def test_a_missing_field_fails_at_the_first_call_without_the_lifespan(
@@ -580,7 +586,9 @@ async def test_a_missing_field_fails_at_the_first_call_without_the_lifespan(
     app = FastAPI()
 
     @app.get("/orders/{order_id}")
-    async def order(order_id: int, lease: Annotated[Lease, Depends(lock("order:{oid}"))]) -> Any:
+    async def order(
+        order_id: int, lease: Annotated[Lease, Depends(exclusive("order:{oid}"))]
+    ) -> Any:
         return {}
 
     async with AsyncClient.from_url(server.url) as client:
@@ -589,3 +597,17 @@ async def test_a_missing_field_fails_at_the_first_call_without_the_lifespan(
         async with httpx.AsyncClient(transport=transport, base_url="http://app") as http:
             with pytest.raises(InvalidArgumentError, match=r"\{oid\}.*/orders/\{order_id\}"):
                 await http.get("/orders/1")
+
+
+def test_lock_is_a_deprecated_name_of_exclusive() -> None:
+    # ``client.lock(name)`` is a Lock; the dependency's former name still works
+    import redlease.contrib.fastapi as integration
+
+    with pytest.warns(DeprecationWarning) as caught:
+        former = integration.lock
+    assert [str(w.message).split(";")[0] for w in caught] == [
+        "redlease.contrib.fastapi.lock is renamed redlease.contrib.fastapi.exclusive"
+    ]
+    assert caught[0].filename == __file__
+    assert former is exclusive
+    assert "lock" not in integration.__all__ and "exclusive" in integration.__all__

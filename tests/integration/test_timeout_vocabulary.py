@@ -1,5 +1,5 @@
 """One name for the wait (issue 32): ``timeout`` in ``Client.exclusive``, ``redlease.exclusive``,
-FastAPI's ``lock()`` and Celery's ``exclusive={...}`` (Django's ``@exclusive``: its own test in
+FastAPI's ``exclusive()`` and Celery's ``exclusive={...}`` (Django's ``@exclusive``: its own test in
 tests/integration/django). A misspelt option, such as another library's ``wait=``, is an
 ``InvalidArgumentError`` (also a ``TypeError``, as Python's own error is) that names it and
 lists the valid ones."""
@@ -47,12 +47,12 @@ def test_module_exclusive() -> None:
     )
 
 
-def test_fastapi_lock() -> None:
+def test_fastapi_exclusive() -> None:
     pytest.importorskip("fastapi")
-    from redlease.contrib.fastapi import lock
+    from redlease.contrib.fastapi import exclusive
 
     check(
-        lambda: lock("order:{order_id}", wait=2),
+        lambda: exclusive("order:{order_id}", wait=2),
         "wait",
         "fair, lease, on_busy, on_lost, retry_after, timeout",
     )

@@ -193,7 +193,7 @@ EXCEPTIONS = {
     ("Client.fenced_set", "px"): "redis-py's SET px=: the stored value's expiry in ms",
     ("CountDownLatch.try_set_count", "count"): "Redisson's trySetCount: a latch's count",
     ("contrib.django.exclusive", "on_lost"): "a policy's name ('raise', ...), not a callback",
-    ("contrib.fastapi.lock", "on_lost"): "a policy's name ('raise', ...), not a callback",
+    ("contrib.fastapi.exclusive", "on_lost"): "a policy's name ('raise', ...), not a callback",
 }
 
 

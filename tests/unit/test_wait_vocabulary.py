@@ -73,7 +73,7 @@ def test_no_parameter_names_the_wait_otherwise() -> None:
         "redlease.AsyncClient.exclusive",
         "redlease.exclusive",
         "redlease.contrib.django.exclusive",
-        "redlease.contrib.fastapi.lock",
+        "redlease.contrib.fastapi.exclusive",
     ],
 )
 def test_every_locking_entry_point_takes_timeout(where: str) -> None:

@@ -8,7 +8,7 @@ Built on redlease's public API (install with ``pip install 'redlease[fastapi]'``
   ``lifespan=``), or enter it from the app's own lifespan: ``async with
   redlease_lifespan(app):``. A client belongs to the event loop it is first used on, and each
   ``TestClient`` runs a loop of its own: the lifespan makes one per run of the app.
-- ``Depends(lock("order:{order_id}", timeout=2, on_busy=409))`` holds a lock named after the
+- ``Depends(exclusive("order:{order_id}", timeout=2, on_busy=409))`` holds a lock named after the
   request's path and query parameters while the request is handled, and answers ``on_busy``
   when the lock stayed busy for ``timeout`` seconds. It gives the handler the ``Lease`` (its
   ``fencing_token``).
@@ -16,7 +16,8 @@ Built on redlease's public API (install with ``pip install 'redlease[fastapi]'``
   election ``name`` (``AsyncClient.election``), cancels it when that instance loses the
   leadership or stops, and campaigns again meanwhile.
 
-``lifespan`` and ``leader_task`` need Starlette only; ``lock`` needs FastAPI.
+``lifespan`` and ``leader_task`` need Starlette only; ``exclusive`` needs FastAPI (formerly
+``lock``, a deprecated alias).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import inspect
 import logging
 import math
 import string
+import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -57,7 +59,7 @@ from ..errors import refuse_unknown
 from ..events import Listener
 from . import _listeners
 
-__all__ = ["LeaderTask", "Lifespan", "get_client", "leader_task", "lifespan", "lock"]
+__all__ = ["LeaderTask", "Lifespan", "exclusive", "get_client", "leader_task", "lifespan"]
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +170,7 @@ def get_client(request: Request) -> AsyncClient:
 
 
 class _LockSpec:
-    """What ``lock(...)`` was given, checked."""
+    """What ``exclusive(...)`` was given, checked."""
 
     def __init__(
         self,
@@ -303,7 +305,7 @@ class _LockSpec:
         )
 
 
-def lock(
+def exclusive(
     name: str | Callable[..., Any],
     *,
     timeout: Seconds | None = 0,
@@ -315,7 +317,7 @@ def lock(
     **unknown: NoReturn,
 ) -> Callable[..., AsyncIterator[Lease]]:
     """A FastAPI dependency that holds a lock while the request is handled:
-    ``lease = Depends(lock("order:{order_id}", timeout=2, on_busy=409))``.
+    ``lease = Depends(exclusive("order:{order_id}", timeout=2, on_busy=409))``.
 
     ``name`` is a format string whose fields are path parameters or query parameters of the
     route (their text, as in the URL; checked when the app starts with ``lifespan``), or a
@@ -341,10 +343,10 @@ def lock(
     streamed body and background tasks included); with ``Depends(..., scope="function")``,
     as soon as the endpoint returns, before the response is sent.
     """
-    refuse_unknown("lock()", unknown, LOCK_OPTIONS)
+    refuse_unknown("exclusive()", unknown, LOCK_OPTIONS)
     if not (isinstance(name, str) and name) and not callable(name):
         raise InvalidArgumentError(
-            f"lock: name must be a format string or a callable, got {name!r}"
+            f"exclusive: name must be a format string or a callable, got {name!r}"
         )
     spec = _LockSpec(
         name,
@@ -370,7 +372,9 @@ def lock(
             request: Request, lock_name: str = Depends(named)
         ) -> AsyncIterator[Lease]:
             if not isinstance(lock_name, str) or not lock_name:
-                raise InvalidArgumentError(f"lock: {named!r} returned {lock_name!r}, not a name")
+                raise InvalidArgumentError(
+                    f"exclusive: {named!r} returned {lock_name!r}, not a name"
+                )
             async with spec.held(request, lock_name) as lease:
                 yield lease
 
@@ -379,17 +383,17 @@ def lock(
 
 
 LOCK_OPTIONS = ("timeout", "on_busy", "retry_after", "lease", "fair", "on_lost")
-"""``lock()``'s keyword options (a misspelt one is named in an error listing these)."""
+"""``exclusive()``'s keyword options (a misspelt one is named in an error listing these)."""
 
 _SPECS: weakref.WeakKeyDictionary[Callable[..., Any], _LockSpec] = weakref.WeakKeyDictionary()
-"""The dependencies ``lock()`` made: what the start-up check looks for in the routes."""
+"""The dependencies ``exclusive()`` made: what the start-up check looks for in the routes."""
 
 
 def _fields(template: str) -> tuple[str, ...]:
     try:
         parsed = list(string.Formatter().parse(template))
     except ValueError as exc:
-        raise InvalidArgumentError(f"lock: bad name template {template!r}: {exc}") from None
+        raise InvalidArgumentError(f"exclusive: bad name template {template!r}: {exc}") from None
     fields: list[str] = []
     for _, field, _, _ in parsed:
         if field is None:
@@ -404,7 +408,7 @@ def _fields(template: str) -> tuple[str, ...]:
     try:
         template.format_map(dict.fromkeys(fields, "x"))
     except (ValueError, TypeError) as exc:
-        raise InvalidArgumentError(f"lock: bad name template {template!r}: {exc}") from None
+        raise InvalidArgumentError(f"exclusive: bad name template {template!r}: {exc}") from None
     return tuple(fields)
 
 
@@ -459,7 +463,7 @@ def _flag(value: Any, what: str) -> bool:
 
 
 def check_routes(app: Any) -> None:
-    """Raise ``InvalidArgumentError`` if a route's ``lock()`` name has a field that is neither
+    """Raise ``InvalidArgumentError`` if a route's ``exclusive()`` name has a field that is neither
     a path parameter nor a query parameter of the route (run by ``lifespan`` at start-up)."""
     for route in _routes(getattr(app, "routes", ())):
         path, queries = _route_fields(route)
@@ -627,3 +631,15 @@ def _takes_an_argument(fn: Callable[..., Any]) -> bool:
         return True
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return any(p.kind in positional or p.kind is p.VAR_POSITIONAL for p in parameters)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "lock":  # the dependency's former name (``client.lock(name)`` is a Lock)
+        warnings.warn(
+            "redlease.contrib.fastapi.lock is renamed redlease.contrib.fastapi.exclusive;"
+            " redlease.contrib.fastapi.lock is deprecated and will be removed",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return exclusive
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
