@@ -1,4 +1,5 @@
-"""Waiting helpers: bounded waits on a condition, never a bare sleep for correctness."""
+"""Waiting helpers: bounded waits on a condition, never a bare sleep for correctness; the
+counter that shows whether a lock excludes its threads or tasks."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
+
+import redis
+import redis.asyncio
 
 
 async def eventually(condition: Callable[[], Any], timeout: float = 10.0) -> None:
@@ -73,3 +77,59 @@ def held_by_another_thread(*locks: Any) -> Iterator[None]:
     finally:
         done.set()
         thread.join(10)
+
+
+def count_in_threads(url: str, counter: str, lock: Any, *, threads: int, rounds: int) -> int:
+    """``threads`` threads each take ``lock`` (``with lock:``) ``rounds`` times and, under it,
+    read the ``counter`` key and write it back one more (a lost update shows when two hold at
+    once); returns how many times two threads were inside at once (0 under a working lock).
+    The test checks the counter: ``threads * rounds``."""
+    raw = redis.Redis.from_url(url)
+    inside = overlaps = 0
+
+    def work() -> None:
+        nonlocal inside, overlaps
+        for _ in range(rounds):
+            with lock:
+                inside += 1
+                overlaps += inside > 1
+                value = int(raw.get(counter) or 0)
+                raw.set(counter, value + 1)
+                inside -= 1
+
+    workers = [threading.Thread(target=work) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(120)
+    raw.close()
+    return overlaps
+
+
+async def count_in_tasks(url: str, counter: str, lock: Any, *, tasks: int, rounds: int) -> int:
+    """``count_in_threads`` with asyncio tasks (``async with lock:``)."""
+    raw = redis.asyncio.Redis.from_url(url)
+    inside = overlaps = 0
+
+    async def work() -> None:
+        nonlocal inside, overlaps
+        for _ in range(rounds):
+            async with lock:
+                inside += 1
+                overlaps += inside > 1
+                value = int(await raw.get(counter) or 0)
+                await raw.set(counter, value + 1)
+                inside -= 1
+
+    await asyncio.wait_for(asyncio.gather(*(work() for _ in range(tasks))), 120)
+    await raw.aclose()
+    return overlaps
+
+
+def counted(url: str, counter: str) -> int:
+    """The ``counter`` key's value (0 when absent)."""
+    raw = redis.Redis.from_url(url)
+    try:
+        return int(raw.get(counter) or 0)
+    finally:
+        raw.close()

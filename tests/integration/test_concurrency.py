@@ -21,67 +21,29 @@ from redlease import NotOwnedError, ServerUnavailableError
 from redlease._core.keys import LockKeys
 from redlease.testing import TcpProxy
 
-from .helpers import eventually
+from .helpers import count_in_tasks, count_in_threads, counted, eventually
 
 WORKER = str(Path(__file__).with_name("worker.py"))
 
 
 def _counter(url: str, name: str) -> int:
-    raw = redis.Redis.from_url(url)
-    try:
-        return int(raw.get(name + ":counter") or 0)
-    finally:
-        raw.close()
+    return counted(url, name + ":counter")
 
 
 def test_threads_exclude_each_other(server, name):
-    raw = redis.Redis.from_url(server.url)
-    inside = 0
-    overlaps = 0
     with redlease.Client.from_url(server.url) as client:
         lock = client.lock(name)
-
-        def work() -> None:
-            nonlocal inside, overlaps
-            for _ in range(50):
-                with lock:
-                    inside += 1
-                    overlaps += inside > 1
-                    value = int(raw.get(name + ":counter") or 0)
-                    raw.set(name + ":counter", value + 1)
-                    inside -= 1
-
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
+        overlaps = count_in_threads(server.url, name + ":counter", lock, threads=4, rounds=50)
     assert overlaps == 0
     assert _counter(server.url, name) == 200
-    raw.close()
 
 
 async def test_tasks_exclude_each_other(server, name):
-    raw = redis.asyncio.Redis.from_url(server.url)
-    inside = 0
-    overlaps = 0
     async with redlease.AsyncClient.from_url(server.url) as client:
         lock = client.lock(name)
-
-        async def work() -> None:
-            nonlocal inside, overlaps
-            for _ in range(50):
-                async with lock:
-                    inside += 1
-                    overlaps += inside > 1
-                    value = int(await raw.get(name + ":counter") or 0)
-                    await raw.set(name + ":counter", value + 1)
-                    inside -= 1
-
-        await asyncio.wait_for(asyncio.gather(*(work() for _ in range(4))), 60)
+        overlaps = await count_in_tasks(server.url, name + ":counter", lock, tasks=4, rounds=50)
     assert overlaps == 0
     assert _counter(server.url, name) == 200
-    await raw.aclose()
 
 
 async def test_tasks_own_their_holds(server, name):

@@ -18,7 +18,7 @@ from redlease import InvalidArgumentError, LockTimeoutError
 from redlease._core import group as core
 from redlease.testing import RedisServer
 
-from .helpers import eventually
+from .helpers import count_in_tasks, count_in_threads, counted, eventually
 
 VALUES = [f"order-{i}" for i in range(5)]
 
@@ -185,3 +185,17 @@ async def test_bad_values_are_refused(side: Any, server: RedisServer, name: str)
         client.group_lock(name, "abc")
     with pytest.raises(InvalidArgumentError, match="lock name"):
         client.group_lock("", ["a"])
+
+
+def test_threads_exclude_each_other(server: RedisServer, name: str) -> None:
+    with redlease.Client.from_url(server.url) as client:
+        lock = client.group_lock(name, VALUES)
+        overlaps = count_in_threads(server.url, name + ":counter", lock, threads=4, rounds=25)
+    assert overlaps == 0 and counted(server.url, name + ":counter") == 100
+
+
+async def test_tasks_exclude_each_other(server: RedisServer, name: str) -> None:
+    async with redlease.AsyncClient.from_url(server.url) as client:
+        lock = client.group_lock(name, VALUES)
+        overlaps = await count_in_tasks(server.url, name + ":counter", lock, tasks=4, rounds=25)
+    assert overlaps == 0 and counted(server.url, name + ":counter") == 100

@@ -11,7 +11,6 @@ import asyncio
 import subprocess
 import sys
 import textwrap
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -22,7 +21,7 @@ import redlease
 from redlease import ExponentialBackoff, InvalidArgumentError, LockTimeoutError
 from redlease.testing import RedisServer, RedissonLock
 
-from .helpers import eventually
+from .helpers import count_in_tasks, count_in_threads, counted, eventually
 
 QUICK = ExponentialBackoff(initial=0.001, maximum=0.02, multiplier=2, jitter=0.002)
 """Short pauses: a waiter notices a release within about 20 ms (the tests never rely on it)."""
@@ -103,6 +102,38 @@ async def test_a_waiter_takes_the_lock_after_release_without_subscribing(
     assert subscribe_calls(url) == dict.fromkeys([*SUBSCRIBING, "listening"], 0)
 
 
+def publish_calls(url: str) -> int:
+    """PUBLISH and SPUBLISH the server ran so far, those inside scripts included."""
+    raw = redis.Redis.from_url(url)
+    try:
+        stats = raw.info("commandstats")
+        return sum(
+            int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("publish", "spublish")
+        )
+    finally:
+        raw.close()
+
+
+async def test_a_release_publishes_nothing(
+    side: Any, private_server: RedisServer, name: str
+) -> None:
+    """As Redisson's RSpinLock unlocks: no PUBLISH (a user or proxy without pub/sub can
+    release); the lock's release of the same name does publish (its waiters are woken)."""
+    url = private_server.url
+    spin = side.client(url).spin_lock(name, backoff=QUICK)
+    before = publish_calls(url)
+    for _ in range(3):
+        assert await side(spin.acquire(timeout=0))
+        assert await side(spin.acquire(timeout=0))  # a re-entry: two releases, one final
+        await side(spin.release())
+        await side(spin.release())
+    assert publish_calls(url) == before and not await side(spin.locked())
+    plain = side.client(url).lock(name)
+    assert await side(plain.acquire(timeout=0))
+    await side(plain.release())
+    assert publish_calls(url) == before + 1
+
+
 async def test_timeout_zero_reentrancy_tokens_and_hold(
     side: Any, server: RedisServer, name: str
 ) -> None:
@@ -143,49 +174,17 @@ async def test_the_watchdog_renews_and_events_are_told(
 
 
 def test_threads_exclude_each_other(server: RedisServer, name: str) -> None:
-    raw = redis.Redis.from_url(server.url)
-    inside = overlaps = 0
     with redlease.Client.from_url(server.url) as client:
         lock = client.spin_lock(name, backoff=QUICK)
-
-        def work() -> None:
-            nonlocal inside, overlaps
-            for _ in range(30):
-                with lock:
-                    inside += 1
-                    overlaps += inside > 1
-                    value = int(raw.get(name + ":counter") or 0)
-                    raw.set(name + ":counter", value + 1)
-                    inside -= 1
-
-        threads = [threading.Thread(target=work) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-    assert overlaps == 0 and int(raw.get(name + ":counter") or 0) == 120
-    raw.close()
+        overlaps = count_in_threads(server.url, name + ":counter", lock, threads=4, rounds=30)
+    assert overlaps == 0 and counted(server.url, name + ":counter") == 120
 
 
 async def test_tasks_exclude_each_other(server: RedisServer, name: str) -> None:
-    raw = redis.asyncio.Redis.from_url(server.url)
-    inside = overlaps = 0
     async with redlease.AsyncClient.from_url(server.url) as client:
         lock = client.spin_lock(name, backoff=QUICK)
-
-        async def work() -> None:
-            nonlocal inside, overlaps
-            for _ in range(30):
-                async with lock:
-                    inside += 1
-                    overlaps += inside > 1
-                    value = int(await raw.get(name + ":counter") or 0)
-                    await raw.set(name + ":counter", value + 1)
-                    inside -= 1
-
-        await asyncio.wait_for(asyncio.gather(*(work() for _ in range(4))), 120)
-    assert overlaps == 0 and int(await raw.get(name + ":counter") or 0) == 120
-    await raw.aclose()
+        overlaps = await count_in_tasks(server.url, name + ":counter", lock, tasks=4, rounds=30)
+    assert overlaps == 0 and counted(server.url, name + ":counter") == 120
 
 
 WORKER = textwrap.dedent(

@@ -366,6 +366,8 @@ class Config:
     former ``redlease:fence:{name}``, beside the Java thread's key)."""
     keep: int = 2
     """Units a ``K`` release keeps the lock taken."""
+    quiet: bool = False
+    """Releases publish nothing and hand nothing over (a spin lock's, ``quiet``)."""
     carried_receipts_expire: bool = True
     """The documented exception to the receipts' window (``lock_release.lua``): receipts
     carried by a hold handed over go with it when it ends by expiry (off: I5 holds them to
@@ -496,11 +498,13 @@ class Model:
             kw: dict[str, Any] = {
                 "held": cur.held,
                 "request_id": cur.id,
-                "handoff_ms": cfg.window * cfg.unit_ms,
+                "handoff_ms": 0 if cfg.quiet else cfg.window * cfg.unit_ms,
                 "unsure": cur.unsure,
             }
             if "token" in RELEASE_PARAMS:
                 kw["token"] = cur.token
+            if cfg.quiet:
+                kw["quiet"] = True
             return core.release(keys, owner, layout=self.layout, **kw)
         watched = cur.letter in "AU"
         blocking = cur.letter in "AL"

@@ -67,6 +67,9 @@ FIXED = [
     lock("AR", "AR", depth=9, layout="group"),
     lock("AAR", "T", depth=9, losses=1, layout="group"),
     lock("TR", "LR", depth=9, force=1, layout="group", **QUIET),
+    # quiet releases (a spin lock's: nothing published, nothing handed over) among the
+    # lock's waiters and tries
+    lock("AR", "TR", depth=9, losses=1, quiet=True),
 ]
 FIXED_SLOW = [
     lock("AR", "AR", depth=12),

@@ -101,7 +101,10 @@ def assert_release_call(call: object, *, held: int, token: int | None = None) ->
         KEYS.deadlines,
         KEYS.fence,
     )
-    owner, count, request_id, handoff_ms, publish, handover, unsure, outsiders_ms, got = call.args
+    owner, count, request_id, handoff_ms, publish, handover, unsure, outsiders_ms, got, quiet = (
+        call.args
+    )
+    assert quiet == 0  # the lock's release publishes its wake-up
     if token is not None:
         assert got == token  # the token of the hold it releases
     assert unsure == 0
@@ -418,7 +421,7 @@ def test_release_returns_remaining_holds() -> None:
     call = next(op)
     assert call == release_call(KEYS, OWNER, 3, request_id="req-9", token=5, handoff_ms=50)
     handover = KEYS.handover_prefix
-    assert call.args == (OWNER, 3, "req-9", 50, "publish", handover, 0, OUTSIDERS_TURN_MS, 5)
+    assert call.args == (OWNER, 3, "req-9", 50, "publish", handover, 0, OUTSIDERS_TURN_MS, 5, 0)
     assert finish(op, [codes.RELEASED, 2]) == 2
 
 

@@ -162,8 +162,10 @@ class GroupLayout(Layout):
         token: int,
         handoff_ms: int = 0,
         unsure: bool = False,
+        quiet: bool = False,
     ) -> Call:
-        """One release (no hand-over: ``handoff_ms`` does not apply)."""
+        """One release (no hand-over, and a release always wakes the group's waiters:
+        ``handoff_ms`` and ``quiet`` do not apply)."""
         assert isinstance(keys, GroupKeys)
         return Call(
             GROUP_LOCK_RELEASE,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ..errors import InvalidArgumentError, LeaseLostError, ReplicaError, ServerUnavailableError
 from . import codes, scripts
@@ -154,11 +155,13 @@ def release_call(
     token: int,
     handoff_ms: int = 0,
     unsure: bool = False,
+    quiet: bool = False,
 ) -> Call:
     """The release script call; ``token``: the owner's hold's (the release acts on no other
     hold; 0: not known, as a Redlock owner's on each master); ``handoff_ms`` hands a freed
     lock to the first waiter; ``unsure``: the owner's last re-entry may have landed unseen
-    (its count may be one more)."""
+    (its count may be one more); ``quiet``: publish nothing (a spin lock's release: no
+    PUBLISH needed; never with ``handoff_ms``)."""
     return Call(
         scripts.LOCK_RELEASE,
         (keys.name, keys.channel, keys.receipts, keys.queue, keys.deadlines, keys.fence),
@@ -172,6 +175,7 @@ def release_call(
             int(unsure),
             OUTSIDERS_TURN_MS if handoff_ms > 0 else 0,
             token,
+            int(quiet),
         ),
     )
 
@@ -228,6 +232,7 @@ class Layout:
         token: int,
         handoff_ms: int = 0,
         unsure: bool = False,
+        quiet: bool = False,
     ) -> Call:
         return release_call(
             keys,
@@ -237,6 +242,7 @@ class Layout:
             token=token,
             handoff_ms=handoff_ms,
             unsure=unsure,
+            quiet=quiet,
         )
 
     def leave_call(
@@ -264,6 +270,55 @@ REDLEASE = Layout()
 """redlease's own layout (the default)."""
 
 
+class Listening:
+    """How ``acquire``'s waiter waits between two tries: this one, the lock's, listens for a
+    release (pub/sub) and takes a place in the lock's line; ``spin.Backoff`` sleeps instead.
+
+    ``start`` runs before the first try of a blocking call. After each try that did not get
+    the lock and left the caller time, ``ready`` answers whether to try again at once (the
+    waiter just began to listen), else ``pause`` waits (given the holder's lease left,
+    ``hint``, and the caller's time left) and answers what woke the waiter (a ``Handed``
+    grant, or anything else for a plain re-check). ``listening``: the waiter waits for the
+    lock (an outage is then ridden out, up to ``OUTAGE_TOLERANCE``)."""
+
+    in_line = True
+    """A blocking try takes a place in the lock's line, which the waiter leaves at its end."""
+
+    def __init__(self, subscribe: Subscribe) -> None:
+        self._subscribe = subscribe
+        self.listening = False
+
+    def start(self) -> Operation[None]:
+        # Listening before the first try costs nothing when the channel is already
+        # subscribed, and spares a waiter the subscribe-then-retry round trips.
+        self.listening = bool((yield dataclasses.replace(self._subscribe, only_if_live=True)))
+
+    def ready(self) -> Operation[bool]:
+        if self.listening:
+            return False
+        # Subscribe, then try again at once: a release between our try and the
+        # subscription would otherwise go unheard until the TTL ran out.
+        yield self._subscribe  # listens, or raises
+        self.listening = True
+        return True
+
+    def pause(self, hint: float, remaining: float) -> Operation[Any]:
+        return (yield WaitWake(min(remaining, hint, RECHECK)))
+
+
+class WaitStep(Protocol):
+    """What ``acquire`` needs of a way to wait (``Listening``, ``spin.Backoff``)."""
+
+    in_line: bool
+    listening: bool
+
+    def start(self) -> Operation[None]: ...
+
+    def ready(self) -> Operation[bool]: ...
+
+    def pause(self, hint: float, remaining: float) -> Operation[Any]: ...
+
+
 def acquire(
     keys: LockKeys,
     owner: str,
@@ -280,6 +335,7 @@ def acquire(
     clock: Callable[[], float] = time.monotonic,
     on_gone: Callable[[], None] = lambda: None,
     layout: Layout = REDLEASE,
+    wait: Callable[[Subscribe], WaitStep] = Listening,
 ) -> Operation[Acquired | None]:
     """Try, and while allowed wait for a wake-up and try again; ``None`` when not acquired.
 
@@ -314,6 +370,9 @@ def acquire(
     given back by the shell at once, as a release of the hold with the hand-over's token
     (only that hold: never one the owner has since, whose token differs) that hands the lock
     on to the next in line (``handoff_ms``: the window, as the client's releases use it).
+
+    ``wait`` makes the waiter's way to wait from the subscription it would make: the lock's
+    (``Listening``), or a spin lock's pauses (``spin.Backoff``: no line, no subscription).
     """
     deadline = None if timeout is None else clock() + timeout
     leave = layout.leave_call(keys, owner, wait_id, timeout, place_lease(lease, handover))
@@ -332,13 +391,12 @@ def acquire(
     seen = 0  # the highest token or fence counter a reply of this call carried
     turn_wait = TURN_WAIT  # back-off while a free fair lock is another waiter's turn
     late = LateGrants()  # grants in a row that came too late, and the pause after them
-    # Listening before the first try costs nothing when the channel is already subscribed,
-    # and spares a waiter the subscribe-then-retry round trips. We listen on the lock's
-    # channel and on our own: where a release hands it over to us.
+    # We listen on the lock's channel and on our own: where a release hands it over to us.
     channel, private = layout.listen(keys, owner)
-    subscribed = bool(
-        blocking and (yield Subscribe(channel, owner, leave, True, private, wait_id, grant_back))
-    )
+    waiter = wait(Subscribe(channel, owner, leave, False, private, wait_id, grant_back))
+    if blocking:
+        yield from waiter.start()
+    queue = blocking and waiter.in_line
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     while True:
         sent_at = clock()
@@ -348,7 +406,7 @@ def acquire(
                 owner,
                 held=held,
                 lease=lease,
-                queue=blocking,
+                queue=queue,
                 wait_id=wait_id,
                 timeout=timeout,
                 fair=fair,
@@ -364,7 +422,7 @@ def acquire(
                 )
             raise
         except ServerUnavailableError:
-            pause = outage.failed(listening=subscribed)
+            pause = outage.failed(listening=waiter.listening)
             if pause is None:
                 if held == 0:
                     # a grant whose reply was lost must not hold the lock for a whole lease:
@@ -405,14 +463,10 @@ def acquire(
             return None
         remaining = math.inf if deadline is None else deadline - clock()
         if remaining <= 0:
-            yield leave
+            if waiter.in_line:
+                yield leave
             return None
-        if not subscribed:
-            # Subscribe, then try again at once: a release between our try and the
-            # subscription would otherwise go unheard until the TTL ran out.
-            # listens, or raises
-            yield Subscribe(channel, owner, leave, False, private, wait_id, grant_back)
-            subscribed = True
+        if (yield from waiter.ready()):
             continue
         if code == codes.GRANTED:  # it came too late: pause before the next try
             if late.must_sleep:
@@ -428,7 +482,7 @@ def acquire(
             turn_wait = TURN_WAIT
         if code != codes.GRANTED:
             late.reset()
-        woken = yield WaitWake(min(remaining, holder_left, RECHECK))
+        woken = yield from waiter.pause(holder_left, remaining)
         if isinstance(woken, Handed) and woken.wait == wait_id and woken.token > seen and not held:
             ttl = woken.lease_ms / 1000
             if clock() - sent_at < ttl - drift(ttl):
@@ -446,10 +500,12 @@ def release(
     handoff_ms: int = 0,
     unsure: bool = False,
     layout: Layout = REDLEASE,
+    quiet: bool = False,
 ) -> Operation[int]:
     """Release one hold; returns how many holds the owner keeps (0: the lock is free).
     ``unsure``: a re-entry whose outcome is unknown may have counted one hold more, which
-    goes too (the caller was told that acquire failed)."""
+    goes too (the caller was told that acquire failed). ``quiet``: the release publishes
+    nothing (a spin lock's)."""
     reply = yield layout.release_call(
         keys,
         owner,
@@ -458,6 +514,7 @@ def release(
         token=token,
         handoff_ms=handoff_ms,
         unsure=unsure,
+        quiet=quiet,
     )
     code, remaining = int(reply[0]), int(reply[1])
     if code != codes.RELEASED:

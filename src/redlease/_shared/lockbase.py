@@ -74,6 +74,9 @@ class LockBase:
     _fair = False
     """A fair lock never lets a newcomer take a free lock ahead of a live waiter in line."""
 
+    _quiet = False
+    """A release publishes nothing and hands nothing over (a spin lock's: no PUBLISH)."""
+
     def __init__(
         self,
         state: ClientState,
@@ -265,10 +268,12 @@ class LockBase:
             request_id=hold.release_id,
             token=hold.token,
             # a fair lock always hands over to the first waiter in line
-            handoff_ms=self._state.handoff_ms
-            or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
+            handoff_ms=0
+            if self._quiet
+            else self._state.handoff_ms or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
             unsure=hold.unsure,
             layout=self._layout,
+            quiet=self._quiet,
         )
 
     def _not_owned(self, owner: str) -> str:

@@ -22,6 +22,7 @@ class SpinLockBase(LockBase):
     watchdog finds that at its next renewal)."""
 
     _backoff: ExponentialBackoff
+    _quiet = True  # its release publishes nothing, as Redisson's RSpinLock's (no PUBLISH)
 
     @property
     def backoff(self) -> ExponentialBackoff:

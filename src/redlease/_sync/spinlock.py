@@ -27,7 +27,8 @@ class SpinLock(SpinLockBase, Lock):
     metrics. Only a waiter differs: it takes no place in line and hears no release; it tries,
     sleeps the next pause of its ``backoff`` (``ExponentialBackoff``) while the lock is held,
     and tries again, so a release is noticed at the waiter's next try, not at once, and
-    waiters are not served in arrival order. ``timeout=0`` is a single try.
+    waiters are not served in arrival order. ``timeout=0`` is a single try. Its release
+    publishes nothing (Redisson's ``RSpinLock`` neither): no ``PUBLISH`` permission needed.
     """
 
     def __init__(

@@ -21,6 +21,10 @@
 -- ARGV[9]  the fencing token of the caller's hold (0: the caller does not know it, as a
 --          Redlock owner on each master): a release acts only on the hold with that token,
 --          never on another hold of the same owner field (a stale copy after a failover)
+-- ARGV[10] 1: a quiet release (a spin lock's, as Redisson's RSpinLock unlocks): nothing is
+--          published, so it needs no permission to publish (and ARGV[4] must be 0: no
+--          hand-over); waiters of the same name re-check within their bound (a wake-up is only
+--          a hint). 0 or absent: the wake-up is published
 -- Reply    {code, hold_count}
 --   1 RELEASED  hold_count is what remains (the caller's count less one); 0 means the lock
 --               was freed and waiters woken
@@ -83,7 +87,8 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
   -- channel, or on the waiters' channels when some wait) is refused before any change
   -- (Redis >= 7, Valkey; Redis 6.2 has no redis.acl_check_cmd)
   local window = tonumber(ARGV[4])
-  if redis.acl_check_cmd and not (redis.acl_check_cmd(ARGV[5], KEYS[2], '0')
+  local quiet = ARGV[10] == '1' and window == 0
+  if not quiet and redis.acl_check_cmd and not (redis.acl_check_cmd(ARGV[5], KEYS[2], '0')
       and (window == 0 or redis.acl_check_cmd(ARGV[5], ARGV[6], '0'))) then
     return redis.error_reply("NOPERM this user has no permissions to run the '" .. ARGV[5] .. "' command")
   end
@@ -194,7 +199,9 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
       return {1, 0}
     end
   end
-  redis.pcall(ARGV[5], KEYS[2], '0')
+  if not quiet then
+    redis.pcall(ARGV[5], KEYS[2], '0')
+  end
   -- with the older receipts, from before a free-lock acquire
   redis.call('set', KEYS[3], receipts(redis.call('get', KEYS[3])), 'px', 30000)
   return {1, 0}
