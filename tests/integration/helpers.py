@@ -133,3 +133,34 @@ def counted(url: str, counter: str) -> int:
         return int(raw.get(counter) or 0)
     finally:
         raw.close()
+
+
+async def in_owner(side: Any, body: Callable[[], Any]) -> Any:
+    """Run ``body`` (a coroutine function on the asyncio side, else a plain one) as an owner
+    of its own: a task, or a thread."""
+    if side.is_async:
+        return await asyncio.create_task(body())
+    return await asyncio.to_thread(body)
+
+
+def owner_body(side: Any, lock: Any, **acquire: Any) -> Callable[[], Any]:
+    """Acquire ``lock`` (``acquire``'s arguments), note the token, release: as one owner."""
+    if side.is_async:
+
+        async def run_async() -> tuple[bool, int | None]:
+            got = await lock.acquire(**acquire)
+            token = lock.fencing_token
+            if got:
+                await lock.release()
+            return got, token
+
+        return run_async
+
+    def run() -> tuple[bool, int | None]:
+        got = lock.acquire(**acquire)
+        token = lock.fencing_token
+        if got:
+            lock.release()
+        return got, token
+
+    return run

@@ -18,7 +18,14 @@ from redlease import InvalidArgumentError, LockTimeoutError
 from redlease._core import group as core
 from redlease.testing import RedisServer
 
-from .helpers import count_in_tasks, count_in_threads, counted, eventually
+from .helpers import (
+    count_in_tasks,
+    count_in_threads,
+    counted,
+    eventually,
+    in_owner,
+    owner_body,
+)
 
 VALUES = [f"order-{i}" for i in range(5)]
 
@@ -36,35 +43,6 @@ def value_fields(fields: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in fields.items() if ":" not in k}
 
 
-async def in_owner(side: Any, body: Any) -> Any:
-    if side.is_async:
-        return await asyncio.create_task(body())
-    return await asyncio.to_thread(body)
-
-
-def try_once(side: Any, lock: Any, **acquire: Any) -> Any:
-    """As an owner of its own: acquire (``acquire``'s arguments), note the token, release."""
-    if side.is_async:
-
-        async def run_async() -> tuple[bool, int | None]:
-            got = await lock.acquire(**acquire)
-            token = lock.fencing_token
-            if got:
-                await lock.release()
-            return got, token
-
-        return run_async
-
-    def run() -> tuple[bool, int | None]:
-        got = lock.acquire(**acquire)
-        token = lock.fencing_token
-        if got:
-            lock.release()
-        return got, token
-
-    return run
-
-
 async def test_a_group_overlapping_a_held_value_gets_nothing(
     side: Any, server: RedisServer, name: str
 ) -> None:
@@ -72,17 +50,17 @@ async def test_a_group_overlapping_a_held_value_gets_nothing(
     assert await side(holder.acquire(timeout=0))
     before = group_fields(server.url, name)
     other = side.client(server.url).group_lock(name, VALUES)
-    assert await in_owner(side, try_once(side, other, timeout=0)) == (False, None)
-    assert await in_owner(side, try_once(side, other, timeout=0.3)) == (False, None)
+    assert await in_owner(side, owner_body(side, other, timeout=0)) == (False, None)
+    assert await in_owner(side, owner_body(side, other, timeout=0.3)) == (False, None)
     # nothing of the other's was written: no partial hold of its four free values
     assert group_fields(server.url, name) == before
     assert len(value_fields(before)) == 1
     # a group of other values of the same group is not excluded
     apart = side.client(server.url).group_lock(name, ["order-7", "order-8"])
-    got, token = await in_owner(side, try_once(side, apart, timeout=0))
+    got, token = await in_owner(side, owner_body(side, apart, timeout=0))
     assert got and token is not None
     await side(holder.release())
-    got, token = await in_owner(side, try_once(side, other, timeout=0))
+    got, token = await in_owner(side, owner_body(side, other, timeout=0))
     assert got and token is not None and token > (holder.fencing_token or 0)
     assert value_fields(group_fields(server.url, name)) == {}
 
@@ -131,7 +109,7 @@ async def test_a_waiter_is_woken_by_the_release(side: Any, server: RedisServer, 
     holder = side.client(server.url).group_lock(name, VALUES[:2], lease=60)
     waiter = side.client(server.url).group_lock(name, VALUES[1:])
     assert await side(holder.acquire())
-    task = asyncio.ensure_future(in_owner(side, try_once(side, waiter, timeout=30)))
+    task = asyncio.ensure_future(in_owner(side, owner_body(side, waiter, timeout=30)))
     await asyncio.sleep(0.3)
     assert not task.done()
     await side(holder.release())

@@ -11,7 +11,6 @@ import asyncio
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ import redlease
 from redlease import ExponentialBackoff, InvalidArgumentError, LockTimeoutError
 from redlease.testing import RedisServer, RedissonLock
 
-from .helpers import count_in_tasks, count_in_threads, counted, eventually
+from .helpers import count_in_tasks, count_in_threads, counted, eventually, in_owner, owner_body
 
 QUICK = ExponentialBackoff(initial=0.001, maximum=0.02, multiplier=2, jitter=0.002)
 """Short pauses: a waiter notices a release within about 20 ms (the tests never rely on it)."""
@@ -42,37 +41,6 @@ def subscribe_calls(url: str) -> dict[str, int]:
         return found
     finally:
         raw.close()
-
-
-async def in_owner(side: Any, body: Callable[[], Any]) -> Any:
-    """Run ``body`` (a coroutine function on the asyncio side, else a plain one) as an owner
-    of its own: a task, or a thread."""
-    if side.is_async:
-        return await asyncio.create_task(body())
-    return await asyncio.to_thread(body)
-
-
-def owner_body(side: Any, lock: Any, **acquire: Any) -> Callable[[], Any]:
-    """Acquire ``lock`` (``acquire``'s arguments), note the token, release: as one owner."""
-    if side.is_async:
-
-        async def run_async() -> tuple[bool, int | None]:
-            got = await lock.acquire(**acquire)
-            token = lock.fencing_token
-            if got:
-                await lock.release()
-            return got, token
-
-        return run_async
-
-    def run() -> tuple[bool, int | None]:
-        got = lock.acquire(**acquire)
-        token = lock.fencing_token
-        if got:
-            lock.release()
-        return got, token
-
-    return run
 
 
 async def test_a_waiter_takes_the_lock_after_release_without_subscribing(
