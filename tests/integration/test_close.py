@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import redis
 
-import redlease._async.client as async_client
-import redlease._sync.client as sync_client
+import redlease._async.driver as async_driver
+import redlease._sync.driver as sync_driver
 from redlease import AsyncClient, ClientClosedError, RedleaseError
 from redlease._core import codes
 from redlease._core.keys import LockKeys
@@ -169,7 +169,7 @@ async def test_hand_over_as_the_client_closes_is_given_back(side, server, name, 
     assert await side(holder.acquire())
     closing = side.client(server.url)
     lock = closing.lock(name)
-    module: Any = async_client if side.is_async else sync_client
+    module: Any = async_driver if side.is_async else sync_driver
     real_wait = module.wait
     handed: list[Any] = []
     entered: list[bool] = []  # the waiter waits for a wake-up (not between two tries)

@@ -28,7 +28,7 @@ inputs it was fed (with when) and the model replays them into a fresh generator.
 glue between the operations and the hold table follows ``_shared/lockbase.LockBase``
 (``held`` and ``token`` from the hold table, a release whose outcome is unknown re-sent first
 by the next acquire with its request id, ``unsure`` after a failed re-entry) and the sync shell
-(``_sync/client.py``: after a call timed out, a give-back goes to the background; an abandoned
+(``_sync/driver.py``: after a call timed out, a give-back goes to the background; an abandoned
 wait's leave is sent as the operation ends, and until it is confirmed a hand-over message to
 that wait that nobody of its owner waits for is given back in the background, as the core's
 ``grant_back``: a release of the hold with the message's token, ``Client._abandon``).

@@ -1,4 +1,7 @@
-"""The client: runs core operations with redis.asyncio, one watchdog task, one subscriber task."""
+"""The client: runs core operations with redis.asyncio, one watchdog task, one subscriber task.
+
+What users call (its factories, ``from_url``, ``close``) and what a fork renews; the call path
+is in ``calls``, the driver in ``driver``, the server checks in ``servers``."""
 
 from __future__ import annotations
 
@@ -6,64 +9,41 @@ import contextlib
 import functools
 import threading
 import weakref
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.exceptions
 
-from .._asyncio import cancel, compat
+from .._asyncio import compat
 from .._asyncio.line import AsyncLines
-from .._asyncio.subscriber import Subscriber, wait
-from .._asyncio.transport import Pipeline, drop_idle, send_checked_out
+from .._asyncio.transport import Pipeline
 from .._asyncio.watchdog import AsyncWatchdog
 from .._core.arguments import LayoutName, Seconds
 from .._core.backoff import ExponentialBackoff
-from .._core.log import log
-from .._core.requests import Call, Handed, Operation, Replication, Sleep, Subscribe, WaitWake
-from .._core.scripts import Script
 from .._redis.connections import (
-    PROBE_ERRORS,
-    SHARDED_PROBE,
     check_cluster_options,
     check_connection_options,
-    settle_pubsub,
 )
 from .._redis.errors import (
-    CONNECTION_ERRORS,
-    NOT_RETRIED,
-    TRANSLATED,
-    check_replicas,
     cluster_from_url_failed,
-    gives_back,
-    key_type_shown,
-    needs_key_type,
-    raise_translated,
-    timed_out,
 )
-from .._redis.servers import CONFIG_PATTERN, Eviction, policy_of
+from .._redis.servers import Eviction
 from .._redis.urls import async_sentinel_master, checked_url, is_sentinel_url
 from .._redis.wire import Packer
 from .._shared import fork
-from .._shared.channels import Abandoned, Waiter
-from .._shared.clientbase import CLOSE_GRACE, ClientBase, default_timeouts
+from .._shared.clientbase import CLOSE_GRACE, default_timeouts
 from .._shared.exclusive import OnBusy, bound, renamed
-from .._shared.holders import RECORD_TTL, client_of, holder_infos, record_key
-from .._shared.holders import parse as parse_record
-from .._shared.holders import record as holder_record
 from .._shared.state import HANDOFF_WINDOW
 from ..errors import (
     ClientClosedError,
-    EventLoopError,
     InvalidArgumentError,
     LeaseLostError,
-    RedleaseError,
-    ReplicaError,
-    ServerUnavailableError,
     refuse_unknown,
 )
-from ..stats import EvictionPolicy, HolderInfo
+from ..stats import EvictionPolicy
+from .driver import AsyncDriver
 from .election import AsyncElection
 from .grouplock import AsyncGroupLock
 from .latch import AsyncCountDownLatch
@@ -79,7 +59,7 @@ R = TypeVar("R")
 P = ParamSpec("P")
 
 
-class AsyncClient(ClientBase, AsyncClosing):
+class AsyncClient(AsyncDriver, AsyncClosing):
     """A redlease client over one ``redis.asyncio.Redis``: makes locks, renews their leases, wakes
     their waiters. Use it from one event loop; share one per process (or per server).
 
@@ -127,34 +107,26 @@ class AsyncClient(ClientBase, AsyncClosing):
             eviction=eviction,
             holder_info=holder_info,
         )
-        self._subscriber: Subscriber | None = None
+        self._subscriber = None
         self._watchdog: AsyncWatchdog | None = None
         self._start_mutex = threading.Lock()
         self._lines = AsyncLines()
         """Each lock's local line: the client's own waiters, of which only the head asks."""
         self._ops = compat.Operations()
-        """The operations under way, which ``close()`` stops and waits for; its ``mutex``
-        guards ``_closed`` too."""
-        self._settling = compat.Mutex()  # one pub/sub probe at a time (_settle_pubsub)
-        self._checking = compat.Mutex()  # one server check at a time (_check_servers)
+        self._settling = compat.Mutex()
+        self._checking = compat.Mutex()
         self._closing = compat.Event()
-        """Set by ``close()``: ends a back-off pause at once."""
-        # asyncio: its connections' one loop
         self._loop = compat.LoopBinding("AsyncClient")  # ASYNC
         compat.in_child(self._fresh_after_fork)
-        # the hot path: scripts packed by redlease, sent on connections it keeps (see _wire);
-        # a cluster (redirections) or a single-connection client goes through redis-py
-        self._packer: Packer | None = None
-        self._spare: fork.PerProcess[list[Any]] = fork.PerProcess(list)
-        """Idle connections kept for the next call (none of the parent's in a forked child)."""
-        self._pipeline: Pipeline | None = None  # ASYNC
+        self._packer = None
+        self._spare = fork.PerProcess(list)
+        self._pipeline = None  # ASYNC
         if isinstance(redis_client, redis.asyncio.Redis) and redis_client.connection is None:
             self._packer = Packer.for_pool(redis_client.connection_pool)
             # every task's calls share a few connections (see transport)
             if pipeline:  # ASYNC
                 self._pipeline = Pipeline(redis_client.connection_pool, self._packer.checkout)
         self._slots = compat.call_slots(redis_client)
-        """Script calls under way at once: no more than the pool can serve (``call_slots``)."""
         self._permit_keeper = fork.PerProcess(
             functools.partial(AsyncPermitKeeper, weakref.ref(self))
         )
@@ -583,6 +555,15 @@ class AsyncClient(ClientBase, AsyncClosing):
             for sentinel in self._sentinels:  # the sentinels' clients from_url made
                 await sentinel.aclose()
 
+    async def eviction_policies(self) -> list[EvictionPolicy]:
+        """What each server (each master of a cluster) does with lock keys when memory runs
+        short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
+        be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
+        self._check_loop(None)  # ASYNC
+        found = await self._read_policies(strict=True)
+        assert found is not None  # strict: raised instead
+        return found
+
     def _owner(self) -> str:
         if self._state.check_fork():
             self._after_fork()
@@ -614,508 +595,6 @@ class AsyncClient(ClientBase, AsyncClosing):
         self._slots = compat.call_slots(self.redis)
         self._state.check_fork()  # told at the fork (the state's hook ran first): done here
         self._after_fork()
-
-    def _call(
-        self,
-        call: Call,
-        name: str | None,
-        replication: Replication | None = None,
-        via: redis.asyncio.Redis | None = None,
-    ) -> Any:
-        """Run one script. Every script is idempotent for a repeated request, so a call that
-        failed on a dead pooled connection (a restarted server) is sent once more at once.
-        With ``replication`` the script and a ``WAIT`` go in one round trip. The dispatchers
-        on the way to the socket (this one, ``_send``, ``_send_packed``, ``_perform``) return
-        what their callee returns, unawaited: on asyncio, one coroutine less per call."""
-        replication = call.replication or replication
-        shared = self._pipeline  # ASYNC
-        if (
-            shared is not None and not shared.closed and replication is None and via is None
-        ):  # ASYNC
-            # the pipeline bounds its own queue and takes a few connections: no slot needed
-            return self._call_once_more(call, name, replication, via)
-        return self._call_in_slot(call, name, replication, via)
-
-    async def _call_in_slot(
-        self,
-        call: Call,
-        name: str | None,
-        replication: Replication | None,
-        via: redis.asyncio.Redis | None,
-    ) -> Any:
-        """``_call`` within the client's call slots."""
-        slots = self._slots
-        if slots is None:  # the pool sets no bound
-            return await self._call_once_more(call, name, replication, via)
-        # a burst beyond the pool waits here, not in an error (and sends nothing if cancelled)
-        await cancel.before_sending(slots.acquire())
-        try:
-            return await self._call_once_more(call, name, replication, via)
-        finally:
-            slots.release()
-
-    async def _call_once_more(
-        self,
-        call: Call,
-        name: str | None,
-        replication: Replication | None,
-        via: redis.asyncio.Redis | None,
-    ) -> Any:
-        """``_call``'s body: sent once more after a connection error."""
-        for attempt in (1, 2):
-            loads = self._script_loads.get(call.script.sha, 0)
-            try:
-                try:
-                    return await self._send(call, name, replication, via or self.redis)
-                except redis.exceptions.NoScriptError:
-                    # a fresh or restarted server has an empty script cache
-                    await self._load_once(call.script, via or self.redis, loads)
-                    return await self._send(call, name, replication, via or self.redis)
-            except CONNECTION_ERRORS as exc:
-                if attempt == 2 or isinstance(exc, NOT_RETRIED):
-                    raise_translated(exc, self.address, name, user=self._user)
-                await self._drop_idle(getattr(via or self.redis, "connection_pool", None))
-            except TRANSLATED as exc:
-                key_type = await self._key_type(exc, name, via)
-                raise_translated(exc, self.address, name, key_type=key_type, user=self._user)
-        raise AssertionError("unreachable")
-
-    async def _key_type(
-        self, exc: BaseException, name: str | None, via: redis.asyncio.Redis | None
-    ) -> str:
-        """The type of the key ``name``, asked only after Redis's own WRONGTYPE reply (which
-        does not say it); "" when it cannot be had."""
-        if name is None or not needs_key_type(exc):
-            return ""
-        try:
-            if self._pipeline is not None and self._packer is not None and via is None:  # ASYNC
-                # on the pipeline: a burst of refused calls opens no pool connections
-                found = await self._send_packed(self._packer.command("TYPE", name))
-                return key_type_shown(found)
-            found = await cancel.cancellable((via or self.redis).type(name))
-        except Exception:
-            return ""
-        return key_type_shown(found)
-
-    async def _drop_idle(self, pool: Any) -> None:
-        """Close the idle connections: after one failed, the others most likely died with it
-        (a restart, a cut), and the call's second try must not pick another dead one."""
-        spare = self._spare.get()
-        while True:
-            try:
-                conn = spare.pop()
-            except IndexError:
-                break
-            await conn.disconnect()
-            await self.redis.connection_pool.release(conn)
-        if pool is not None:  # None for a RedisCluster (a pool per node) and on close
-            await drop_idle(pool)
-
-    def _send(
-        self,
-        call: Call,
-        name: str | None,
-        replication: Replication | None,
-        via: redis.asyncio.Redis,
-    ) -> Any:
-        """The script call's reply."""
-        if replication is None and self._packer is not None and via is self.redis:
-            return self._send_packed(self._packer.pack(call))
-        if replication is None:
-            return cancel.cancellable(
-                via.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
-            )
-        return self._send_replicated(call, name, replication, via)
-
-    async def _send_replicated(
-        self, call: Call, name: str | None, replication: Replication, via: redis.asyncio.Redis
-    ) -> Any:
-        """The script and a ``WAIT`` for replicas in one round trip."""
-        sha, numkeys, args = call.script.sha, len(call.keys), (*call.keys, *call.args)
-        pipe = via.pipeline(transaction=False)
-        pipe.evalsha(sha, numkeys, *args)
-        pipe.wait(replication.replicas, replication.timeout_ms)
-        reply, acked = await cancel.cancellable(pipe.execute())
-        return check_replicas(reply, int(acked), replication, name)
-
-    async def _load_once(self, script: Script, via: redis.asyncio.Redis, loads: int) -> None:
-        """Load ``script`` after its call met ``NOSCRIPT``, unless another call loaded it since
-        this one was sent (``loads``: the loads the client had made of it then) or is loading
-        it now (then wait for that one): a burst of calls on an empty script cache (a fresh or
-        restarted server, a failover) sends one ``SCRIPT LOAD``, not one per call."""
-        sha = script.sha
-        mine = compat.Event()
-        while (under_way := self._script_loading.setdefault(sha, mine)) is not mine:
-            # ends as that load ends, whatever its outcome (and nothing ran if cancelled)
-            await cancel.before_sending(under_way.wait())
-        try:
-            if self._script_loads.get(sha, 0) == loads:  # none loaded it since (or it failed)
-                await self._load(script, via)
-                self._script_loads[sha] = loads + 1
-                if loads:  # loaded before: a restarted or failed-over server, check it too
-                    self._checks.again_soon()
-        finally:
-            if self._script_loading.get(sha) is mine:  # (a fork in between cleared it)
-                del self._script_loading[sha]
-            mine.set()
-
-    async def _load(self, script: Script, via: redis.asyncio.Redis) -> None:
-        """SCRIPT LOAD, on the connections the script's EVALSHA went through."""
-        if self._packer is not None and via is self.redis:
-            await self._send_packed(self._packer.command("SCRIPT", "LOAD", script.source))
-        else:
-            await cancel.cancellable(via.script_load(script.source))
-
-    def _send_packed(self, packed: bytes) -> Any:
-        """A command packed by redlease: on the pipeline when it is on, else
-        ``_send_checked_out``."""
-        if self._pipeline is not None and not self._pipeline.closed:  # ASYNC
-            return self._pipeline.call(packed)  # shared connections
-        return self._send_checked_out(packed)
-
-    def _send_checked_out(self, packed: bytes) -> Any:
-        """A command packed by redlease, on a connection it keeps between calls
-        (``transport.send_checked_out``)."""
-        packer = self._packer
-        assert packer is not None  # only called when the hot path is on
-        spare = self._spare.get()  # a forked child never touches its parent's sockets
-        return send_checked_out(self.redis.connection_pool, packer.checkout, spare, packed)
-
-    async def _run_kept(
-        self,
-        op: Operation[T],
-        again: Callable[[], Operation[T]] | None,
-        name: str,
-        replication: Replication | None,
-        then: Callable[[T], Any],
-    ) -> T:
-        """``_run`` for a release. It finishes even when its caller is cancelled: ``then``
-        runs on its result before the cancellation goes on (``cancel.finish_run``;
-        ``again``: the operation made anew, same request ids)."""
-        if True:  # ASYNC
-            packer = self._packer
-            pack = packer.pack if packer is not None and replication is None else None
-            run = functools.partial(self._run, name=name, replication=replication)
-            return await cancel.finish_run(run, op, then, again=again, pack=pack)
-        else:
-            return await self._run(op, name, replication)
-
-    def _perform(self, call: Call, name: str, replication: Replication | None) -> Any:
-        """The reply of ``call``."""
-        if call.undo is not None:  # ASYNC
-            return self._perform_undone(call, call.undo, name, replication)
-        return self._call(call, name, replication)
-
-    def _perform_undone(  # ASYNC
-        self,
-        call: Call,
-        undo: Callable[[Any], Call | None],
-        name: str,
-        replication: Replication | None,
-    ) -> Any:
-        """The reply of a call with an ``undo``: it finishes even when its caller is
-        cancelled, and is undone (``cancel.finish_call``)."""
-
-        async def take_back(reply: Any) -> None:
-            back = undo(reply)
-            if back is not None:
-                await self._call(back, name)
-
-        def send() -> Any:
-            return self._call(call, name, replication)
-
-        packer = self._packer
-        packed = None
-        if replication is None and call.replication is None and packer is not None:
-            # on the pipeline or a direct call, a cancelled caller's reply is still read
-            packed = functools.partial(packer.pack, call)
-        return cancel.finish_call(send, take_back, packed=packed)
-
-    async def _run(self, op: Operation[T], name: str, replication: Replication | None = None) -> T:
-        """Perform ``op``'s requests one by one until it returns; with ``replication`` every
-        script waits for replica acknowledgements. ``close()`` stops it at its next wait."""
-        ops = self._ops
-        with ops.mutex:
-            if self._closed:
-                op.close()
-                raise ClientClosedError(name=name)
-            # asyncio: the loop it was first used on
-            try:  # ASYNC
-                self._loop.check(name)
-            except EventLoopError:
-                op.close()
-                raise
-            ops.started()
-        try:
-            return await self._drive(op, name, replication)
-        finally:
-            with ops.mutex:
-                ops.ended(self._closed)
-
-    async def _drive(self, op: Operation[T], name: str, replication: Replication | None) -> T:
-        if not self._state.pubsub.settled:
-            await self._settle_pubsub(name)
-        if self._checks.is_due():  # at the first use, then every half hour: not per call
-            await self._check_servers(name)
-        waiter: Waiter | None = None
-        leave: Call | None = None  # run if the operation is abandoned while in line
-        listened: Subscribe | None = None  # how the waiter listens (its wait id, its give-back)
-        place: Abandoned | None = None  # the waiter's place once its wait is over
-        reply: Any = None
-        resume = op.send
-        hung: ServerUnavailableError | None = None  # a call of this operation timed out
-        try:
-            while True:
-                request = resume(reply)
-                resume = op.send
-                if isinstance(request, Call):
-                    if request.undo is not None:
-                        self._stop_if_closed(name)  # never take what must be given back
-                    if listened is not None and place is None and gives_back(request):
-                        # the wait is over without the lock: its leave goes now
-                        place = self._abandon(waiter, listened, name)
-                        waiter = None
-                    if hung is not None and gives_back(request):
-                        self._give_back_later(request, name, place)
-                        if request is leave:
-                            leave = None
-                        reply, resume = hung, op.throw
-                        continue
-                    try:
-                        reply = await self._perform(request, name, replication)
-                    except (ServerUnavailableError, ReplicaError) as exc:
-                        reply, resume = exc, op.throw
-                        if isinstance(exc, ServerUnavailableError) and timed_out(exc):
-                            hung = exc
-                    else:
-                        if place is not None and gives_back(request):
-                            self._left(place)
-                        if request.undo is not None and self._closed:
-                            # granted as the client closed: give it back
-                            back = request.undo(reply)
-                            if back is not None:
-                                with contextlib.suppress(*compat.FAILED):
-                                    await self._call(back, name)
-                            raise ClientClosedError(name=name)
-                elif isinstance(request, Subscribe):
-                    leave = request.leave
-                    listened = request if request.wait else None
-                    channel, owner, private = request.channel, request.owner, request.private
-                    if request.only_if_live:
-                        sub = self._subscriber
-                        waiter = sub.listen_if_live(channel, owner, private) if sub else None
-                    else:
-                        waiter = await self._subscriber_started().subscribe(
-                            channel, owner, name=name, private=private
-                        )
-                    reply = waiter is not None
-                    self._stop_if_closed(name)
-                elif isinstance(request, WaitWake):
-                    assert waiter is not None
-                    reply = await wait(waiter, request.timeout)
-                    self._stop_if_closed(name)  # a hand-over it brought is left (leave)
-                elif isinstance(request, Sleep):
-                    await compat.wait_event(self._closing, request.seconds)
-                    reply = None
-                    self._stop_if_closed(name)
-        except StopIteration as stop:
-            leave = None
-            result: T = stop.value
-            return result
-        finally:
-            op.close()
-            if leave is not None and listened is not None and place is None:
-                place = self._abandon(waiter, listened, name)
-                waiter = None
-            if waiter is not None and self._subscriber is not None:
-                self._subscriber.unsubscribe(waiter)
-            if leave is not None and hung is not None:
-                self._give_back_later(leave, name, place)
-            elif leave is not None:
-                with contextlib.suppress(*compat.FAILED_OR_CANCELLED):
-                    await cancel.bounded(self._call(leave, name))
-                    if place is not None:
-                        self._left(place)
-
-    def _abandon(self, waiter: Waiter | None, listened: Subscribe, name: str) -> Abandoned | None:
-        """The wait that ``listened`` (its ``waiter``, if it listens yet) is over without the
-        lock, and its leave is about to be sent: until the server confirms it, a turn that
-        comes to its place (the leave was lost: a frozen link) is given back at once
-        (``listened.grant_back`` for a hand-over, else the leave again), in a task of its
-        own."""
-        subscriber = self._subscriber
-        if subscriber is None:
-            return None
-        leave, grant_back = listened.leave, listened.grant_back
-
-        def give_back(handed: Handed | None) -> None:
-            if handed is not None and grant_back is not None:
-                self._give_back_later(grant_back(handed), name)
-            elif leave is not None:
-                self._give_back_later(leave, name)
-
-        channel = listened.private or listened.channel  # where its turn is told
-        return subscriber.abandon(waiter, channel, listened.owner, listened.wait, give_back)
-
-    def _left(self, place: Abandoned) -> None:
-        """``place``'s leave was confirmed: no turn can come to it any more."""
-        if self._subscriber is not None:
-            self._subscriber.left(place)
-
-    def _check_loop(self, name: str | None) -> None:  # ASYNC
-        """Raise ``EventLoopError`` if this client was first used on another event loop (for
-        the calls that read the server without ``_run``: an election's ``leader()``,
-        ``eviction_policies()``, ...)."""
-        self._loop.check(name)
-
-    def _give_back_later(
-        self, call: Call, name: str | None, place: Abandoned | None = None
-    ) -> None:
-        """Send a give-back in a task of its own: the server did not answer a call of this
-        operation in time, and the caller's error must not wait for it once more (or a turn
-        came to a wait that is over); ``place``: the wait's place, gone once it ran."""
-
-        async def send() -> None:
-            with contextlib.suppress(RedleaseError):
-                await self._call(call, name)
-                if place is not None:
-                    self._left(place)
-
-        compat.spawn(send, "redlease-give-back")
-
-    def _stop_if_closed(self, name: str | None) -> None:
-        if self._closed:
-            raise ClientClosedError(name=name)
-
-    def _subscriber_started(self) -> Subscriber:
-        with self._start_mutex:
-            self._stop_if_closed(None)
-            if self._subscriber is None:
-                self._subscriber = Subscriber(self.redis, sharded=self._state.pubsub.sharded)
-                self._subscriber.holders = self._state  # told of force releases
-            return self._subscriber
-
-    async def _settle_pubsub(self, name: str | None) -> None:
-        """On a cluster, once: sharded pub/sub if every master has it, else classic."""
-        async with self._settling:  # one probe, however many tasks start at once
-            if self._state.pubsub.settled:
-                return
-            try:  # ASYNC
-                await compat.ready(self.redis)
-            except PROBE_ERRORS as exc:
-                raise_translated(exc, self.address, name, user=self._user)
-
-            async def probe(node: Any) -> BaseException | None:
-                try:
-                    await cancel.cancellable(
-                        self.redis.execute_command(*SHARDED_PROBE, target_nodes=node)
-                    )
-                except PROBE_ERRORS as exc:
-                    return exc
-                return None
-
-            nodes = self.redis.get_primaries()
-            answers = await compat.gather(*(probe(node) for node in nodes))
-            error = settle_pubsub(self._state.pubsub, answers, self.address)
-            if error is not None:
-                raise_translated(error, self.address, name)
-
-    async def eviction_policies(self) -> list[EvictionPolicy]:
-        """What each server (each master of a cluster) does with lock keys when memory runs
-        short, read now (``CONFIG GET maxmemory*``, else ``INFO memory``); a server that cannot
-        be reached raises ``ServerUnavailableError``. Neither warns nor refuses."""
-        self._check_loop(None)  # ASYNC
-        found = await self._read_policies(strict=True)
-        assert found is not None  # strict: raised instead
-        return found
-
-    async def _check_servers(self, name: str | None) -> None:
-        """The first-use check (and its half-hourly repeat): read each server's eviction
-        policy, then warn, refuse (raise ``EvictionPolicyError``) or go on (``eviction``). A
-        user not allowed ``CONFIG GET`` or ``INFO`` is not hindered; a server that cannot be
-        reached is checked again later, and the operation goes on as it would have."""
-        refused = None
-        async with self._checking:  # one check, however many start at once
-            if self._checks.policy_due():
-                if self._checks.mode == "ignore":
-                    self._checks.judge([])
-                else:
-                    found = await self._read_policies(strict=False)
-                    refused = self._checks.judge(found) if found is not None else None
-            if refused is None and self._checks.record_due():
-                await self._write_record()  # not on a server refused: nothing written there
-        if refused is not None:
-            raise refused
-
-    async def _write_record(self, via: Any = None) -> None:
-        """Write (or refresh) this client's holder record (on ``via``: the watchdog's own
-        connections); a user not allowed to is not hindered (its holders show no host or
-        pid), an unreachable server is tried later."""
-        key = record_key(self._state.id)
-        try:
-            await (via or self.redis).set(key, holder_record(self._holder_info), ex=RECORD_TTL)
-        except redis.exceptions.ResponseError as exc:
-            self._checks.record_written(exc)
-        except PROBE_ERRORS as exc:
-            self._checks.record_unreachable(exc)
-        else:
-            self._checks.record_written()
-
-    async def _holder_infos(self, owners: Collection[str]) -> dict[str, HolderInfo]:
-        """Who each owner is, from its client's record (one round trip; nothing known when
-        the records cannot be read)."""
-        clients = sorted({client_of(owner) for owner in owners})
-        records: dict[str, HolderInfo | None] = {}
-        if clients:
-            try:
-                pipe = self.redis.pipeline(transaction=False)
-                for each in clients:
-                    pipe.get(record_key(each))
-                replies = await cancel.cancellable(pipe.execute(raise_on_error=False))
-            except PROBE_ERRORS as exc:
-                log.debug("holder records not read: %s", exc)
-            else:
-                records = {
-                    each: None if isinstance(reply, Exception) else parse_record(reply)
-                    for each, reply in zip(clients, replies, strict=True)
-                }
-        return holder_infos(owners, records)
-
-    async def _read_policies(self, *, strict: bool) -> list[EvictionPolicy] | None:
-        """Each master's ``EvictionPolicy``; when one cannot be reached, ``None`` (and the
-        check is due again later), or with ``strict`` a ``ServerUnavailableError``."""
-        found: list[EvictionPolicy] = []
-        if self.cluster:
-            if not self._state.pubsub.settled:
-                await self._settle_pubsub(None)
-            targets: list[tuple[str, Any]] = [
-                (str(node.name), node) for node in self.redis.get_primaries()
-            ]
-        else:
-            targets = [(self.address, None)]
-        ask = self.redis.execute_command
-        for address, node in targets:
-            where = {} if node is None else {"target_nodes": node}
-            try:
-                try:
-                    config: Any = await cancel.cancellable(
-                        ask("CONFIG GET", CONFIG_PATTERN, **where)
-                    )
-                except redis.exceptions.ResponseError as exc:  # not allowed, or renamed
-                    config = exc
-                info: Any = None
-                if policy_of(address, config, None).policy is None:
-                    try:
-                        info = await cancel.cancellable(ask("INFO", "memory", **where))
-                    except redis.exceptions.ResponseError as exc:
-                        info = exc
-            except PROBE_ERRORS as exc:
-                if strict:
-                    raise_translated(exc, address, None, user=self._user)
-                self._checks.unreachable(address, exc)
-                return None
-            found.append(policy_of(address, config, info))
-        return found
 
     def _watch(self, listen: bool = False) -> None:
         """Have the watchdog renew the client's watched holds; ``listen``: a new hold has a
