@@ -368,10 +368,17 @@ async def test_cancel_on_loss_cancels_the_leader_task(newest, name):
             await asyncio.sleep(0)  # the task is not left cancelled
             steps.append("after")
 
+        def listening() -> bool:
+            """The client listens where a force release of its hold tells it (a channel it
+            subscribes in the background: a release before that is heard only by the
+            watchdog, 20 s later)."""
+            return bool(newest.command("PUBSUB", "CHANNELS", f"redlease:holder:*{name}*"))
+
         task = asyncio.ensure_future(lead(True))
         await eventually(lambda: steps == ["leading"], timeout=10)
+        await eventually(listening, timeout=10)
         assert await admin.election(name).force_release()
-        await asyncio.wait_for(task, 30)  # long before the watchdog (60 s) could tell
+        await asyncio.wait_for(task, 10)  # long before the watchdog (20 s) could tell
         assert steps == ["leading", "lost", "after"]
         if sys.version_info >= (3, 11):
             assert task.cancelling() == 0
@@ -379,8 +386,9 @@ async def test_cancel_on_loss_cancels_the_leader_task(newest, name):
         steps.clear()  # without the option the block runs to its end, then raises
         task = asyncio.ensure_future(lead(False))
         await eventually(lambda: steps == ["leading"], timeout=10)
+        await eventually(listening, timeout=10)
         assert await admin.election(name).force_release()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, 10)
         assert steps == ["leading", "went on, lost=True", "lost", "after"]
 
         steps.clear()  # cancelled by someone else while leading: CancelledError, resigned
