@@ -97,6 +97,7 @@ def counter_app(url: str) -> FastAPI:
     return app
 
 
+@pytest.mark.one_server  # the app's requests and the contrib's lock: any server
 def test_concurrent_requests_lose_no_update(server: Any) -> None:
     key = uuid.uuid4().hex
     n = 300
@@ -118,6 +119,7 @@ def test_concurrent_requests_lose_no_update(server: Any) -> None:
         assert int(client.redis.get(f"count:{key}")) == n
 
 
+@pytest.mark.one_server  # the app's requests and the contrib's lock: any server
 def test_deposit_recipe_loses_no_update_under_uvicorn(server: Any) -> None:
     """docs/fastapi.md's ``deposit`` endpoint, as written there (tests/integration/recipes.py),
     served by uvicorn: 200 concurrent deposits of 1, none lost."""
