@@ -19,7 +19,7 @@ from ._async.spinlock import AsyncSpinLock
 from ._core.arguments import LayoutName, Seconds
 from ._core.backoff import ExponentialBackoff
 from ._redis.servers import Eviction
-from ._shared.exclusive import OnBusy, exclusive, renamed
+from ._shared.exclusive import OnBusy, exclusive
 from ._shared.scheduledbase import ScheduledRun
 from ._sync.client import Client
 from ._sync.election import Election, Term
@@ -146,6 +146,5 @@ def __getattr__(name: str) -> Any:
 
         return version("redlease")
     if name == "locked":  # the decorator's former name (``Lock.locked()`` is the query)
-        renamed("redlease.locked", "redlease.exclusive")
-        return exclusive
+        raise AttributeError("redlease.locked was renamed redlease.exclusive")
     raise AttributeError(f"module 'redlease' has no attribute {name!r}")

@@ -246,24 +246,12 @@ async def test_the_client_must_match_the_function(side: Any, server: RedisServer
         await wrong.close()
 
 
-async def test_locked_is_a_deprecated_name_of_exclusive(
-    side: Any, server: RedisServer, name: str
-) -> None:
-    # ``locked`` is the query (``Lock.locked()``); the decorator's former name still works,
-    # warning at the caller's line with the name to use
-    client = side.client(server.url)
-    with pytest.warns(DeprecationWarning) as caught:
-        decorator = client.locked(name, on_busy="skip")
-    (warning,) = caught
-    assert str(warning.message).startswith("client.locked() is renamed client.exclusive()")
-    assert warning.filename == __file__
-    runs: list[int] = []
-    order = job(side, decorator, runs)
-    holder = await taken(side, server.url, name)
-    assert await side(order(1)) is None and runs == []  # the same decorator: skipped
-    await side(holder.release())
-    assert await side(order(2)) == 2 and runs == [2]
-    with pytest.warns(DeprecationWarning, match=r"redlease\.locked is renamed redlease\.exclusive"):
-        from redlease import locked
-    assert locked is redlease.exclusive
+def test_locked_is_the_former_name_of_exclusive() -> None:
+    # ``locked`` is the query (``Lock.locked()``): the decorator's former name is gone from
+    # the clients, and redlease.locked says what it is called now
+    assert not hasattr(redlease.Client, "locked") and not hasattr(redlease.AsyncClient, "locked")
+    with pytest.raises(AttributeError, match=r"redlease\.locked was renamed redlease\.exclusive"):
+        redlease.locked  # noqa: B018
+    with pytest.raises(ImportError):
+        from redlease import locked  # noqa: F401
     assert "locked" not in redlease.__all__ and "exclusive" in redlease.__all__

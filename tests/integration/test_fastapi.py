@@ -601,15 +601,13 @@ async def test_a_missing_field_fails_at_the_first_call_without_the_lifespan(
                 await http.get("/orders/1")
 
 
-def test_lock_is_a_deprecated_name_of_exclusive() -> None:
-    # ``client.lock(name)`` is a Lock; the dependency's former name still works
+def test_lock_is_the_former_name_of_exclusive() -> None:
+    # ``client.lock(name)`` is a Lock: the dependency's former name is gone, and says so
     import redlease.contrib.fastapi as integration
 
-    with pytest.warns(DeprecationWarning) as caught:
-        former = integration.lock
-    assert [str(w.message).split(";")[0] for w in caught] == [
-        "redlease.contrib.fastapi.lock is renamed redlease.contrib.fastapi.exclusive"
-    ]
-    assert caught[0].filename == __file__
-    assert former is exclusive
+    with pytest.raises(
+        AttributeError,
+        match=r"redlease\.contrib\.fastapi\.lock was renamed redlease\.contrib\.fastapi\.exclusive",
+    ):
+        integration.lock  # noqa: B018
     assert "lock" not in integration.__all__ and "exclusive" in integration.__all__

@@ -15,7 +15,6 @@ import functools
 import inspect
 import logging
 import time
-import warnings
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
@@ -263,13 +262,3 @@ def bound(
         return decorate(fn, lambda: client, template, timeout=timeout, lease=lease, on_busy=on_busy)
 
     return decorator
-
-
-def renamed(old: str, new: str) -> None:
-    """Warn that ``old`` is a deprecated name of ``new`` (issue 32: ``locked`` is the query
-    ``Lock.locked()``; the decorator is ``exclusive``), pointing at the caller's line."""
-    warnings.warn(
-        f"{old} is renamed {new}; {old} is deprecated and will be removed",
-        DeprecationWarning,
-        stacklevel=3,
-    )

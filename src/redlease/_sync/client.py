@@ -31,7 +31,7 @@ from .._redis.urls import checked_url, is_sentinel_url, sentinel_master
 from .._redis.wire import Packer
 from .._shared import fork
 from .._shared.clientbase import CLOSE_GRACE, default_timeouts
-from .._shared.exclusive import OnBusy, bound, renamed
+from .._shared.exclusive import OnBusy, bound
 from .._shared.state import HANDOFF_WINDOW
 from .._threads import compat
 from .._threads.line import Lines
@@ -469,11 +469,6 @@ class Client(Driver, Closing):
         return bound(
             self, template, timeout=timeout, lease=lease, on_busy=on_busy, asyncio=compat.ASYNCIO
         )
-
-    def locked(self, template: str, **options: Any) -> Any:
-        """Deprecated: the former name of ``exclusive`` (``Lock.locked()`` is the query)."""
-        renamed("client.locked()", "client.exclusive()")
-        return self.exclusive(template, **options)
 
     def fenced_get(self, key: str, token: int) -> bytes | str | None:
         """Read the string ``key`` as the holder of ``token``, and make ``key`` refuse every

@@ -28,7 +28,6 @@ import inspect
 import logging
 import math
 import string
-import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -635,11 +634,7 @@ def _takes_an_argument(fn: Callable[..., Any]) -> bool:
 
 def __getattr__(name: str) -> Any:
     if name == "lock":  # the dependency's former name (``client.lock(name)`` is a Lock)
-        warnings.warn(
-            "redlease.contrib.fastapi.lock is renamed redlease.contrib.fastapi.exclusive;"
-            " redlease.contrib.fastapi.lock is deprecated and will be removed",
-            DeprecationWarning,
-            stacklevel=2,
+        raise AttributeError(
+            "redlease.contrib.fastapi.lock was renamed redlease.contrib.fastapi.exclusive"
         )
-        return exclusive
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -220,22 +220,16 @@ def test_exclusive_on_functions_and_checks(configured: str, pk: int) -> None:
     assert get_client() is get_client()  # one client per process
 
 
-def test_locked_is_a_deprecated_name_of_exclusive() -> None:
-    # ``locked`` is the query (``Lock.locked()``); the decorator's former name still works
+def test_locked_is_the_former_name_of_exclusive() -> None:
+    # ``locked`` is the query (``Lock.locked()``): the decorator's former name is gone, and
+    # an import of it says what it is called now
     import redlease.contrib.django as integration
 
-    with pytest.warns(DeprecationWarning) as caught:
-        from redlease.contrib.django import locked
-    # (an import from a package asks for the name twice: importlib's hasattr, then the import)
-    (message,) = {str(warning.message) for warning in caught}
-    assert message.startswith(
-        "redlease.contrib.django.locked is renamed redlease.contrib.django.exclusive"
-    )
-    assert __file__ in {warning.filename for warning in caught}  # the caller's line
-    with pytest.warns(DeprecationWarning) as caught:
-        assert integration.locked is exclusive
-    assert [warning.filename for warning in caught] == [__file__]
-    assert locked is exclusive
+    renamed = r"redlease\.contrib\.django\.locked was renamed redlease\.contrib\.django\.exclusive"
+    with pytest.raises(ImportError):
+        from redlease.contrib.django import locked  # noqa: F401
+    with pytest.raises(AttributeError, match=renamed):
+        integration.locked  # noqa: B018
     assert "locked" not in integration.__all__ and "exclusive" in integration.__all__
 
 

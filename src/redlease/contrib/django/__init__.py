@@ -19,7 +19,6 @@ Install with ``pip install 'redlease[django]'``, add ``"redlease.contrib.django"
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -147,11 +146,7 @@ def async_model_lock(
 
 def __getattr__(name: str) -> Any:
     if name == "locked":  # the decorator's former name (``Lock.locked()`` is the query)
-        warnings.warn(
-            "redlease.contrib.django.locked is renamed redlease.contrib.django.exclusive;"
-            " redlease.contrib.django.locked is deprecated and will be removed",
-            DeprecationWarning,
-            stacklevel=2,
+        raise AttributeError(
+            "redlease.contrib.django.locked was renamed redlease.contrib.django.exclusive"
         )
-        return exclusive
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
