@@ -13,7 +13,9 @@ checkout (docs/benchmarks.md).
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
 import threading
 import time
@@ -21,9 +23,21 @@ import uuid
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import CommandError, address_of, connect
+from .common import (
+    URL_ENV,
+    CommandError,
+    add_url_option,
+    address_of,
+    connect,
+    int_range,
+    seconds_arg,
+    server_url,
+)
+
+if TYPE_CHECKING:
+    from .common import Commands
 
 __all__ = ["BenchOptions", "bench"]
 
@@ -170,3 +184,46 @@ def bench(url: str | None, options: BenchOptions) -> int:
             flush=True,
         )
     return 0
+
+
+# --- the command's arguments ------------------------------------------------------------
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    url, given_by = args.url, "--url"
+    if url is None and os.environ.get(URL_ENV, "").strip():
+        url, given_by = server_url(args), f"${URL_ENV}"
+    options = BenchOptions(
+        seconds=args.seconds, threads=args.threads, as_json=args.json, given_by=given_by
+    )
+    return bench(url, options)
+
+
+def add_bench(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "bench",
+        help="measure lock round trips and throughput on a server",
+        description="Measure the PING round trip, then acquire+release cycles for --seconds"
+        " each, uncontended (a lock per thread) and contended (one lock for all threads):"
+        " cycles per second and acquire/release latency (p50, p99). Keys under"
+        " redlease:bench:, expiring with their lease. Without --url (or $REDLEASE_URL) a"
+        " private server is started and stopped. Comparisons with other libraries are"
+        " benchmarks/bench.py in a source checkout.",
+    )
+    parser.add_argument(
+        "--seconds",
+        type=seconds_arg(zero=False),
+        default=3.0,
+        metavar="SECONDS",
+        help="how long each run lasts (default 3)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int_range(1, 256),
+        default=4,
+        metavar="N",
+        help="threads of one client (1-256, default 4)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_bench)

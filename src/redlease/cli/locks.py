@@ -11,6 +11,7 @@ never misreads a user's hash and ``release --force`` never deletes a key that is
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -19,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from dataclasses import field as dataclass_field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.exceptions
@@ -30,7 +31,10 @@ from .._redis.errors import raise_translated
 from .._redis.servers import describe as describe_policy
 from .._sync.client import Client
 from ..stats import EvictionPolicy, HolderInfo
-from . import PROG, CommandError, UsageError, connect
+from .common import PROG, CommandError, UsageError, add_url_option, connect, int_range, server_url
+
+if TYPE_CHECKING:
+    from .common import Commands
 
 __all__ = ["LockView", "force_release", "list_locks", "status"]
 
@@ -386,3 +390,99 @@ def force_release(target: str | Client, name: str, *, yes: bool) -> int:
     was = "kept after its release by" if view.kept_by is not None else "held by"
     _say(f"released lock {printable(name)} (it was {was} {by})")
     return 0
+
+
+# --- the command's arguments ------------------------------------------------------------
+
+
+def _server(args: argparse.Namespace) -> str | Client:
+    """The client given to ``main(client=...)``, else the URL of ``--url`` or the environment."""
+    given: Client | None = getattr(args, "client", None)
+    return given if given is not None else server_url(args)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    return status(_server(args), args.names, as_json=args.json)
+
+
+def add_status(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "status",
+        help="show whether locks are held, by whom, and for how long",
+        description="For each NAME: held or free, the holders with their hold counts, and the"
+        " lease left (TTL). Exit 1 if a NAME is a key that is not a lock.",
+    )
+    parser.add_argument("names", nargs="+", metavar="NAME", help="a lock (its Redis key)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print a JSON list of {"name", "locked", "ttl", "holders"} (ttl in seconds,'
+        " null when free, -1 when the key has no expiry; holders: owner -> hold count)",
+    )
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_status)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    return list_locks(_server(args), args.pattern, limit=args.limit, as_json=args.json)
+
+
+def add_list(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "list",
+        help="list the locks held now (found with SCAN, never KEYS)",
+        description="List the held locks whose names match PATTERN, found with SCAN: a key"
+        " counts as a lock when it is a hash whose fields are all '<uuid>:<number>' owners"
+        " (the Redisson layout). Stops at --limit locks and after a bounded number of SCAN"
+        " calls (a note on stderr says when).",
+    )
+    parser.add_argument(
+        "pattern",
+        nargs="?",
+        default="*",
+        metavar="PATTERN",
+        help="a SCAN MATCH glob, e.g. 'jobs:*' (default: every key)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int_range(1, 1_000_000),
+        default=1000,
+        metavar="N",
+        help="show at most N locks (default 1000)",
+    )
+    parser.add_argument("--json", action="store_true", help="print a JSON list, as status does")
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_list)
+
+
+def _cmd_release(args: argparse.Namespace) -> int:
+    return force_release(_server(args), args.name, yes=args.yes)
+
+
+def add_release(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "release",
+        help="force-release a lock whoever holds it (wakes its waiters)",
+        usage=f"{PROG} release --force [--yes] [--url URL] NAME",
+        description="Delete the lock NAME whoever holds it and wake its waiters. A redlease"
+        " holder whose lease its watchdog renews is told at once, on its client's own channel"
+        " of the lock (its on_lease_lost runs; `redlease run` stops its command); should that"
+        " message be lost, or for another holder, it learns only when its watchdog or its"
+        " release finds the lock gone, so it may still be running. Asks for confirmation"
+        " unless --yes. Exit 0 when the lock was held and is now released, 1 when it was free"
+        " (or is not a lock).",
+    )
+    parser.add_argument("name", metavar="NAME", help="the lock (its Redis key)")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        required=True,
+        help="required: the only release possible from outside is a forced one",
+    )
+    parser.add_argument(
+        "--yes",
+        action="store_true",
+        help="do not ask for confirmation (needed when stdin is not a terminal)",
+    )
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_release)

@@ -9,11 +9,12 @@ release --force``) tells it, or by its watchdog thread when a renewal finds the 
 ``--lease``, it is the lease running out by the local clock. Nothing else happens in the signal
 handlers than recording the signal and passing it on.
 
-Exit statuses are documented in ``redlease run --help`` (``cli.RUN_EPILOG``).
+Exit statuses are documented in ``redlease run --help`` (``RUN_EPILOG``, below).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -27,7 +28,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
@@ -42,17 +43,25 @@ from ..errors import (
     RedleaseError,
     RedleaseWarning,
 )
-from . import (
+from .common import (
     COMMAND_TIMEOUT,
     EX_LEASE_LOST,
     EX_NOT_ACQUIRED,
     PROG,
+    URL_ENV,
     UsageError,
+    add_url_option,
     address_of,
     cli_words,
     connect,
+    exit_code_arg,
     redact,
+    seconds_arg,
+    server_url,
 )
+
+if TYPE_CHECKING:
+    from .common import Commands
 
 __all__ = ["RunOptions", "run"]
 
@@ -438,3 +447,189 @@ def _finish(
             " because the lease was lost"
         )
     return EX_LEASE_LOST
+
+
+# --- the command's arguments ------------------------------------------------------------
+
+
+RUN_EPILOG = f"""\
+COMMAND is the first word after NAME that is not an option of redlease's (or the
+first word after '--'); it and everything after it are passed on as they are, run
+directly, without a shell. With -c 'COMMAND', the one string is run by the shell
+($SHELL, else /bin/sh), as flock -c does.
+
+The lock is taken before COMMAND starts and released when it ends. Without --lease
+the watchdog renews the lease while COMMAND runs (every third of --watchdog); with
+--lease the hold simply lasts that long, and COMMAND is treated as having lost it
+when the lease runs out. A lost lease (expired, force-released, server restarted
+empty, not renewable for a whole lease) stops COMMAND: SIGTERM, then SIGKILL after
+--grace seconds; with --keep-going COMMAND may finish.
+
+With --at-least the lock stays taken until that long after it was taken, however
+soon COMMAND ends (the key's TTL set to what is left of it, held by nobody): the
+same job started by cron on several machines whose clocks or ticks are a little
+apart runs once (ShedLock's lockAtLeastFor). --at-least tries once (--wait 0)
+unless --wait is given: a machine that waited would run the job a second time.
+
+A busy lock prints nothing (cron mails nobody) unless --verbose; the exit status
+says it (75, or -E N). flock(1)'s -n, -w, -E and -c mean the same here; the one
+difference is the default conflict status, 75 and not flock's 1, since 1 is
+redlease's status for an error (server unreachable): give -E 1 for flock's.
+
+SIGINT, SIGTERM and SIGHUP sent to redlease are passed on to COMMAND (SIGINT not
+when redlease runs in the foreground of a terminal: Ctrl-C reaches COMMAND there
+already). redlease waits for COMMAND to end, then releases the lock.
+
+exit status:
+  N    COMMAND's own exit status (128+S when a signal S ended it)
+  {EX_NOT_ACQUIRED}   the lock was busy: not acquired within --wait (EX_TEMPFAIL), or the N
+       of -E N (--conflict-exit-code N)
+  {EX_LEASE_LOST}   the lease was lost while COMMAND ran (whether COMMAND was stopped
+       or, with --keep-going, finished)
+  126  COMMAND could not be started; 127 COMMAND was not found
+  1    error: server unreachable, authentication failed, ...
+  2    usage error, or no server given (--url or ${URL_ENV})
+  128+S  interrupted by signal S while waiting for the lock
+
+examples:
+  redlease run jobs:nightly ./nightly.sh --full      # waits as long as it takes
+  redlease run -n jobs:nightly ./nightly.sh          # one try: exit {EX_NOT_ACQUIRED} if busy
+  redlease run -w 30 jobs:report -c 'report.sh | mail ops'
+  # crontab on every machine: one run per tick, a skipped one exits 0 silently
+  */5 * * * * redlease run --at-least 60 -E 0 jobs:sync ./sync.sh
+"""
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    if args.shell_command is not None and args.argv:
+        raise UsageError(
+            f"give COMMAND or -c 'COMMAND', not both: {PROG} run [options] NAME COMMAND [ARGS...]"
+        )
+    if args.shell_command is not None:
+        argv = [os.environ.get("SHELL") or "/bin/sh", "-c", args.shell_command]
+    elif args.argv:
+        argv = list(args.argv)
+    else:
+        raise UsageError(f"no COMMAND given: {PROG} run [options] NAME COMMAND [ARGS...]")
+    if args.name == "":
+        raise UsageError("the lock NAME must not be empty")
+    url = server_url(args)
+    wait = args.wait
+    if wait is None and args.at_least > 0:
+        wait = 0.0  # --at-least: one try (a waiter would run the job a second time)
+    options = RunOptions(
+        name=args.name,
+        argv=argv,
+        wait=wait,
+        lease=args.lease,
+        watchdog=args.watchdog,
+        keep_going=args.keep_going,
+        grace=args.grace,
+        at_least=args.at_least,
+        conflict_exit_code=args.conflict_exit_code,
+        eviction=args.eviction,
+        verbose=args.verbose,
+    )
+    return run(url, options)
+
+
+def add_run(commands: Commands) -> None:
+    parser = commands.add_parser(
+        "run",
+        help="run a command only while holding a lock (a flock(1) across machines)",
+        usage=f"{PROG} run [options] NAME COMMAND [ARGS...]\n"
+        f"       {PROG} run [options] NAME -c 'COMMAND'",
+        description="Run COMMAND while holding the lock NAME, then release it. Options come"
+        " before COMMAND; COMMAND and its arguments are run directly (no shell) and none of"
+        " them is read by redlease ('--' before COMMAND is allowed, as in flock).",
+        epilog=RUN_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("name", metavar="NAME", help="the lock (its Redis key)")
+    waiting = parser.add_mutually_exclusive_group()
+    waiting.add_argument(
+        "-w",
+        "--wait",
+        type=seconds_arg(zero=True),
+        metavar="SECONDS",
+        help=f"give up after waiting this long for the lock (exit {EX_NOT_ACQUIRED});"
+        " 0 tries once; default: wait as long as it takes (with --at-least: 0)",
+    )
+    waiting.add_argument(
+        "-n",
+        "--nonblock",
+        dest="wait",
+        action="store_const",
+        const=0.0,
+        help="try once, do not wait: the same as --wait 0",
+    )
+    parser.add_argument(
+        "-c",
+        "--command",
+        dest="shell_command",
+        metavar="'COMMAND'",
+        help="run this one string through the shell ($SHELL -c, else /bin/sh -c) instead of"
+        " COMMAND [ARGS...], as flock -c does",
+    )
+    lease = parser.add_mutually_exclusive_group()
+    lease.add_argument(
+        "--lease",
+        type=seconds_arg(zero=False),
+        metavar="SECONDS",
+        help="hold the lock this long at most, without renewal (default: renewed by the"
+        " watchdog while COMMAND runs)",
+    )
+    lease.add_argument(
+        "--watchdog",
+        type=seconds_arg(zero=False),
+        default=30.0,
+        metavar="SECONDS",
+        help="the lease the watchdog keeps renewing, every third of it (default 30);"
+        " a server unreachable this long means the lease is lost",
+    )
+    parser.add_argument(
+        "--keep-going",
+        action="store_true",
+        help=f"when the lease is lost, let COMMAND finish (still exit {EX_LEASE_LOST})",
+    )
+    parser.add_argument(
+        "--grace",
+        type=seconds_arg(zero=True),
+        default=10.0,
+        metavar="SECONDS",
+        help="after a lost lease, seconds between SIGTERM and SIGKILL (default 10)",
+    )
+    parser.add_argument(
+        "--at-least",
+        type=seconds_arg(zero=True),
+        default=0.0,
+        metavar="SECONDS",
+        help="keep the lock taken until this long after it was taken, however soon COMMAND"
+        " ends, so that a job started on several machines at about the same time runs once"
+        " (at most --lease; default 0: released when COMMAND ends); tries once unless"
+        " --wait is given",
+    )
+    parser.add_argument(
+        "-E",
+        "--conflict-exit-code",
+        type=exit_code_arg,
+        default=EX_NOT_ACQUIRED,
+        metavar="N",
+        help=f"exit status when the lock is busy (not acquired within --wait; default"
+        f" {EX_NOT_ACQUIRED}, where flock's is 1), as flock -E",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="say on stderr how long taking the lock took, or that it was busy (a busy"
+        " lock is otherwise silent, so that cron mails nobody)",
+    )
+    parser.add_argument(
+        "--eviction",
+        choices=("warn", "refuse", "ignore"),
+        default="warn",
+        help="when the server may evict lock keys (maxmemory-policy volatile-* or allkeys-*):"
+        " warn on stderr and go on (default), refuse (exit 1, COMMAND not run), or ignore",
+    )
+    add_url_option(parser)
+    parser.set_defaults(handler=_cmd_run)
