@@ -498,7 +498,7 @@ class Model:
             kw: dict[str, Any] = {
                 "held": cur.held,
                 "request_id": cur.id,
-                "handoff_ms": 0 if cfg.quiet else cfg.window * cfg.unit_ms,
+                "handover_ms": 0 if cfg.quiet else cfg.window * cfg.unit_ms,
                 "unsure": cur.unsure,
             }
             if "token" in RELEASE_PARAMS:
@@ -1133,7 +1133,7 @@ class Model:
             1,
             request_id=rid,
             token=h[1],
-            handoff_ms=self.config.window * self.config.unit_ms,
+            handover_ms=self.config.window * self.config.unit_ms,
         )
         return st._replace(bg=(*st.bg, (o, self._call_t(call), ("rel", o, h[1], rid))))
 

@@ -262,7 +262,7 @@ def test_a_late_grant_is_given_back_with_the_fair_release() -> None:
 
 
 def test_release_and_status_with_the_layout() -> None:
-    op = lock.release(KEYS, OWNER, held=1, request_id="r", token=7, handoff_ms=1000, layout=LAYOUT)
+    op = lock.release(KEYS, OWNER, held=1, request_id="r", token=7, handover_ms=1000, layout=LAYOUT)
     call = step(op, first=True)
     assert call.script is fair.REDISSON_FAIR_RELEASE  # no hand-over window in this layout
     assert call.args[-1] == 7  # the owner's token: no other hold of its field is released

@@ -101,7 +101,7 @@ def assert_release_call(call: object, *, held: int, token: int | None = None) ->
         KEYS.deadlines,
         KEYS.fence,
     )
-    owner, count, request_id, handoff_ms, publish, handover, unsure, outsiders_ms, got, quiet = (
+    owner, count, request_id, handover_ms, publish, handover, unsure, outsiders_ms, got, quiet = (
         call.args
     )
     assert quiet == 0  # the lock's release publishes its wake-up
@@ -111,7 +111,7 @@ def assert_release_call(call: object, *, held: int, token: int | None = None) ->
     assert outsiders_ms == 0  # no hand-over, so no outsiders' turn either
     assert handover == KEYS.handover_prefix
     assert (owner, count, publish) == (OWNER, held, "publish")
-    assert handoff_ms == 0  # a give-back reserves nothing
+    assert handover_ms == 0  # a give-back reserves nothing
     assert isinstance(request_id, str) and request_id
     return request_id
 
@@ -417,9 +417,9 @@ def test_acquire_never_waits_past_its_deadline(
 
 
 def test_release_returns_remaining_holds() -> None:
-    op = release(KEYS, OWNER, held=3, request_id="req-9", token=5, handoff_ms=50)
+    op = release(KEYS, OWNER, held=3, request_id="req-9", token=5, handover_ms=50)
     call = next(op)
-    assert call == release_call(KEYS, OWNER, 3, request_id="req-9", token=5, handoff_ms=50)
+    assert call == release_call(KEYS, OWNER, 3, request_id="req-9", token=5, handover_ms=50)
     handover = KEYS.handover_prefix
     assert call.args == (OWNER, 3, "req-9", 50, "publish", handover, 0, OUTSIDERS_TURN_MS, 5, 0)
     assert finish(op, [codes.RELEASED, 2]) == 2

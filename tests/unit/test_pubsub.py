@@ -98,7 +98,7 @@ SHARDED = PubSub(sharded=True)
 def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     """Every call of a script that publishes, as the core builds it for keys of ``mode``."""
     keys = LockKeys.for_name("orders:42", mode)
-    yield lock_core.release_call(keys, OWNER, 1, request_id="r", token=7, handoff_ms=50)
+    yield lock_core.release_call(keys, OWNER, 1, request_id="r", token=7, handover_ms=50)
     yield lock_core.leave_call(keys, OWNER, "w", "w30000")
     yield next(lock_core.force_release(keys))
     fair_keys = REDISSON_FAIR.keys("orders:42", mode)

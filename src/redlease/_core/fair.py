@@ -144,12 +144,12 @@ class RedissonFairLayout(Layout):
         *,
         request_id: str,
         token: int,
-        handoff_ms: int = 0,
+        handover_ms: int = 0,
         unsure: bool = False,
         quiet: bool = False,
     ) -> Call:
         """``token``: the owner's hold's (the release acts on no other hold of the owner
-        field: a stale copy after a failover is LOST); ``handoff_ms`` and ``quiet`` do not
+        field: a stale copy after a failover is LOST); ``handover_ms`` and ``quiet`` do not
         apply (a release wakes the first waiter, never hands the lock over)."""
         return Call(
             REDISSON_FAIR_RELEASE,

@@ -160,12 +160,12 @@ class GroupLayout(Layout):
         *,
         request_id: str,
         token: int,
-        handoff_ms: int = 0,
+        handover_ms: int = 0,
         unsure: bool = False,
         quiet: bool = False,
     ) -> Call:
         """One release (no hand-over, and a release always wakes the group's waiters:
-        ``handoff_ms`` and ``quiet`` do not apply)."""
+        ``handover_ms`` and ``quiet`` do not apply)."""
         assert isinstance(keys, GroupKeys)
         return Call(
             GROUP_LOCK_RELEASE,

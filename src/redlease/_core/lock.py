@@ -153,15 +153,15 @@ def release_call(
     *,
     request_id: str,
     token: int,
-    handoff_ms: int = 0,
+    handover_ms: int = 0,
     unsure: bool = False,
     quiet: bool = False,
 ) -> Call:
     """The release script call; ``token``: the owner's hold's (the release acts on no other
-    hold; 0: not known, as a Redlock owner's on each master); ``handoff_ms`` hands a freed
+    hold; 0: not known, as a Redlock owner's on each master); ``handover_ms`` hands a freed
     lock to the first waiter; ``unsure``: the owner's last re-entry may have landed unseen
     (its count may be one more); ``quiet``: publish nothing (a spin lock's release: no
-    PUBLISH needed; never with ``handoff_ms``)."""
+    PUBLISH needed; never with ``handover_ms``)."""
     return Call(
         scripts.LOCK_RELEASE,
         (keys.name, keys.channel, keys.receipts, keys.queue, keys.deadlines, keys.fence),
@@ -169,11 +169,11 @@ def release_call(
             owner,
             held,
             request_id,
-            handoff_ms,
+            handover_ms,
             keys.pubsub.command,
             keys.handover_prefix,
             int(unsure),
-            OUTSIDERS_TURN_MS if handoff_ms > 0 else 0,
+            OUTSIDERS_TURN_MS if handover_ms > 0 else 0,
             token,
             int(quiet),
         ),
@@ -230,7 +230,7 @@ class Layout:
         *,
         request_id: str,
         token: int,
-        handoff_ms: int = 0,
+        handover_ms: int = 0,
         unsure: bool = False,
         quiet: bool = False,
     ) -> Call:
@@ -240,7 +240,7 @@ class Layout:
             held,
             request_id=request_id,
             token=token,
-            handoff_ms=handoff_ms,
+            handover_ms=handover_ms,
             unsure=unsure,
             quiet=quiet,
         )
@@ -331,7 +331,7 @@ def acquire(
     token: int = 0,
     fair: bool = False,
     handover: bool = False,
-    handoff_ms: int = 0,
+    handover_ms: int = 0,
     clock: Callable[[], float] = time.monotonic,
     on_gone: Callable[[], None] = lambda: None,
     layout: Layout = REDLEASE,
@@ -369,7 +369,7 @@ def acquire(
     A hand-over that comes after this call gave up (its leave was lost: a frozen link) is
     given back by the shell at once, as a release of the hold with the hand-over's token
     (only that hold: never one the owner has since, whose token differs) that hands the lock
-    on to the next in line (``handoff_ms``: the window, as the client's releases use it).
+    on to the next in line (``handover_ms``: the window, as the client's releases use it).
 
     ``wait`` makes the waiter's way to wait from the subscription it would make: the lock's
     (``Listening``), or a spin lock's pauses (``spin.Backoff``: no line, no subscription).
@@ -384,7 +384,7 @@ def acquire(
             1,
             request_id=uuid.uuid4().hex,
             token=handed.token,
-            handoff_ms=handoff_ms,
+            handover_ms=handover_ms,
         )
 
     gone = GoneHold(on_gone)
@@ -497,7 +497,7 @@ def release(
     held: int,
     request_id: str,
     token: int,
-    handoff_ms: int = 0,
+    handover_ms: int = 0,
     unsure: bool = False,
     layout: Layout = REDLEASE,
     quiet: bool = False,
@@ -512,7 +512,7 @@ def release(
         held,
         request_id=request_id,
         token=token,
-        handoff_ms=handoff_ms,
+        handover_ms=handover_ms,
         unsure=unsure,
         quiet=quiet,
     )

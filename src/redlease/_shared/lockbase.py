@@ -132,7 +132,7 @@ class LockBase:
                 fair=self._fair,
                 handover=chosen is None,  # the watchdog lengthens a hand-over's short lease
                 # a hand-over that comes after the wait ended goes on to the next in line
-                handoff_ms=self._state.handoff_ms or round(HANDOFF_WINDOW * 1000),
+                handover_ms=self._state.handover_ms or round(HANDOFF_WINDOW * 1000),
                 on_gone=lambda: gone.append(True),
                 layout=self._layout,
             )
@@ -268,9 +268,9 @@ class LockBase:
             request_id=hold.release_id,
             token=hold.token,
             # a fair lock always hands over to the first waiter in line
-            handoff_ms=0
+            handover_ms=0
             if self._quiet
-            else self._state.handoff_ms or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
+            else self._state.handover_ms or (round(HANDOFF_WINDOW * 1000) if self._fair else 0),
             unsure=hold.unsure,
             layout=self._layout,
             quiet=self._quiet,

@@ -128,7 +128,7 @@ class ClientState:
         self, watchdog_timeout: float, handoff_window: float, replication: Replication | None
     ) -> None:
         self.watchdog_timeout = watchdog_timeout
-        self.handoff_ms = round(handoff_window * 1000)
+        self.handover_ms = round(handoff_window * 1000)
         self.replication = replication
         self.mutex = threading.Lock()
         self._forked = False  # set in a forked child until check_fork() tells it
