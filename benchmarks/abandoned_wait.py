@@ -85,7 +85,7 @@ def one_run(server: RedisServer, kind: str, lease: float) -> float:
         assert held.acquire(timeout=5)
 
         def listens_where_the_head_is_told() -> bool:
-            line = _line(r, keys.queue)
+            line = _line(r, keys.line)
             if not line:
                 return False
             channel, private = layout.listen(keys, line[0].split(" ")[0])
@@ -103,7 +103,7 @@ def one_run(server: RedisServer, kind: str, lease: float) -> float:
         time.sleep(3.0)  # the give-back sent in the background times out too
         proxy.cut()
         proxy.thaw()
-        if len(_line(r, keys.queue)) != 1:
+        if len(_line(r, keys.line)) != 1:
             raise SystemExit("abandoned_wait.py: T1's place left the line: no scenario")
 
         got: list[float] = []
@@ -116,7 +116,7 @@ def one_run(server: RedisServer, kind: str, lease: float) -> float:
 
         second = threading.Thread(target=t2)
         second.start()
-        _wait(lambda: len(_line(r, keys.queue)) == 2, "T2 in line")
+        _wait(lambda: len(_line(r, keys.line)) == 2, "T2 in line")
         _wait(listens_where_the_head_is_told, "the client listening again")
         started = time.monotonic()
         held.release()

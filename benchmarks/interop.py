@@ -125,7 +125,7 @@ def handover_latency(url: str, rounds: int) -> dict[str, list[float]]:
     raw: redis.Redis = redis.Redis.from_url(url, decode_responses=True)
     waiter_client, holder_client = Client.from_url(url), Client.from_url(url)
     java = RedissonLock(f"{url}?client_name={java_conn}", name)
-    queue = LockKeys.for_name(name).queue
+    queue = LockKeys.for_name(name).line
     out: dict[str, list[float]] = {"rtt": [], "to_redlease": [], "to_redisson": []}
 
     def redlease_waits(held_at: list[float]) -> None:
@@ -256,7 +256,7 @@ def layout_latency(url: str, rounds: int) -> dict[str, tuple[list[float], list[f
             fair,
             [c.fair_lock(name, layout="redisson") for c in clients],
             conn,
-            lambda: raw.llen(fair.queue) == 1,
+            lambda: raw.llen(fair.line) == 1,
         )
         fair.close()
         name = f"interop-latency:{uuid.uuid4().hex[:8]}"

@@ -131,7 +131,7 @@ async def test_turns_go_round_between_java_and_redlease(side, cluster, lock_name
     first, second = java_on(cluster, lock_name, thread_id=1), java_on(cluster, lock_name)
     client = side.client(cluster.url, cluster=True)
     raw = RedisCluster.from_url(cluster.url)
-    queue = LockKeys.for_name(lock_name).queue
+    queue = LockKeys.for_name(lock_name).line
     try:
         for _ in range(3):
             assert first.try_lock(wait=0)

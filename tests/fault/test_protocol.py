@@ -60,7 +60,7 @@ async def test_a_late_hand_over_message_is_no_grant_for_a_later_acquire(side, lo
             assert await x.do(lambda: lock_x.acquire())
             first = o.start(lambda: lock_o.acquire(timeout=1.5))
             own = keys.handover_prefix + waiter_client.id
-            await eventually(lambda: raw.zcard(keys.queue) == 1)
+            await eventually(lambda: raw.zcard(keys.line) == 1)
             await eventually(lambda: raw.pubsub_numsub(own) == [(own, 1)])
             proxy.freeze()  # O's wake-ups stop on the way
             await x.do(lambda: lock_x.release())  # handed to O outright
@@ -71,12 +71,12 @@ async def test_a_late_hand_over_message_is_no_grant_for_a_later_acquire(side, lo
             assert await x.do(lambda: lock_x.acquire(blocking=False))
             x_holders = _holders(raw, name)
             second = o.start(lambda: lock_o.acquire(timeout=3))
-            await eventually(lambda: raw.zcard(keys.queue) == 1)  # O waits behind X
+            await eventually(lambda: raw.zcard(keys.line) == 1)  # O waits behind X
             proxy.thaw()  # the old hand-over message arrives now
             assert await second is False, "a late hand-over message was taken for a grant"
             assert _holders(raw, name) == x_holders
             assert await o.do(lambda: lock_o.fencing_token) is None
-            assert raw.zcard(keys.queue) == 0, "the waiter's place outlived its wait"
+            assert raw.zcard(keys.line) == 0, "the waiter's place outlived its wait"
             await x.do(lambda: lock_x.release())
             assert raw.exists(name) == 0  # nobody left in line to hand it to
         finally:
@@ -322,7 +322,7 @@ async def test_a_fair_lock_line_moves_on_when_leases_run_out(side, lock_server, 
             pending.append(actors[i].start(taken(i)))
             # in the client's local line; its head alone has a place in the server's
             await eventually(lambda i=i: client._lines.waiting(lock._line) == i)
-            await eventually(lambda: raw.zcard(keys.queue) == 1)
+            await eventually(lambda: raw.zcard(keys.line) == 1)
         for future in pending:
             assert await future, "a waiter in line timed out"
         assert order == list(range(len(actors)))

@@ -95,7 +95,7 @@ class Kind:
         self.make, self.layout = make, layout
 
     def line(self, name: str) -> str:
-        return str(self._layout.keys(name, CLASSIC).queue)
+        return str(self._layout.keys(name, CLASSIC).line)
 
     def channels(self, name: str, first: str) -> tuple[str, str]:
         """(where the owner of the place ``first`` hears its turn, the primitive's)."""

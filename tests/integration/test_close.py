@@ -53,7 +53,7 @@ class _Call:
 
 def _free(raw: redis.Redis, name: str) -> bool:
     """Nothing holds ``name`` on the server and nobody is in its line."""
-    return not raw.exists(name) and not raw.zcard(LockKeys.for_name(name).queue)
+    return not raw.exists(name) and not raw.zcard(LockKeys.for_name(name).line)
 
 
 async def _queued(side: Any, lock: Any, count: int) -> None:

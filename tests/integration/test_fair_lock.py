@@ -20,7 +20,7 @@ async def test_newcomers_never_pass_a_live_waiter(side, server, name):
     raw = redis.Redis.from_url(server.url)
     # a live waiter in line (its client listens on its own channel), and the lock free (a
     # hand-over to it came to nothing, say)
-    raw.zadd(keys.queue, {"first-in-line:1 wait-1 w30000": 1})
+    raw.zadd(keys.line, {"first-in-line:1 wait-1 w30000": 1})
     listener = raw.pubsub()
     listener.subscribe(keys.handover("first-in-line:1"))
     assert listener.get_message(timeout=5)["type"] == "subscribe"
@@ -33,12 +33,12 @@ async def test_newcomers_never_pass_a_live_waiter(side, server, name):
     assert listener.get_message(timeout=5)["type"] == "message"
     # the waiter's client goes away without taking it up: once its hold is gone, its place is
     # found dead and the newcomer gets the lock
-    raw.zadd(keys.queue, {"first-in-line:1 wait-2 w30000": 1})
+    raw.zadd(keys.line, {"first-in-line:1 wait-2 w30000": 1})
     raw.delete(name)
     assert not await side(fair.acquire(blocking=False))  # still live: its turn
     listener.close()
     assert await side(fair.acquire(timeout=10))
-    assert raw.zcard(keys.queue) == 0
+    assert raw.zcard(keys.line) == 0
     await side(fair.release())
     raw.close()
 

@@ -90,7 +90,7 @@ async def test_a_release_hands_the_lock_to_a_watched_waiter(side, server, name):
     assert await side(holder.acquire())
     first_token = holder.fencing_token
     waiting = _Waiter(side, waiter, timeout=30)
-    await eventually(lambda: raw.zcard(keys.queue) == 1)
+    await eventually(lambda: raw.zcard(keys.line) == 1)
     unlock = _listen(raw, keys.channel)
     own = keys.handover_prefix + waiter_client.id  # the waiter's client's own channel
     await eventually(lambda: raw.pubsub_numsub(own) == [(own, 1)])
@@ -108,7 +108,7 @@ async def test_a_release_hands_the_lock_to_a_watched_waiter(side, server, name):
     assert _published(raw, unlock, keys.channel) == []
     mine.close()
     unlock.close()
-    assert raw.zcard(keys.queue) == 0  # it left the line with the lock
+    assert raw.zcard(keys.line) == 0  # it left the line with the lock
     # the short first lease is lengthened to the watchdog's lease long before it runs out
     await eventually(lambda: raw.pttl(name) > 1000, timeout=5)
     await waiting.release()
@@ -124,7 +124,7 @@ async def test_a_waiter_with_a_lease_of_its_own_is_handed_the_lock_with_it(side,
     waiter = waiter_client.lock(name)
     assert await side(holder.acquire())
     waiting = _Waiter(side, waiter, timeout=30, lease=20)
-    await eventually(lambda: raw.zcard(keys.queue) == 1)
+    await eventually(lambda: raw.zcard(keys.line) == 1)
     own = keys.handover_prefix + waiter_client.id
     await eventually(lambda: raw.pubsub_numsub(own) == [(own, 1)])
     pubsub = _listen(raw, own)
@@ -150,7 +150,7 @@ def _queue(raw: redis.Redis, keys: LockKeys, owner: str, lease: str = "w30000") 
     reply = _run(
         raw,
         scripts.LOCK_ACQUIRE,
-        (keys.name, keys.queue, keys.deadlines, keys.fence),
+        (keys.name, keys.line, keys.places, keys.fence),
         30_000,
         owner,
         0,
@@ -168,7 +168,7 @@ def _release(raw: redis.Redis, keys: LockKeys, owner: str) -> None:
     reply = _run(
         raw,
         scripts.LOCK_RELEASE,
-        (keys.name, keys.channel, keys.receipts, keys.queue, keys.deadlines, keys.fence),
+        (keys.name, keys.channel, keys.receipts, keys.line, keys.places, keys.fence),
         owner,
         1,
         "request-1",
@@ -191,7 +191,7 @@ def test_a_waiter_with_a_long_lease_is_handed_the_lock_only_while_its_client_lis
     _queue(raw, keys, "gone:1", lease="20000")
     unlock = _listen(raw, keys.channel)
     _release(raw, keys, "holder:1")
-    assert raw.exists(name) == 0 and raw.zcard(keys.queue) == 0
+    assert raw.exists(name) == 0 and raw.zcard(keys.line) == 0
     assert _published(raw, unlock, keys.channel) == ["0"]
     raw.hset(name, "holder:1", 1)
     raw.pexpire(name, 30_000)
@@ -217,7 +217,7 @@ def test_a_waiter_that_gives_up_gives_a_hand_over_back(server, name):
     assert _holder(raw, name) == ("waiter:1", 1)
     assert 0 < raw.pttl(name) <= 1000
     pubsub = _listen(raw, keys.channel)
-    leave = (keys.name, keys.channel, keys.queue, keys.receipts)
+    leave = (keys.name, keys.channel, keys.line, keys.receipts)
     # another acquire call of the same owner (a later one, or a re-entry) that gives up
     # never gives back a hold that was not made for it
     assert _run(raw, scripts.LOCK_LEAVE, leave, "waiter:1", "publish", "wait-2", "w30000") == 0
@@ -249,7 +249,7 @@ async def test_a_hand_over_waits_for_no_further_request(side, binary, name):
             return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
         # in line, listening, and done trying (it tries again once it listens): quiet
-        await eventually(lambda: raw.zcard(keys.queue) == 1)
+        await eventually(lambda: raw.zcard(keys.line) == 1)
         own = keys.handover_prefix + waiter.client.id
         await eventually(lambda: raw.pubsub_numsub(own) == [(own, 1)])
         seen: list[int] = []

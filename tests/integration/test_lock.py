@@ -100,7 +100,7 @@ async def test_release_hands_the_lock_to_the_first_waiter_in_line(side, server, 
     raw = redis.Redis.from_url(server.url, decode_responses=True)
     # a waiter in line (its place: owner field, wait id, hand-over lease: the window, which
     # its watchdog lengthens to 30 s)
-    raw.zadd(keys.queue, {"slow-waiter:1 wait-1 w30000": 1})
+    raw.zadd(keys.line, {"slow-waiter:1 wait-1 w30000": 1})
     pubsub = raw.pubsub()
     own = keys.handover("slow-waiter:1")  # the channel of the waiter's client
     pubsub.subscribe(keys.channel, own)
@@ -125,7 +125,7 @@ async def test_release_hands_the_lock_to_the_first_waiter_in_line(side, server, 
     assert (held["slow-waiter:1"], held["redlease:wait"]) == ("1", "wait-1")
     assert int(held["redlease:fence"]) == handed
     assert 0 < raw.pttl(name) <= 500
-    assert raw.zcard(keys.queue) == 0  # its place went with the hand-over
+    assert raw.zcard(keys.line) == 0  # its place went with the hand-over
     assert await side(lock.locked())
     assert not await side(lock.acquire(blocking=False))  # the releaser cannot barge back
     other = side.client(server.url).lock(name)

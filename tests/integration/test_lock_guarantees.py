@@ -415,7 +415,7 @@ async def test_a_receipt_carried_to_a_waiter_that_gives_up_survives(side, server
         assert await side(lock.acquire())
         await side(lock.release())  # the scripts are loaded
         assert await side(lock.acquire())
-        raw.zadd(keys.queue, {"gone-waiter:1 wait-1 w30000": 1})  # a waiter in line
+        raw.zadd(keys.line, {"gone-waiter:1 wait-1 w30000": 1})  # a waiter in line
         sha = scripts.LOCK_RELEASE.sha.encode()
         proxy.drop_next_reply(sha)
         proxy.drop_next_reply(sha)

@@ -471,7 +471,7 @@ async def test_a_kept_release_keeps_the_receipts_the_lock_carried(side, server, 
     else:
         waiter = threading.Thread(target=take_and_keep)
         waiter.start()
-    await eventually(lambda: raw.zcard(keys.queue) == 1)  # the second waits in line
+    await eventually(lambda: raw.zcard(keys.line) == 1)  # the second waits in line
     await side(first.release())  # handed over, the receipt carried in the hash
     if side.is_async:
         await asyncio.wait_for(waiter, 10)
@@ -562,7 +562,7 @@ async def test_force_release_of_a_kept_slot_wakes_a_waiter_and_the_next_run_runs
     stamp: list[float] = []
     waiter = side.client(server.url).lock(name)
     waiting = Background(side, _taken_then_released(side, waiter, stamp))
-    await eventually(lambda: raw.zcard(LockKeys.for_name(name).queue) == 1)
+    await eventually(lambda: raw.zcard(LockKeys.for_name(name).line) == 1)
     started = time.monotonic()
     assert await side(side.client(server.url).lock(name).force_release())
     assert await waiting.result(timeout=25)

@@ -124,7 +124,7 @@ async def test_the_first_waiter_takes_a_dead_holders_lock_as_its_lease_ends(
             thread = threading.Thread(target=asyncio.run, args=(take(i),))
             thread.start()
             runners.append(thread)
-        await eventually(lambda i=i: raw.zcard(keys.queue) == i + 1)
+        await eventually(lambda i=i: raw.zcard(keys.line) == i + 1)
     if side.is_async:
         await asyncio.wait_for(asyncio.gather(*runners), 60)
     else:

@@ -633,8 +633,8 @@ def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(se
     held = acquire(holder, 0, "h")
     assert held[:2] == [1, 1]
     assert acquire(me, 0, "c")[0] == 0  # in line
-    raw.rpush(keys.queue, java)
-    raw.zadd(keys.deadlines, {java: time.time() * 1000 + 60_000})
+    raw.rpush(keys.line, java)
+    raw.zadd(keys.places, {java: time.time() * 1000 + 60_000})
     _run(raw, REDISSON_FAIR.release_call(keys, holder, 1, request_id="r", token=held[3]))
     assert acquire(me, 0, "c")[:2] == [1, 1]  # granted; suppose the reply is lost
     pubsub = raw.pubsub()
@@ -645,7 +645,7 @@ def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(se
     message = pubsub.get_message(timeout=5)
     assert message is not None and message["data"] == "0"
     pubsub.close()
-    raw.delete(keys.queue, keys.deadlines)
+    raw.delete(keys.line, keys.places)
     raw.close()
 
 
@@ -657,8 +657,8 @@ def test_lapsed_places_leave_from_the_head_by_the_server_clock(server, fair_name
     keys = _script_keys(fair_name)
     dead, me = f"{uuid.uuid4()}:1", f"{uuid.uuid4()}:2"
     now_ms = time.time() * 1000
-    raw.rpush(keys.queue, dead)
-    raw.zadd(keys.deadlines, {dead: now_ms + 60_000})
+    raw.rpush(keys.line, dead)
+    raw.zadd(keys.places, {dead: now_ms + 60_000})
     call = REDISSON_FAIR.acquire_call(
         keys,
         me,
@@ -671,11 +671,11 @@ def test_lapsed_places_leave_from_the_head_by_the_server_clock(server, fair_name
         handover=False,
     )
     assert _run(raw, call)[:3] == [0, 0, -2]  # free, but the dead waiter's turn
-    assert raw.lrange(keys.queue, 0, -1) == [dead, me]
+    assert raw.lrange(keys.line, 0, -1) == [dead, me]
     # our place: the one before it plus our wait (Redisson's threadWaitTime)
-    assert raw.zscore(keys.deadlines, me) == pytest.approx(now_ms + 60_000 + THREAD_WAIT_MS)
-    raw.zadd(keys.deadlines, {dead: now_ms - 1})  # its place lapses
+    assert raw.zscore(keys.places, me) == pytest.approx(now_ms + 60_000 + THREAD_WAIT_MS)
+    raw.zadd(keys.places, {dead: now_ms - 1})  # its place lapses
     assert _run(raw, call)[:2] == [1, 1]
-    assert raw.exists(keys.queue) == 0 and raw.exists(keys.deadlines) == 0
+    assert raw.exists(keys.line) == 0 and raw.exists(keys.places) == 0
     raw.delete(fair_name)
     raw.close()

@@ -205,7 +205,7 @@ async def test_redisson_unlock_wakes_a_redlease_waiter(side, server, lock_name, 
     keys = LockKeys.for_name(lock_name)
     stamp: list[float] = []
     waiting = Background(side, held_then_released(side, client.lock(lock_name), stamp))
-    await eventually(lambda: raw.zcard(keys.queue) == 1)  # in line
+    await eventually(lambda: raw.zcard(keys.line) == 1)  # in line
     await eventually(lambda: listeners(raw, thread.channel) == 1)  # and listening
     started = time.monotonic()
     assert thread.unlock()
@@ -244,7 +244,7 @@ async def test_redisson_waiters_and_redlease_waiters_all_get_turns(side, server,
     theirs = JavaThread(lambda: other.try_lock(wait=20) and other.unlock())
     raw = redis.Redis.from_url(server.url)
     try:
-        await eventually(lambda: raw.zcard(LockKeys.for_name(lock_name).queue) == 1)
+        await eventually(lambda: raw.zcard(LockKeys.for_name(lock_name).line) == 1)
         await eventually(lambda: listeners(raw, holder.channel) == 2)
         started = time.monotonic()
         assert holder.unlock()
@@ -318,7 +318,7 @@ async def test_redlease_force_release_frees_a_java_hold_and_wakes_a_waiter(
     waiter_client = side.client(server.url)
     stamp: list[float] = []
     waiting = Background(side, held_then_released(side, waiter_client.lock(lock_name), stamp))
-    await eventually(lambda: raw.zcard(LockKeys.for_name(lock_name).queue) == 1)
+    await eventually(lambda: raw.zcard(LockKeys.for_name(lock_name).line) == 1)
     await eventually(lambda: listeners(raw, thread.channel) == 1)
     started = time.monotonic()
     assert await side(admin.lock(lock_name).force_release())

@@ -554,7 +554,7 @@ class Model:
         self.keys = k = self.layout.keys(NAME, CLASSIC)
         if cfg.counter:
             self.keys = k = dataclasses.replace(k, fence=cfg.counter)
-        self.times = frozenset({k.deadlines} if self.layout is REDISSON_FAIR else ())
+        self.times = frozenset({k.places} if self.layout is REDISSON_FAIR else ())
         for p in range(len(self.processes)):
             channels: set[str] = set()
             for o, f in enumerate(self.fields):
@@ -1264,11 +1264,11 @@ class Model:
         """The places in line: (owner field, wait id; ``*`` where the layout names none)."""
         out: list[tuple[str, str]] = []
         for key, kind, _, value in server:
-            if key == self.keys.queue and kind == "zset":  # redlease's line
+            if key == self.keys.line and kind == "zset":  # redlease's line
                 out += [(m.split(" ")[0], m.split(" ")[1]) for m, _ in value]
-            elif key == self.keys.queue and kind == "list":  # Redisson's line
+            elif key == self.keys.line and kind == "list":  # Redisson's line
                 out += [(member, "*") for member in value]
-            elif key == self.keys.deadlines and kind == "zset" and self.times:
+            elif key == self.keys.places and kind == "zset" and self.times:
                 out += [(member, "*") for member, _ in value]  # Redisson's places
         return out
 

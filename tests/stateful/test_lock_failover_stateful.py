@@ -231,7 +231,7 @@ class FailoverLockMachine(LockMachine):
                 self.revoked.add(hold.token)  # gone with the data
         if FENCE in state and int(state[FENCE]) not in mine:
             self.brought_back.add(int(state[FENCE]))
-        places = self.raw.zrange(self.keys.queue, 0, -1)
+        places = self.raw.zrange(self.keys.line, 0, -1)
         self.stale_places.update(places)
         self.stale_waits.update(p.split(" ")[1] for p in places if p.count(" ") >= 1)
 
@@ -358,7 +358,7 @@ def test_a_release_after_a_failover_hands_over_a_new_token(replicated, side):
         assert machine._call(a, lambda: a.lock.acquire(blocking=False))
         machine.stall_replication()
         b.busy = b.start(lambda: b.lock.acquire(timeout=5))
-        wait_until(lambda: machine.raw.zcard(machine.keys.queue) == 1)  # b is in line
+        wait_until(lambda: machine.raw.zcard(machine.keys.line) == 1)  # b is in line
         machine.release(0)
         machine.collect(1)
         _check(machine)

@@ -410,10 +410,10 @@ class LockMachine(RuleBasedStateMachine):
         for owner in self.owners:
             if owner.busy is None:
                 if self.fair == "redisson":  # Redisson's line (a list) and places (a zset)
-                    place = self.raw.zscore(self.keys.deadlines, owner.owner)
-                    assert owner.owner not in self.raw.lrange(self.keys.queue, 0, -1)
+                    place = self.raw.zscore(self.keys.places, owner.owner)
+                    assert owner.owner not in self.raw.lrange(self.keys.line, 0, -1)
                 else:  # redlease's line: a zset of "<owner> <wait id> <hand-over lease>"
-                    places = self.raw.zrange(self.keys.queue, 0, -1)
+                    places = self.raw.zrange(self.keys.line, 0, -1)
                     mine = [
                         p
                         for p in places

@@ -49,7 +49,7 @@ LUA_DIR = Path(str(resources.files("redlease").joinpath("lua")))
 def test_redisson_names_and_one_hash_slot(name, queue, timeouts, channel) -> None:
     keys = LAYOUT.keys(name, PubSub(sharded=True))
     assert isinstance(keys, fair.RedissonFairKeys)
-    assert (keys.name, keys.queue, keys.deadlines, keys.channel) == (name, queue, timeouts, channel)
+    assert (keys.name, keys.line, keys.places, keys.channel) == (name, queue, timeouts, channel)
     plain = lock.LockKeys.for_name(name)
     assert (keys.fence, keys.receipt(OWNER)) == (plain.fence, plain.receipt(OWNER))
     assert LAYOUT.listen(keys, OWNER) == (channel, f"{channel}:{OWNER}")  # Redisson's own
@@ -133,7 +133,7 @@ def test_calls_match_the_script_headers(call: Call) -> None:
 
 def test_the_calls_arguments() -> None:
     acquire, undo, release, leave, force, status, reentry = _calls()
-    assert acquire.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.fence)
+    assert acquire.keys == (KEYS.name, KEYS.line, KEYS.places, KEYS.fence)
     assert acquire.args == (30000, OWNER, 0, fair.THREAD_WAIT_MS, 1, "w", 0)
     # a re-entry joins only the hold with the owner's token
     assert reentry.args == (30000, OWNER, 1, fair.THREAD_WAIT_MS, 0, "w", 7)
@@ -141,16 +141,16 @@ def test_the_calls_arguments() -> None:
     assert undo.script is fair.REDISSON_FAIR_LEAVE and undo.args == (OWNER, 300_000, "publish", "w")
     assert release.keys == (
         KEYS.name,
-        KEYS.queue,
-        KEYS.deadlines,
+        KEYS.line,
+        KEYS.places,
         KEYS.channel,
         KEYS.receipt(OWNER),
     )
     assert release.args == (OWNER, 2, "r", "publish", 1, 7)  # acts only on the hold with 7
-    assert leave.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.channel)
+    assert leave.keys == (KEYS.name, KEYS.line, KEYS.places, KEYS.channel)
     assert leave.args == (OWNER, 3000, "publish", "w")  # the same wait as its acquire's
     assert force.args == ("publish", "redlease:holder:{orders:42}:")  # holders are told
-    assert status.script is scripts.LOCK_STATUS and status.keys == (KEYS.name, KEYS.deadlines)
+    assert status.script is scripts.LOCK_STATUS and status.keys == (KEYS.name, KEYS.places)
     sharded = LAYOUT.keys("orders:42", PubSub(sharded=True))
     assert LAYOUT.release_call(sharded, OWNER, 1, request_id="r", token=7).args[3] == "spublish"
     assert LAYOUT.leave_call(sharded, OWNER, "w", None, "w30000").args == (

@@ -24,6 +24,9 @@ REJECTED = {
         "handoff_window": "the public option, kept from before the word was settled",
         "HANDOFF_WINDOW": "the option's default, named after it",
     },
+    # the glossary: "line" (the server's queue of waiters) and "place" (a waiter's entry,
+    # with a deadline of its own): LockKeys.line and LockKeys.places
+    "deadlines": {},
 }
 """Rejected word (a part of an identifier) -> the identifiers allowed to keep it, and why."""
 

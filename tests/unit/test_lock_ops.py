@@ -71,7 +71,7 @@ def start(
 def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_ACQUIRE
-    assert call.keys == (KEYS.name, KEYS.queue, KEYS.deadlines, KEYS.fence)
+    assert call.keys == (KEYS.name, KEYS.line, KEYS.places, KEYS.fence)
     queue = call.args[3]
     # not fair, handed over with its own lease, this call's wait id
     place = str(to_ms(lease))
@@ -97,8 +97,8 @@ def assert_release_call(call: object, *, held: int, token: int | None = None) ->
         KEYS.name,
         KEYS.channel,
         KEYS.receipts,
-        KEYS.queue,
-        KEYS.deadlines,
+        KEYS.line,
+        KEYS.places,
         KEYS.fence,
     )
     owner, count, request_id, handover_ms, publish, handover, unsure, outsiders_ms, got, quiet = (
@@ -456,7 +456,7 @@ def run_status(reply: list) -> Status:
     op = status(KEYS)
     call = next(op)
     assert call.script is scripts.LOCK_STATUS
-    assert (call.keys, call.args) == ((KEYS.name, KEYS.queue), ())
+    assert (call.keys, call.args) == ((KEYS.name, KEYS.line), ())
     return finish(op, reply)
 
 

@@ -48,8 +48,8 @@ MAX_WAIT_MS = 10**12
 
 @dataclass(frozen=True)
 class RedissonFairKeys(LockKeys):
-    """The keys of a fair lock in Redisson's layout: ``queue`` is Redisson's line (a list),
-    ``deadlines`` its places (a sorted set), ``channel`` its unlock channel, which each waiter
+    """The keys of a fair lock in Redisson's layout: ``line`` is Redisson's queue (a list),
+    ``places`` its timeouts (a sorted set), ``channel`` its unlock channel, which each waiter
     listens on followed by ``:<owner field>``. ``fence`` and the release receipts are
     redlease's, as for the plain lock (same hash slot)."""
 
@@ -60,8 +60,8 @@ class RedissonFairKeys(LockKeys):
             name=name,
             channel=plain.channel,
             # Redisson: prefixName("redisson_lock_queue", name), ("redisson_lock_timeout", name)
-            queue=redisson_prefixed("redisson_lock_queue", name),
-            deadlines=redisson_prefixed("redisson_lock_timeout", name),
+            line=redisson_prefixed("redisson_lock_queue", name),
+            places=redisson_prefixed("redisson_lock_timeout", name),
             fence=plain.fence,
             receipt_prefix=plain.receipt_prefix,
             pubsub=pubsub,
@@ -131,7 +131,7 @@ class RedissonFairLayout(Layout):
             )
         return Call(
             REDISSON_FAIR_ACQUIRE,
-            (keys.name, keys.queue, keys.deadlines, keys.fence),
+            (keys.name, keys.line, keys.places, keys.fence),
             (to_ms(lease), owner, held, wait_ms(timeout), int(queue), wait_id, token),
             undo=undo,
         )
@@ -153,7 +153,7 @@ class RedissonFairLayout(Layout):
         apply (a release wakes the first waiter, never hands the lock over)."""
         return Call(
             REDISSON_FAIR_RELEASE,
-            (keys.name, keys.queue, keys.deadlines, keys.channel, keys.receipt(owner)),
+            (keys.name, keys.line, keys.places, keys.channel, keys.receipt(owner)),
             (owner, held, request_id, keys.pubsub.command, int(unsure), token),
         )
 
@@ -162,7 +162,7 @@ class RedissonFairLayout(Layout):
     ) -> Call:
         return Call(
             REDISSON_FAIR_LEAVE,
-            (keys.name, keys.queue, keys.deadlines, keys.channel),
+            (keys.name, keys.line, keys.places, keys.channel),
             (owner, wait_ms(timeout), keys.pubsub.command, wait_id),
         )
 
@@ -172,12 +172,12 @@ class RedissonFairLayout(Layout):
 
     def status_call(self, keys: LockKeys) -> Call:
         # lock_status.lua counts the waiters with ZCARD: Redisson's places, one per waiter
-        return Call(LOCK_STATUS, (keys.name, keys.deadlines), ())
+        return Call(LOCK_STATUS, (keys.name, keys.places), ())
 
     def force_release_call(self, keys: LockKeys) -> Call:
         return Call(
             REDISSON_FAIR_FORCE_RELEASE,
-            (keys.name, keys.queue, keys.deadlines, keys.channel),
+            (keys.name, keys.line, keys.places, keys.channel),
             (keys.pubsub.command, keys.holder_prefix),
         )
 

@@ -113,8 +113,8 @@ class GroupLayout(Layout):
         return GroupKeys(
             name=f"{name} [{ident}]",
             channel=redisson_prefixed("redisson_lock__channel", name),
-            queue="",
-            deadlines="",
+            line="",
+            places="",
             fence=lock_token_key(name),
             receipt_prefix="",
             pubsub=pubsub,

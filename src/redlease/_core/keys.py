@@ -159,8 +159,10 @@ class LockKeys:
 
     name: str
     channel: str
-    queue: str
-    deadlines: str
+    line: str
+    """The lock's line: its waiters in order (a zset)."""
+    places: str
+    """The deadline of each waiter's place in the line (a waiter's place expires)."""
     fence: str
     receipt_prefix: str
     pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
@@ -177,8 +179,8 @@ class LockKeys:
             name=name,
             # Redisson: prefixName("redisson_lock__channel", name)
             channel=redisson_prefixed("redisson_lock__channel", name),
-            queue=same_slot_key(name, "redlease:line:"),
-            deadlines=same_slot_key(name, "redlease:queue-deadlines:"),
+            line=same_slot_key(name, "redlease:line:"),
+            places=same_slot_key(name, "redlease:queue-deadlines:"),
             fence=lock_token_key(name),
             receipt_prefix=same_slot_key(name, "redlease:released:", ":"),
             pubsub=pubsub,

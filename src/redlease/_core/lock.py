@@ -122,7 +122,7 @@ def _acquire_call(
     )
     return Call(
         scripts.LOCK_ACQUIRE,
-        (keys.name, keys.queue, keys.deadlines, keys.fence),
+        (keys.name, keys.line, keys.places, keys.fence),
         (
             to_ms(lease),
             owner,
@@ -164,7 +164,7 @@ def release_call(
     PUBLISH needed; never with ``handover_ms``)."""
     return Call(
         scripts.LOCK_RELEASE,
-        (keys.name, keys.channel, keys.receipts, keys.queue, keys.deadlines, keys.fence),
+        (keys.name, keys.channel, keys.receipts, keys.line, keys.places, keys.fence),
         (
             owner,
             held,
@@ -186,7 +186,7 @@ def leave_call(keys: LockKeys, owner: str, wait_id: str, place: str) -> Call:
     lost)."""
     return Call(
         scripts.LOCK_LEAVE,
-        (keys.name, keys.channel, keys.queue, keys.receipts),
+        (keys.name, keys.channel, keys.line, keys.receipts),
         (owner, keys.pubsub.command, wait_id, place),
     )
 
@@ -256,7 +256,7 @@ class Layout:
         return keys.channel, keys.handover(owner)
 
     def status_call(self, keys: LockKeys) -> Call:
-        return Call(scripts.LOCK_STATUS, (keys.name, keys.queue), ())
+        return Call(scripts.LOCK_STATUS, (keys.name, keys.line), ())
 
     def force_release_call(self, keys: LockKeys) -> Call:
         return Call(

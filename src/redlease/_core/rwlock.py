@@ -226,8 +226,8 @@ class RwKeys(RwNames):
         return SideKeys(
             name=self.label(side),
             channel=self.channel,
-            queue=self.line,
-            deadlines=self.places,
+            line=self.line,
+            places=self.places,
             fence=self.fence,
             receipt_prefix=f"{self.receipt_prefix}{side}:",
             rw=self,

@@ -103,8 +103,8 @@ class RedissonRwKeys(RwNames):
         return RedissonSideKeys(
             name=self.label(side),
             channel=self.channel,
-            queue=self.tokens,
-            deadlines=self.tokens,
+            line=self.tokens,
+            places=self.tokens,
             fence=self.fence,
             receipt_prefix=f"{self.receipt_prefix}{side}:",
             rw=self,
