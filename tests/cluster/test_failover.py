@@ -38,11 +38,14 @@ async def test_failover_with_a_holder_and_a_waiter(own_cluster):
             except redlease.ServerUnavailableError:
                 pass
             time.sleep(0.2)
+        if not lost.is_set() and not holder.owned():
+            # found held on the promoted replica, then gone before a renewal reached it (the
+            # failover outlasted the lease): the watchdog tells the holder
+            assert lost.wait(30), "a hold found gone is reported to its holder"
         if lost.is_set():
             with pytest.raises(redlease.LeaseLostError):
                 holder.release()
         else:
-            assert holder.owned()
             assert not got  # the waiter has not got it meanwhile
             holder.release()
         waiter.join(60)
