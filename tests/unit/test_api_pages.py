@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import types
 from pathlib import Path
 
 import redlease
@@ -15,7 +16,13 @@ from .test_docs_hooks import hooks  # tools/mkdocs_hooks.py, loaded once
 ROOT = Path(__file__).resolve().parents[2]
 
 
-CLASSES = sorted(name for name in redlease.__all__ if inspect.isclass(getattr(redlease, name)))
+def _is_class(obj: object) -> bool:
+    """A class, not a type alias: on Python 3.10 ``inspect.isclass`` is true of a generic alias
+    such as ``redlease.Listener`` (``Callable[[LockEvent], None]``), which has no page."""
+    return inspect.isclass(obj) and not isinstance(obj, types.GenericAlias)
+
+
+CLASSES = sorted(name for name in redlease.__all__ if _is_class(getattr(redlease, name)))
 
 
 def test_a_page_per_public_class_and_module() -> None:
