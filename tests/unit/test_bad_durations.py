@@ -24,6 +24,8 @@ from redlease._core.backoff import Outage
 from redlease._core.keys import LeaseSemaphoreKeys, LockKeys, SemaphoreKeys
 from redlease._core.requests import Call, Sleep, Subscribe, WaitWake
 
+from ._fakes import first_call
+
 NOT_NUMBERS = [None, "1", b"1", True, False, [], object(), 1j]
 NAN = [math.nan, -math.nan]
 LUA_DIR = Path(semaphore.__file__).parent.parent / "lua"
@@ -63,7 +65,7 @@ def test_the_release_script_refuses_past_the_same_bound() -> None:
     source = (LUA_DIR / "semaphore_release.lua").read_text()
     assert f"> {limits.MAX_COUNT} then" in source
     add = semaphore.add_permits(SemaphoreKeys.for_name("s"), 1)
-    assert next(add).args[-1] == limits.MAX_COUNT  # the add script is given the bound
+    assert first_call(add).args[-1] == limits.MAX_COUNT  # the add script is given the bound
 
 
 # --- leases ---------------------------------------------------------------------------------
@@ -116,9 +118,9 @@ def test_other_durations_have_no_lease_minimum_but_the_same_maximum() -> None:
     assert options.replication(1, 0.001) is not None
     for bad in (0, -1, math.nan, math.inf, 1e12, "1", True, None):
         with pytest.raises(InvalidArgumentError, match="master_timeout"):
-            options.seconds(bad, "master_timeout")
+            options.seconds(bad, "master_timeout")  # type: ignore[arg-type]  # wrong on purpose
         with pytest.raises(InvalidArgumentError, match="replica_timeout"):
-            options.replication(1, bad)
+            options.replication(1, bad)  # type: ignore[arg-type]  # wrong on purpose
 
 
 def test_a_window_of_zero_or_none_is_off() -> None:
@@ -126,13 +128,13 @@ def test_a_window_of_zero_or_none_is_off() -> None:
     assert options.window(0, "handoff_window") == 0.0
     for bad in (True, False, "0", math.nan, -1, 1e12):
         with pytest.raises(InvalidArgumentError, match="handoff_window"):
-            options.window(bad, "handoff_window")
+            options.window(bad, "handoff_window")  # type: ignore[arg-type]  # wrong on purpose
 
 
 def test_replicas_are_a_bounded_count() -> None:
     for bad in (-1, True, 1.0, "1", 2**63):
         with pytest.raises(InvalidArgumentError, match="replicas"):
-            options.replication(bad, 1.0)
+            options.replication(bad, 1.0)  # type: ignore[arg-type]  # wrong on purpose
 
 
 # --- waits ----------------------------------------------------------------------------------

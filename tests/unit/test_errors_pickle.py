@@ -152,6 +152,7 @@ def test_quorum_error_keeps_each_masters_error() -> None:
     """Every master's error comes back; one that cannot be rebuilt is replaced by a
     ``RedleaseError`` naming its type and message (the rest of the error is kept)."""
     exc = make(redlease.QuorumError)
+    assert isinstance(exc, redlease.QuorumError)
     copy = pickle.loads(pickle.dumps(exc))
     assert isinstance(copy, redlease.QuorumError)
     assert copy.errors.keys() == exc.errors.keys()
@@ -161,7 +162,8 @@ def test_quorum_error_keeps_each_masters_error() -> None:
     assert type(stand_in) is redlease.RedleaseError
     assert str(stand_in) == f"{__name__}.Unpicklable: 7: an odd error"
     assert copy.outcomes == exc.outcomes and copy.quorum == exc.quorum
-    assert exc.errors["10.0.0.5:6379"].code == 7  # the original is untouched
+    original = exc.errors["10.0.0.5:6379"]
+    assert isinstance(original, Unpicklable) and original.code == 7  # the original is untouched
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=[c.__qualname__ for c in CLASSES])

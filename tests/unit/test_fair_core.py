@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from redlease._core import fair, lock, scripts
-from redlease._core.keys import PubSub, hash_slot
+from redlease._core.keys import LockKeys, PubSub, hash_slot
 from redlease._core.lock import RECEIPT_MS, Acquired, HoldTable
 from redlease._core.requests import Call, Subscribe, WaitWake
 from redlease._core.watchdog import RenewalPolicy
@@ -50,7 +50,7 @@ def test_redisson_names_and_one_hash_slot(name, queue, timeouts, channel) -> Non
     keys = LAYOUT.keys(name, PubSub(sharded=True))
     assert isinstance(keys, fair.RedissonFairKeys)
     assert (keys.name, keys.line, keys.places, keys.channel) == (name, queue, timeouts, channel)
-    plain = lock.LockKeys.for_name(name)
+    plain = LockKeys.for_name(name)
     assert (keys.fence, keys.receipt(OWNER)) == (plain.fence, plain.receipt(OWNER))
     assert LAYOUT.listen(keys, OWNER) == (channel, f"{channel}:{OWNER}")  # Redisson's own
     slots = {hash_slot(k) for k in (name, queue, timeouts, channel, keys.fence, f"{channel}:x")}
@@ -244,7 +244,7 @@ def test_a_waiter_listens_on_its_own_channel_and_leaves_with_its_wait() -> None:
     assert step(op, [0, 0, 3000, 5]) == WaitWake(3.0)
     assert step(op, True).script is fair.REDISSON_FAIR_ACQUIRE
     # free, but another waiter's turn: looked at again soon
-    assert step(op, [0, 0, -2, 5]) == WaitWake(pytest.approx(lock.TURN_WAIT))
+    assert step(op, [0, 0, -2, 5]) == WaitWake(pytest.approx(lock.TURN_WAIT))  # type: ignore[arg-type]  # approx equals a float
     step(op, False)
     clock.advance(20.0)
     assert step(op, [0, 0, 3000, 5]) == leave  # out of time: leave the line

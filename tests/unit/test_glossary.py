@@ -38,7 +38,7 @@ def _identifiers(tree: ast.AST) -> set[str]:
             found.add(node.id)
         elif isinstance(node, ast.Attribute):
             found.add(node.attr)
-        elif isinstance(node, ast.arg) or (isinstance(node, ast.keyword) and node.arg is not None):
+        elif isinstance(node, ast.arg | ast.keyword) and node.arg is not None:
             found.add(node.arg)
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             found.add(node.name)

@@ -14,17 +14,21 @@ from hypothesis.stateful import (
 )
 
 from redlease._core.keys import LockKeys
-from redlease._core.lock import Acquired, HoldTable
+from redlease._core.lock import Acquired, Hold, HoldTable
 
 A = LockKeys.for_name("a")
 B = LockKeys.for_name("b")
 
 
-def grant(table: HoldTable, keys: LockKeys, owner: str, lease: float | None, at: float = 0.0):
+def grant(
+    table: HoldTable, keys: LockKeys, owner: str, lease: float | None, at: float = 0.0
+) -> Hold:
     count = table.count(keys.name, owner) + 1
-    return table.granted(
+    hold = table.granted(
         keys, owner, Acquired(count=count, ttl=30.0, requested_at=at, token=7), lease
     )
+    assert hold is not None
+    return hold
 
 
 def test_empty_table() -> None:

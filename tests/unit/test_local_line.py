@@ -144,7 +144,11 @@ def test_threads_become_head_in_arrival_order_and_a_timeout_leaves() -> None:
     for i, timeout in enumerate((None, None, 0.01, None)):
         threads.append(threading.Thread(target=one, args=(i, timeout)))
         threads[-1].start()
-        _until(lambda i=i: lines.waiting(KEY) == i + 1 or i in outcomes)
+
+        def arrived(i: int = i) -> bool:
+            return lines.waiting(KEY) == i + 1 or i in outcomes
+
+        _until(arrived)
     _until(lambda: outcomes.get(2) is False)
     for i in (0, 1, 3):
         release[i].set()

@@ -28,7 +28,7 @@ from redlease._core.lock import (
 from redlease._core.requests import Call, Handed, Sleep, Subscribe, WaitWake
 from redlease.errors import LeaseLostError, NotOwnedError, ServerUnavailableError
 
-from ._fakes import KEYS, OWNER, FakeClock, Finished, finish, step
+from ._fakes import KEYS, OWNER, FakeClock, Finished, finish, first_call, step
 
 GRANTED, HELD, LOST = codes.GRANTED, codes.HELD, codes.LOST
 WAIT = "w1"
@@ -343,8 +343,8 @@ def test_undo_accepts_reply_values_as_bytes() -> None:
 
 
 def test_only_the_acquire_call_has_an_undo() -> None:
-    assert next(release(KEYS, OWNER, held=1, request_id="r", token=5)).undo is None
-    assert next(status(KEYS)).undo is None
+    assert first_call(release(KEYS, OWNER, held=1, request_id="r", token=5)).undo is None
+    assert first_call(status(KEYS)).undo is None
     assert release_call(KEYS, OWNER, 1, request_id="x", token=5).undo is None
 
 
@@ -442,7 +442,7 @@ def test_release_of_a_lost_hold_raises() -> None:
 
 def test_force_release() -> None:
     op = force_release(KEYS)
-    call = next(op)
+    call = first_call(op)
     assert call.script is scripts.LOCK_FORCE_RELEASE
     assert call.keys == (KEYS.name, KEYS.channel, KEYS.receipts)
     assert call.args == (UNLOCK_MESSAGE, "publish", KEYS.holder_prefix)
@@ -454,7 +454,7 @@ def test_force_release() -> None:
 
 def run_status(reply: list) -> Status:
     op = status(KEYS)
-    call = next(op)
+    call = first_call(op)
     assert call.script is scripts.LOCK_STATUS
     assert (call.keys, call.args) == ((KEYS.name, KEYS.line), ())
     return finish(op, reply)
@@ -567,7 +567,7 @@ def test_a_free_fair_lock_that_is_another_waiters_turn_is_looked_at_again_soon()
     # once the lock has a holder again, the wait follows its lease
     assert step(op, [HELD, 0, 400, 0]) == WaitWake(0.4)
     assert_acquire_call(step(op, False), held=0, lease=30.0)
-    assert step(op, [HELD, 0, -2, 0]) == WaitWake(pytest.approx(0.02))
+    assert step(op, [HELD, 0, -2, 0]) == WaitWake(pytest.approx(0.02))  # type: ignore[arg-type]  # approx equals a float
 
 
 def test_a_ttl_of_zero_is_no_spin() -> None:

@@ -36,6 +36,7 @@ from redlease._shared.channels import (
     Waiter,
 )
 
+from ._fakes import first_call
 from .test_scripts import LUA_DIR, publish_argument
 
 OWNER = "5f0c2a9e-client:7"
@@ -100,16 +101,16 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
     keys = LockKeys.for_name("orders:42", mode)
     yield lock_core.release_call(keys, OWNER, 1, request_id="r", token=7, handover_ms=50)
     yield lock_core.leave_call(keys, OWNER, "w", "w30000")
-    yield next(lock_core.force_release(keys))
+    yield first_call(lock_core.force_release(keys))
     fair_keys = REDISSON_FAIR.keys("orders:42", mode)
     yield REDISSON_FAIR.release_call(fair_keys, OWNER, 1, request_id="r", token=7)
     yield REDISSON_FAIR.leave_call(fair_keys, OWNER, "w", None, "w30000")
-    yield next(lock_core.force_release(fair_keys, REDISSON_FAIR))
+    yield first_call(lock_core.force_release(fair_keys, REDISSON_FAIR))
     rw = rwlock.RwKeys.for_name("catalog", mode)
     assert rw.side_keys(rwlock.READ).pubsub is mode
     for side in (rwlock.READ, rwlock.WRITE):
         yield rwlock.release_call(rw, side, OWNER, 1, request_id="r", token=7)
-        yield next(rwlock.force_release(rw, side))
+        yield first_call(rwlock.force_release(rw, side))
     for side in (rwlock.READ, rwlock.WRITE):
         yield rwlock.leave_call(rw, side, OWNER, "w")
     redisson_rw = RedissonRwKeys.for_name("catalog", mode)
@@ -120,30 +121,30 @@ def _publishing_calls(mode: PubSub) -> Iterator[Call]:
         assert leave is not None
         yield leave
     s = SemaphoreKeys.for_name("jobs", mode)
-    yield next(sem.try_set_permits(s, 2))
-    yield next(sem.add_permits(s, 1))
+    yield first_call(sem.try_set_permits(s, 2))
+    yield first_call(sem.add_permits(s, 1))
     yield sem.release_call(s, 1, "r")
     yield sem.undo_call(s, 1, "r")
     ls = LeaseSemaphoreKeys.for_name("workers", mode)
     permit = lease_core.new_permit_id()
-    yield next(lease_core.lease_try_set_permits(ls, 2))
+    yield first_call(lease_core.lease_try_set_permits(ls, 2))
     yield lease_core.lease_acquire_call(ls, OWNER, permit, 10.0, register=True)
     yield lease_core.lease_release_call(ls, permit, "r")
     yield lease_core.renew_call(ls, [permit, lease_core.new_permit_id()], 10.0)
-    yield next(sem.set_permits(s, 3))
-    yield next(lease_core.lease_add_permits(ls, -1))
-    yield next(lease_core.lease_set_permits(ls, 3))
+    yield first_call(sem.set_permits(s, 3))
+    yield first_call(lease_core.lease_add_permits(ls, -1))
+    yield first_call(lease_core.lease_set_permits(ls, 3))
     yield lease_core.release_many_call(ls, [permit, lease_core.new_permit_id()], ["r1", "r2"])
-    yield next(lease_core.update_lease(ls, permit, 10.0))
+    yield first_call(lease_core.update_lease(ls, permit, 10.0))
     layout = group.GroupLayout(group.value_fields(["a", "b"]))
     seats = layout.keys("seats", mode)
     yield layout.release_call(seats, OWNER, 1, request_id="r", token=7)
     yield layout.leave_call(seats, OWNER, "w", None, "")
     yield layout.force_release_call(seats)
     gate = latch.keys_for("gate", cluster=True, pubsub=mode)
-    yield next(latch.try_set_count(gate, 2))
-    yield next(latch.count_down(gate))
-    yield next(latch.delete(gate))
+    yield first_call(latch.try_set_count(gate, 2))
+    yield first_call(latch.count_down(gate))
+    yield first_call(latch.delete(gate))
 
 
 @pytest.mark.parametrize("mode", [SHARDED, CLASSIC], ids=["sharded", "classic"])

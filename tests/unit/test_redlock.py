@@ -4,6 +4,7 @@ release, renewal and status operations driven by hand with a fake clock."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -410,7 +411,7 @@ def test_release_keep_is_judged_as_a_plain_release(replies) -> None:
     # kept on a majority: done (nobody else can have a majority); gone from a majority: lost;
     # else a quorum error, as the plain release's rule on the same answers
     plain = [r if isinstance(r, BaseException) else r[:2] for r in replies]
-    outcomes = []
+    outcomes: list[tuple[Any, ...]] = []
     for op, answers in ((release_keep_op(), replies), (release_op(), plain)):
         try:
             result = finish(op, answers)

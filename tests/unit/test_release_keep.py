@@ -6,7 +6,7 @@ from __future__ import annotations
 from redlease._core.keep import RELEASE_KEEP, release_keep, release_keep_call
 from redlease._core.lock import RECEIPT_MS
 
-from ._fakes import KEYS, OWNER
+from ._fakes import KEYS, OWNER, first_call
 from .test_scripts import header_arity
 
 
@@ -20,7 +20,7 @@ def test_the_header_matches_the_call() -> None:
 
 def test_the_operation_sends_that_call_once() -> None:
     op = release_keep(KEYS, OWNER, request_id="r", token=7, keep_ms=1500, unsure=True)
-    call = next(op)
+    call = first_call(op)
     assert call.args == (OWNER, 1, "r", 7, 1500, 1)
     try:
         op.send([1, 0, 1500])

@@ -22,7 +22,7 @@ from redlease.errors import (
     ServerUnavailableError,
 )
 
-from ._fakes import OWNER, FakeClock, Finished, finish, step
+from ._fakes import OWNER, FakeClock, Finished, finish, first_call, step
 from .test_scripts import LUA_DIR, header_arity
 
 KEYS = core.RwKeys.for_name("orders:42")
@@ -102,13 +102,13 @@ def _calls() -> list[tuple[Call, int]]:
         out.append((undo, 1))
         out.append((core.leave_call(KEYS, side, OWNER, WAIT), 1))
         out.append((core.release_call(KEYS, side, OWNER, 2, request_id="r", token=5), 1))
-        out.append((next(core.force_release(KEYS, side)), 1))
+        out.append((first_call(core.force_release(KEYS, side)), 1))
         for n in (1, 3):
             renew = KEYS.side_keys(side).renew_call(
                 [f"o:{i}" for i in range(n)], 9000, None, tokens=list(range(1, n + 1))
             )
             out.append((renew, n))
-    out.append((next(core.status(KEYS, OWNER)), 1))
+    out.append((first_call(core.status(KEYS, OWNER)), 1))
     return out
 
 
@@ -379,7 +379,7 @@ def test_release_returns_what_remains_or_raises_lease_lost() -> None:
     assert finish(op, [core.RELEASED, 1]) == 1
     # a re-entry whose outcome is unknown: the script may drop one hold more
     op = core.release(KEYS, READ, OWNER, held=2, request_id="r", token=7, unsure=True)
-    assert next(op).args == (OWNER, 2, "r", "publish", 1, 7)
+    assert first_call(op).args == (OWNER, 2, "r", "publish", 1, 7)
     op = core.release(KEYS, READ, OWNER, held=1, request_id="r", token=7)
     next(op)
     with pytest.raises(LeaseLostError):
@@ -445,6 +445,7 @@ def test_watchdog_renews_rw_holds_with_their_own_script(plain: int, per_side: li
             continue
         assert call.script is core.RW_RENEW and 1 <= len(batch) <= BATCH
         keys = batch[0].keys
+        assert isinstance(keys, core.SideKeys)
         assert all(h.keys == keys and h.replication == batch[0].replication for h in batch)
         assert call.replication == batch[0].replication
         assert call.args == (

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from redlease._core import fence, lock, scripts, watchdog
+from redlease._core.keys import LockKeys
 from redlease._core.lock import Acquired, HoldTable
 from redlease._core.requests import Call
 from redlease._core.watchdog import BATCH, RenewalPolicy
 
-from ._fakes import KEYS, OWNER
+from ._fakes import KEYS, OWNER, as_call, first_call
 
 LUA_DIR = Path(str(resources.files("redlease").joinpath("lua")))
 LUA_FILES = sorted(LUA_DIR.glob("*.lua"))
@@ -121,7 +122,7 @@ def test_body_uses_only_documented_indices(path: Path) -> None:
 
 
 def _hold(name: str, owner: str, table: HoldTable) -> lock.Hold:
-    keys = lock.LockKeys.for_name(name)
+    keys = LockKeys.for_name(name)
     return table.granted(keys, owner, Acquired(count=1, ttl=30.0, requested_at=0.0, token=7), None)
 
 
@@ -129,17 +130,17 @@ def _core_calls() -> list[tuple[Call, int]]:
     """Every kind of Call the core builds, with the number of locks it is about."""
     calls: list[tuple[Call, int]] = []
     acq = lock.acquire(KEYS, OWNER, held=0, lease=30.0, blocking=False, timeout=None, wait_id="w")
-    calls.append((next(acq), 1))
+    calls.append((first_call(acq), 1))
     reentry = lock.acquire(KEYS, OWNER, held=2, lease=0.5, blocking=True, timeout=1.0, wait_id="w")
     next(reentry)  # listen first (Subscribe, only if live)
-    calls.append((reentry.send(False), 1))
-    calls.append((next(lock.release(KEYS, OWNER, held=1, request_id="r", token=7)), 1))
-    calls.append((next(lock.force_release(KEYS)), 1))
-    calls.append((next(lock.status(KEYS)), 1))
+    calls.append((as_call(reentry.send(False)), 1))
+    calls.append((first_call(lock.release(KEYS, OWNER, held=1, request_id="r", token=7)), 1))
+    calls.append((first_call(lock.force_release(KEYS)), 1))
+    calls.append((first_call(lock.status(KEYS)), 1))
     calls.append((lock.leave_call(KEYS, OWNER, "w", "w30000"), 1))
     fenced = fence.fenced_set("orders:42:stock", "7", 123, 0)
-    calls.append((next(fenced), 1))
-    calls.append((next(fence.fenced_get("orders:42:stock", 123)), 1))
+    calls.append((first_call(fenced), 1))
+    calls.append((first_call(fence.fenced_get("orders:42:stock", 123)), 1))
     undo = calls[0][0].undo
     assert undo is not None
     undo_call = undo([1, 1, 30000])
@@ -177,7 +178,7 @@ def test_known_arities() -> None:
 
 
 def test_watchdog_uses_the_renew_script() -> None:
-    assert watchdog.scripts.LOCK_RENEW is scripts.LOCK_RENEW
+    assert watchdog.scripts.LOCK_RENEW is scripts.LOCK_RENEW  # type: ignore[attr-defined]  # the module's own import
 
 
 # --- what the scripts do with keys ----------------------------------------------------------

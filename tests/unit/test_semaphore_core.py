@@ -23,7 +23,7 @@ from redlease._core.lock import OUTAGE_TOLERANCE, PLACE_MS, RECHECK, drift
 from redlease._core.requests import Call, Sleep, Subscribe, WaitWake
 from redlease.errors import InvalidArgumentError, LeaseLostError, ServerUnavailableError
 
-from ._fakes import FakeClock, Finished, finish, step
+from ._fakes import FakeClock, Finished, finish, first_call, step
 from .test_scripts import _redis_calls, header_arity
 
 OWNER = "5f0c2a9e-client:7"
@@ -68,33 +68,33 @@ def _calls() -> list[tuple[Call, int]]:
     permit = lease_core.new_permit_id()
     two = [lease_core.new_permit_id() for _ in range(2)]
     calls = [
-        (next(core.try_set_permits(SEM, 3)), 1),
-        (next(core.add_permits(SEM, 2)), 1),
-        (next(core.add_permits(SEM, -2, "r6")), 1),
-        (next(core.set_permits(SEM, 4)), 1),
+        (first_call(core.try_set_permits(SEM, 3)), 1),
+        (first_call(core.add_permits(SEM, 2)), 1),
+        (first_call(core.add_permits(SEM, -2, "r6")), 1),
+        (first_call(core.set_permits(SEM, 4)), 1),
         (core.acquire_call(SEM, OWNER, 2, "r1", register=True), 1),
         (core.release_call(SEM, 2, "r2"), 1),
-        (next(core.release(SEM, permits=1, request_id="r3")), 1),
-        (next(core.drain_permits(SEM, "r5")), 1),
-        (next(core.status(SEM)), 1),
+        (first_call(core.release(SEM, permits=1, request_id="r3")), 1),
+        (first_call(core.drain_permits(SEM, "r5")), 1),
+        (first_call(core.status(SEM)), 1),
         (waiting.leave_call(SEM.waiters, OWNER), 1),
-        (next(lease_core.lease_try_set_permits(LSEM, 2)), 1),
+        (first_call(lease_core.lease_try_set_permits(LSEM, 2)), 1),
         (lease_core.lease_acquire_call(LSEM, OWNER, permit, 30.0, register=False), 1),
         (lease_core.lease_release_call(LSEM, permit, "r4"), 1),
-        (next(lease_core.lease_status(LSEM)), 1),
-        (next(lease_core.renew(LSEM, permit, 10.0)), 1),
-        (next(lease_core.lease_add_permits(LSEM, -3)), 1),
-        (next(lease_core.lease_set_permits(LSEM, 5)), 1),
+        (first_call(lease_core.lease_status(LSEM)), 1),
+        (first_call(lease_core.renew(LSEM, permit, 10.0)), 1),
+        (first_call(lease_core.lease_add_permits(LSEM, -3)), 1),
+        (first_call(lease_core.lease_set_permits(LSEM, 5)), 1),
         (lease_core.lease_acquire_call(LSEM, OWNER, permit, 30.0, register=True, more=two), 3),
         (lease_core.release_many_call(LSEM, [permit, *two], ["a", "b", "c"]), 3),
-        (next(lease_core.lease_release_many(LSEM, two, ["a", "b"])), 2),
-        (next(lease_core.update_lease(LSEM, permit, 5.0)), 1),
-        (next(lease_core.lease_expire(LSEM, 60.0)), 1),
-        (next(latch.delete(LATCH)), 1),
-        (next(latch.try_set_count(LATCH, 4)), 1),
-        (next(latch.count_down(LATCH)), 1),
+        (first_call(lease_core.lease_release_many(LSEM, two, ["a", "b"])), 2),
+        (first_call(lease_core.update_lease(LSEM, permit, 5.0)), 1),
+        (first_call(lease_core.lease_expire(LSEM, 60.0)), 1),
+        (first_call(latch.delete(LATCH)), 1),
+        (first_call(latch.try_set_count(LATCH, 4)), 1),
+        (first_call(latch.count_down(LATCH)), 1),
         (latch.check_call(LATCH, OWNER, register=True), 1),
-        (next(latch.status(LATCH)), 1),
+        (first_call(latch.status(LATCH)), 1),
     ]
     for call, n in list(calls):
         if call.undo is not None:
@@ -139,21 +139,21 @@ def test_receipt_lifetime_is_passed_not_written_in_the_scripts() -> None:
         lease_core.lease_release_call(LSEM, lease_core.new_permit_id(), "r").args[-2]
         == receipts.receipt_ms()
     )
-    assert next(latch.count_down(LATCH)).args == (receipts.receipt_ms(), "publish")
-    assert next(latch.delete(LATCH)).args == (receipts.receipt_ms(), "publish")
+    assert first_call(latch.count_down(LATCH)).args == (receipts.receipt_ms(), "publish")
+    assert first_call(latch.delete(LATCH)).args == (receipts.receipt_ms(), "publish")
     assert core.acquire_call(SEM, OWNER, 1, "r", register=False).args[-1] == receipts.receipt_ms()
     assert core.undo_call(SEM, 1, "r").args[1] == receipts.receipt_ms()
-    assert next(core.drain_permits(SEM, "r")).args == (receipts.receipt_ms(),)
-    assert next(core.add_permits(SEM, 1)).args[2] == receipts.receipt_ms()
-    assert next(lease_core.lease_add_permits(LSEM, 1)).args[2] == receipts.receipt_ms()
+    assert first_call(core.drain_permits(SEM, "r")).args == (receipts.receipt_ms(),)
+    assert first_call(core.add_permits(SEM, 1)).args[2] == receipts.receipt_ms()
+    assert first_call(lease_core.lease_add_permits(LSEM, 1)).args[2] == receipts.receipt_ms()
     assert (
         lease_core.release_many_call(LSEM, [lease_core.new_permit_id()], ["r"]).args[0]
         == receipts.receipt_ms()
     )
     for call in (
-        next(core.try_set_permits(SEM, 2)),
-        next(lease_core.lease_try_set_permits(LSEM, 2)),
-        next(latch.try_set_count(LATCH, 2)),
+        first_call(core.try_set_permits(SEM, 2)),
+        first_call(lease_core.lease_try_set_permits(LSEM, 2)),
+        first_call(latch.try_set_count(LATCH, 2)),
     ):
         assert call.args[-1] == receipts.receipt_ms()
 
@@ -175,7 +175,7 @@ def test_receipts_outlive_the_clients_window_by_a_margin() -> None:
 def test_the_receipt_lifetime_follows_the_windows(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(receipts, "WINDOWS", receipts.Windows(unsure_for=2.0, margin=0.5))
     assert core.undo_call(SEM, 1, "r").args[1] == 2500
-    assert next(latch.count_down(LATCH)).args[0] == 2500
+    assert first_call(latch.count_down(LATCH)).args[0] == 2500
     table = permit_core.PermitTable()
     assert table.undo_later(core.undo_call(SEM, 1, "r"), "jobs", 10.0).until == 12.0
 
@@ -199,8 +199,8 @@ def test_latch_names_with_a_tag_are_refused_on_a_cluster_only() -> None:
         latch.keys_for("{user:7}:done", cluster=True)
 
 
-_CHARS = st.characters(blacklist_categories=("Cs",))  # text that UTF-8 can encode
-_PLAIN = st.characters(blacklist_categories=("Cs",), blacklist_characters="{}")
+_CHARS = st.characters(blacklist_categories=["Cs"])  # text that UTF-8 can encode
+_PLAIN = st.characters(blacklist_categories=["Cs"], blacklist_characters="{}")
 _NAMES = st.one_of(
     st.text(_PLAIN, min_size=1, max_size=20),
     st.builds(
@@ -370,17 +370,17 @@ def test_status_and_statistics() -> None:
     stats = core.statistics(finish(op, [1, 3, 2, 5000]), "jobs", 1)
     assert (stats.permits, stats.available, stats.holders, stats.waiters) == (3, 1, 2, 2)
     assert (stats.local_waiters, stats.ttl) == (1, 5.0)
-    op = lease_core.lease_status(LSEM)
-    step(op, first=True)
-    stats = lease_core.lease_statistics(finish(op, [0, 2, 1, 1500, 3, 1]), "workers", 0)
+    lease_op = lease_core.lease_status(LSEM)
+    step(lease_op, first=True)
+    stats = lease_core.lease_statistics(finish(lease_op, [0, 2, 1, 1500, 3, 1]), "workers", 0)
     assert (stats.permits, stats.available, stats.holders, stats.ttl) == (3, 1, 2, 1.5)
-    op = lease_core.lease_status(LSEM)
-    step(op, first=True)
-    stats = lease_core.lease_statistics(finish(op, [0, 0, 0, -1, 0, 0]), "workers", 0)
+    lease_op = lease_core.lease_status(LSEM)
+    step(lease_op, first=True)
+    stats = lease_core.lease_statistics(finish(lease_op, [0, 0, 0, -1, 0, 0]), "workers", 0)
     assert (stats.permits, stats.available, stats.holders, stats.ttl) == (None, 0, 0, None)
-    op = lease_core.lease_status(LSEM)  # permits taken away below the leased ones: -1 free
-    step(op, first=True)
-    stats = lease_core.lease_statistics(finish(op, [-1, 3, 0, 900, 0, 1]), "workers", 0)
+    lease_op = lease_core.lease_status(LSEM)  # permits taken away below the leased ones: -1 free
+    step(lease_op, first=True)
+    stats = lease_core.lease_statistics(finish(lease_op, [-1, 3, 0, 900, 0, 1]), "workers", 0)
     assert (stats.permits, stats.available, stats.holders) == (2, -1, 3)
 
 
@@ -423,9 +423,9 @@ def test_lease_waits_are_bounded_and_give_up_on_time(
             continue
         if request == waiting.leave_call(LSEM.waiters, OWNER):
             assert deadline is not None and clock() >= deadline
-            with pytest.raises(Finished) as done:
+            with pytest.raises(Finished) as left:
                 step(op, 1)
-            assert done.value.value is None
+            assert left.value.value is None
             return
         assert isinstance(request, WaitWake)
         limit = min(hint, RECHECK, math.inf if deadline is None else deadline - clock())

@@ -376,7 +376,7 @@ def test_from_url_takes_a_cluster_clients_options() -> None:
     """A cluster client's own options (and its nodes' client options) are not refused: the
     sync client then fails only at connecting (the port is closed), the asyncio one connects
     at its first command."""
-    options = {
+    options: dict[str, Any] = {
         "dynamic_startup_nodes": False,
         "require_full_coverage": False,
         "socket_timeout": 2,
@@ -390,7 +390,7 @@ def test_from_url_takes_a_cluster_clients_options() -> None:
 
 
 def test_from_url_takes_redis_pys_options() -> None:
-    options = {
+    options: dict[str, Any] = {
         "socket_timeout": 2,
         "max_connections": 5,
         "decode_responses": True,

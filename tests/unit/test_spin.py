@@ -66,6 +66,6 @@ def test_a_waiter_sleeps_between_single_tries_and_tries_last_at_the_deadline() -
     assert isinstance(next(op), Call)
     assert isinstance(op.send(held), Sleep)
     assert isinstance(op.send(None), Call)
-    with pytest.raises(StopIteration) as stop:
+    with pytest.raises(StopIteration) as stopped:
         op.send([codes.GRANTED, 1, 30_000, 8])
-    assert stop.value.value == Acquired(count=1, ttl=30.0, requested_at=0.0, token=8)
+    assert stopped.value.value == Acquired(count=1, ttl=30.0, requested_at=0.0, token=8)
