@@ -62,8 +62,20 @@ import redis
 import sqlalchemy as sa
 from sqlalchemy.pool import NullPool
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import chaos  # beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the chaos run's modules, beside
+import chaos_report
+from chaos_report import print_table
+from chaos_run import Run, Settings, choose_server
+from chaos_scenarios import Scenario, inject_nothing, replace_replica, setup_failover
+from chaos_worker import (
+    ARMED,
+    HOLDING,
+    LOCK_NAME,
+    READ_DONE,
+    READY_TIMEOUT,
+    STOPPED,
+    careful_release,
+)
 
 import redlease
 from redlease.contrib.sqlalchemy import fence_column, fenced_update
@@ -145,9 +157,9 @@ def pg_worker(
 
     def trap(where: int) -> None:
         with trapped.get_lock():
-            stop = trapped[cfg.index] == chaos.ARMED and point.value == where
+            stop = trapped[cfg.index] == ARMED and point.value == where
             if stop:
-                trapped[cfg.index] = chaos.STOPPED
+                trapped[cfg.index] = STOPPED
         if stop:
             os.kill(os.getpid(), signal.SIGSTOP)
 
@@ -160,12 +172,12 @@ def pg_worker(
     engine = sa.create_engine(cfg.db_url, poolclass=NullPool, connect_args={"options": SQL_OPTIONS})
     conn = engine.connect()
     told = threading.Event()
-    lock = client.lock(chaos.LOCK_NAME, on_lease_lost=lambda _e: told.set())
+    lock = client.lock(LOCK_NAME, on_lease_lost=lambda _e: told.set())
     row = COUNTER.c.id == 1
     emit({"k": "hello", "w": cfg.index, "client": client.id, "pid": os.getpid()})
     with ready.get_lock():
         ready.value += 1
-    if not go.wait(chaos.READY_TIMEOUT + 10):
+    if not go.wait(READY_TIMEOUT + 10):
         return
     end: float = end_at.value
     clock = time.monotonic
@@ -185,14 +197,14 @@ def pg_worker(
         hold: dict[str, Any] = {"k": "hold", "w": cfg.index, "n": n, "token": token}
         hold.update(asked=asked, start=clock())
         n += 1
-        holding[cfg.index] = chaos.HOLDING
+        holding[cfg.index] = HOLDING
         trap(BEFORE_CLAIM)
         try:
             with conn.begin():
                 if cfg.fenced:
                     fenced_update(conn, COUNTER, row, token=token)  # claim the row
                 value = conn.scalar(sa.select(COUNTER.c.value).where(row))
-                holding[cfg.index] = chaos.READ_DONE
+                holding[cfg.index] = READ_DONE
                 trap(MID_TRANSACTION)
                 time.sleep(cfg.cs)
                 assert value is not None
@@ -211,7 +223,7 @@ def pg_worker(
             conn = engine.connect()
         holding[cfg.index] = 0
         hold["end"] = clock()
-        hold["release"] = chaos._release(lock, redlease.ReplicaError)[0]
+        hold["release"] = careful_release(lock, redlease.ReplicaError)[0]
         hold["told"] = told.is_set() or hold["release"] == "lost"
         emit(hold)
     emit({"k": "bye", "w": cfg.index, "at": clock()})
@@ -224,13 +236,13 @@ def pg_worker(
 # --- the run ---------------------------------------------------------------------------------
 
 
-class PgRun(chaos.Run):
+class PgRun(Run):
     """A chaos run whose workers write the counter row of ``db_url``."""
 
     def __init__(
         self,
-        settings: chaos.Settings,
-        scenario: chaos.Scenario,
+        settings: Settings,
+        scenario: Scenario,
         workdir: Path,
         seed: int,
         db_url: str,
@@ -312,7 +324,7 @@ def _failover(run: PgRun, stall: float) -> None:
     new_master.promote()
     run.vip.retarget(new_master)
     run.vip.cut()
-    chaos._replace_replica(run, old_master, new_master, t0)
+    replace_replica(run, old_master, new_master, t0)
     run.failovers += 1
 
 
@@ -422,7 +434,7 @@ def check(run: PgRun, engine: sa.Engine, seed: int) -> Outcome:
 
 
 def run_one(
-    settings: chaos.Settings, db: PostgresServer, workdir: Path, seed: int, fenced: bool
+    settings: Settings, db: PostgresServer, workdir: Path, seed: int, fenced: bool
 ) -> Outcome:
     engine = sa.create_engine(db.url_for("psycopg"), poolclass=NullPool)
     try:
@@ -430,12 +442,12 @@ def run_one(
             for statement in SCHEMA:
                 conn.execute(sa.text(statement))
         name = "postgres-rmw" if fenced else "postgres-rmw-unfenced"
-        scenario = chaos.Scenario(
-            name, "PostgreSQL read-modify-writes", chaos.inject_nothing, allows_overlap=True
+        scenario = Scenario(
+            name, "PostgreSQL read-modify-writes", inject_nothing, allows_overlap=True
         )
         run = PgRun(settings, scenario, workdir, seed, db.url_for("psycopg"), fenced)
         try:
-            chaos.setup_failover(run)
+            setup_failover(run)
             if not run.start_workers():
                 run.notes.append("workers did not start: run called off")
             inject(run, engine, plan(seed, settings.duration, settings.lease))
@@ -448,7 +460,7 @@ def run_one(
         engine.dispose()
 
 
-def parse_args(argv: Sequence[str] | None) -> tuple[chaos.Settings, list[int]]:
+def parse_args(argv: Sequence[str] | None) -> tuple[Settings, list[int]]:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="10 s a run, seed 1 by default")
     p.add_argument("--workers", type=int, help="worker processes (default 4, quick 3)")
@@ -460,18 +472,18 @@ def parse_args(argv: Sequence[str] | None) -> tuple[chaos.Settings, list[int]]:
     p.add_argument("--verbose", action="store_true", help="show the workers' redlease logs")
     p.add_argument("--markdown", action="store_true", help="print the table as Markdown")
     a = p.parse_args(argv)
-    chaos.MARKDOWN = a.markdown
+    chaos_report.MARKDOWN = a.markdown
     duration = a.duration or (10.0 if a.quick else 45.0)
     if duration < 4 * a.lease + 2:
         p.error(f"--duration must be at least 4 leases + 2 s ({4 * a.lease + 2:g} s)")
-    settings = chaos.Settings(
+    settings = Settings(
         quick=a.quick,
         workers=a.workers or (3 if a.quick else 4),
         lease=a.lease,
         cs=a.cs,
         duration=duration,
         repeats=1,
-        binary=chaos.choose_server(a.server),
+        binary=choose_server(a.server),
         start_method="spawn",
         verbose=a.verbose,
     )
@@ -516,7 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ]
         for o in outcomes
     ]
-    chaos.print_table(
+    print_table(
         f"postgres-rmw (lease L = {settings.lease:g} s; {settings.workers} workers; "
         f"{settings.duration:g} s a run)",
         ["seed", "server", "fencing", "holds", "pauses", "failovers", "accepted", "refused",
