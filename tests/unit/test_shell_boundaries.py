@@ -228,8 +228,8 @@ def test_every_import_points_down_a_layer() -> None:
         ),
         ("_redis/urls.py", "from .._shared import channels\n", "redlease._shared.channels"),
         (
-            "contrib/celery.py",
-            "def late():\n    from .._core.keys import LockKeys\n    return LockKeys\n",
+            "contrib/celery/_task.py",
+            "def late():\n    from ..._core.keys import LockKeys\n    return LockKeys\n",
             "redlease._core.keys",
         ),
     ],
