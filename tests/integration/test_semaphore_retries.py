@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from redlease import ServerUnavailableError
+from redlease import LeaseLostError, ServerUnavailableError
 from redlease._core import lease_semaphore as lease_core
 from redlease._core import semaphore as core
 from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
@@ -255,10 +255,13 @@ async def test_a_retry_landing_after_its_own_lease_ran_out_loses_no_permit(
             got = await asyncio.wait_for(taking, 30)
         except ServerUnavailableError:
             got = None
-        if isinstance(got, list):
-            await side(late.release_many(got))
-        elif got is not None:
-            await side(late.release(got))
+        try:  # give the retried acquire's permits back, unless their 1 s lease ran out
+            if isinstance(got, list):
+                await side(late.release_many(got))
+            elif got is not None:
+                await side(late.release(got))
+        except LeaseLostError:
+            pass  # (a loaded machine: more than a second since it came back; they are free)
         await eventually(all_ran_out)
     ids = await side(sem.acquire_many(200, timeout=5, lease=5))
     assert ids is not None and len(ids) == 200, "permits lost for good"

@@ -130,11 +130,24 @@ async def test_the_watchdog_renews_and_events_are_told(
     side: Any, server: RedisServer, name: str
 ) -> None:
     events: list[redlease.events.LockEvent] = []
-    client = side.client(server.url, watchdog_timeout=0.3)
+    client = side.client(server.url, watchdog_timeout=2)
     client.add_listener(events.append)
     lock = client.spin_lock(name, backoff=QUICK)
     assert await side(lock.acquire())
-    await asyncio.sleep(1.5)  # five leases: only renewals keep it
+    raw = redis.Redis.from_url(server.url)
+    first = raw.pttl(name)
+    # the watchdog renews every third of the lease: the TTL goes back up (a renewal), twice
+    renewed = 0
+    for _ in range(200):  # bounded: 20 s, ten rounds of the watchdog
+        ttl = raw.pttl(name)
+        if ttl > first:
+            renewed += 1
+            if renewed == 2:
+                break
+        first = ttl
+        await asyncio.sleep(0.1)
+    raw.close()
+    assert renewed == 2, "the watchdog renews the spin lock's lease"
     assert (await side(lock.statistics())).owned
     await side(lock.release())
     kinds = [e.kind for e in events if e.name == name]
