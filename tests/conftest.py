@@ -53,7 +53,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session", params=SERVERS, ids=[s.label for s in SERVERS])
 def binary(request: pytest.FixtureRequest) -> ServerBinary:
-    return request.param  # type: ignore[no-any-return]
+    return request.param
 
 
 @pytest.fixture(scope="session")

@@ -68,7 +68,8 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
     assert held_view["kept_by"] is None
     (info,) = held_view["holder_info"].values()
     assert info["pid"] == os.getpid() and info["host"] and info["process"]
-    assert held_view["fencing_token"] == holder.lock(name).statistics().fencing_token > 0
+    token = holder.lock(name).statistics().fencing_token
+    assert token is not None and held_view["fencing_token"] == token > 0
     assert held_view["waiters"] == 0
     assert held_view["name"] == name
     assert held_view["locked"] is True

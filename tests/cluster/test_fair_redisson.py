@@ -57,6 +57,7 @@ def _listening(url: str, name: str) -> bool:
         first = rc.lindex(redisson_prefixed("redisson_lock_queue", name), 0)
         if first is None:
             return False
+        assert isinstance(first, str)  # decode_responses
         channel = f"{redisson_prefixed('redisson_lock__channel', name)}:{first}"
         count = 0
         for node in rc.get_nodes():

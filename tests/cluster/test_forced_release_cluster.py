@@ -41,7 +41,11 @@ async def _heard_on_every_master(side, cluster: LocalCluster, *, sharded: bool) 
     for name in names:
         channel = LockKeys.for_name(name).holder(f"{holder_client.id}:1")
         assert hash_slot(channel) == hash_slot(name)  # routed as the lock's keys
-        await eventually(lambda c=channel: count(cluster, c) > 0, timeout=20)
+
+        def counted(c: str = channel) -> bool:
+            return count(cluster, c) > 0
+
+        await eventually(counted, timeout=20)
     for name in names:
         assert await side(operator.lock(name).force_release())
     await eventually(all_told.is_set, timeout=20)

@@ -58,9 +58,11 @@ def test_a_held_lock_survives_its_slot_moving(own_cluster):
         assert lock.owned()
         assert not other.lock(name).acquire(blocking=False)
         token = lock.fencing_token
+        assert token is not None
         lock.release()
         assert other.lock(name).acquire(blocking=False)  # free, on the new master
-        assert other.lock(name).fencing_token > token  # the counter moved with the slot
+        new_token = other.lock(name).fencing_token
+        assert new_token is not None and new_token > token  # the counter moved with the slot
         other.lock(name).release()
         keys = LockKeys.for_name(name)
         assert own_cluster.master_of(keys.fence).port == own_cluster.master_of(name).port

@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
@@ -174,6 +175,11 @@ def _then(first: Any, then: Callable[[], Any]) -> Any:
     return then()
 
 
+def _take_and_give_lock(client: Any, name: str) -> Any:
+    """``_take_and_give`` of ``client``'s lock ``name``."""
+    return _take_and_give(client.lock(name))
+
+
 def _take_and_give(lock: Any) -> Any:
     """Acquire ``lock`` (waiting), then release it, in the same thread or task."""
     got = lock.acquire(timeout=30)
@@ -203,7 +209,11 @@ async def test_hand_off_by_sharded_pub_sub_on_every_master(side, cluster, kind):
         held = await side(case.hold())
         assert held
         waiting = Background(side, case.wait)
-        await eventually(lambda c=case: shard_subscribers(cluster, c.channel) == 1)
+
+        def subscribed(c: Any = case) -> bool:
+            return shard_subscribers(cluster, c.channel) == 1
+
+        await eventually(subscribed)
         assert classic_subscribers(cluster, case.channel) == 0
         listener = Listener(cluster.master_of(case.wake), case.wake, sharded=True)
         try:
@@ -226,7 +236,7 @@ async def test_subscriber_connections_stay_within_the_masters(side, cluster):
     assert len({cluster.master_of(n).port for n in names}) == cluster.masters
     for name in names:
         assert await side(holder_client.lock(name).acquire(lease=30))
-    waiting = [Background(side, lambda n=n: _take_and_give(waiter_client.lock(n))) for n in names]
+    waiting = [Background(side, partial(_take_and_give_lock, waiter_client, n)) for n in names]
     channels = [f"redisson_lock__channel:{{{n}}}" for n in names]
     await eventually(lambda: all(shard_subscribers(cluster, c) == 1 for c in channels))
 
@@ -353,7 +363,11 @@ async def test_classic_pub_sub_on_a_cluster_without_sharded_pub_sub(side, legacy
             held = await side(case.hold())
             assert held
             waiting = Background(side, case.wait)
-            await eventually(lambda c=case: classic_subscribers(legacy_cluster, c.channel) == 1)
+
+            def subscribed(c: Any = case) -> bool:
+                return classic_subscribers(legacy_cluster, c.channel) == 1
+
+            await eventually(subscribed)
             # a node that does not serve the slot hears the release too (the bus forwards it)
             elsewhere = next(
                 n for n in legacy_cluster.nodes if n.port != legacy_cluster.master_of(name).port

@@ -28,7 +28,7 @@ FAULT_SERVERS = _fault_servers()
 
 @pytest.fixture(params=FAULT_SERVERS, ids=[s.label for s in FAULT_SERVERS])
 def fault_binary(request: pytest.FixtureRequest) -> ServerBinary:
-    return request.param  # type: ignore[no-any-return]
+    return request.param
 
 
 @pytest.fixture

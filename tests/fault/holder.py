@@ -49,7 +49,9 @@ def run_sync(url: str, name: str, watchdog: float, resource_url: str) -> None:
                 token = lock.fencing_token or 0
                 _answer(f"held {token}")
             elif cmd == "read":
-                _answer(f"value {raw.get(args[0]) or '-'}")
+                value = raw.get(args[0])
+                assert not isinstance(value, bytes)  # decode_responses
+                _answer(f"value {value or '-'}")
             elif cmd == "write":
                 raw.set(args[0], args[1])
                 _answer("ok")
@@ -103,7 +105,9 @@ async def run_async(url: str, name: str, watchdog: float, resource_url: str) -> 
                 token = lock.fencing_token or 0
                 _answer(f"held {token}")
             elif cmd == "read":
-                _answer(f"value {await raw.get(args[0]) or '-'}")
+                value = await raw.get(args[0])
+                assert not isinstance(value, bytes)  # decode_responses
+                _answer(f"value {value or '-'}")
             elif cmd == "write":
                 await raw.set(args[0], args[1])
                 _answer("ok")

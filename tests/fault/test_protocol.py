@@ -5,11 +5,13 @@ moves on when a lease runs out. Each on a real server, sync and asyncio."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import redis
 import redis.asyncio
+from integration.helpers import reply_str_hash
 
 from redlease import LeaseLostError, ServerUnavailableError
 from redlease._asyncio.subscriber import Subscriber as AsyncSubscriber
@@ -32,7 +34,8 @@ def _raw(server: Any) -> redis.Redis:
 
 
 def _holders(raw: redis.Redis, name: str) -> dict[str, int]:
-    return {k: int(v) for k, v in raw.hgetall(name).items() if not k.startswith("redlease:")}
+    fields = reply_str_hash(raw.hgetall(name))
+    return {k: int(v) for k, v in fields.items() if not k.startswith("redlease:")}
 
 
 def _subscriber_through(side: Any, client: Any, proxy: TcpProxy) -> None:
@@ -213,6 +216,7 @@ async def test_an_inner_block_whose_release_lost_replies_then_the_outer_exit(
             drops.extend(proxy.drop_next_reply(RELEASE_SHA) for _ in range(2))
 
         drops: list[Any] = []
+        nested: Callable[[], Any]  # a coroutine function on the asyncio side
         if side.is_async:
 
             async def nested() -> None:
@@ -320,8 +324,12 @@ async def test_a_fair_lock_line_moves_on_when_leases_run_out(side, lock_server, 
         pending = []
         for i in range(1, len(actors)):
             pending.append(actors[i].start(taken(i)))
+
             # in the client's local line; its head alone has a place in the server's
-            await eventually(lambda i=i: client._lines.waiting(lock._line) == i)
+            def in_line(i: int = i) -> bool:
+                return client._lines.waiting(lock._line) == i
+
+            await eventually(in_line)
             await eventually(lambda: raw.zcard(keys.line) == 1)
         for future in pending:
             assert await future, "a waiter in line timed out"

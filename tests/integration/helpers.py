@@ -11,11 +11,56 @@ import signal
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import redis
 import redis.asyncio
+
+
+def reply_int(reply: object) -> int:
+    """A raw client's reply that the test expects to be a number (a key or field that exists,
+    a score)."""
+    assert isinstance(reply, bytes | str | int | float), reply
+    return int(reply)
+
+
+def reply_bytes(reply: object) -> bytes:
+    """A raw client's reply that the test expects in bytes (no decode_responses)."""
+    assert isinstance(reply, bytes), reply
+    return reply
+
+
+def reply_str(reply: object) -> str:
+    """A raw client's reply that the test expects decoded (decode_responses=True)."""
+    assert isinstance(reply, str), reply
+    return reply
+
+
+def reply_scores(reply: object) -> list[tuple[bytes, float]]:
+    """A raw client's reply WITHSCORES that the test expects in bytes (no decode_responses)."""
+    assert isinstance(reply, list), reply
+    for member, score in reply:
+        assert isinstance(member, bytes) and isinstance(score, float), reply
+    return reply
+
+
+def reply_str_scores(reply: object) -> list[tuple[str, float]]:
+    """A raw client's reply WITHSCORES that the test expects decoded (decode_responses=True)."""
+    assert isinstance(reply, list), reply
+    for member, score in reply:
+        assert isinstance(member, str) and isinstance(score, float), reply
+    return reply
+
+
+def reply_strs(reply: Iterable[object]) -> list[str]:
+    """A raw client's list reply that the test expects decoded (decode_responses=True)."""
+    return [reply_str(item) for item in reply]
+
+
+def reply_str_hash(reply: Mapping[Any, object]) -> dict[str, str]:
+    """A raw client's hash reply (HGETALL) that the test expects decoded."""
+    return {reply_str(k): reply_str(v) for k, v in reply.items()}
 
 
 async def eventually(condition: Callable[[], Any], timeout: float = 10.0) -> None:

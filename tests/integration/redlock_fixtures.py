@@ -17,6 +17,8 @@ from redlease._async.redlock import AsyncRedlockClient
 from redlease._sync.redlock import RedlockClient
 from redlease.testing import RedisServer, ServerBinary, find_server
 
+from .helpers import reply_str_hash
+
 
 @pytest.fixture(scope="session")
 def redlock_binary() -> ServerBinary:
@@ -82,7 +84,7 @@ def holders(server: RedisServer, name: str) -> dict[str, str]:
         fields = raw.hgetall(name)
     finally:
         raw.close()
-    return {k: v for k, v in fields.items() if not k.startswith("redlease:")}
+    return {k: v for k, v in reply_str_hash(fields).items() if not k.startswith("redlease:")}
 
 
 def held_on(servers: list[RedisServer], name: str) -> list[int]:

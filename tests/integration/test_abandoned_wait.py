@@ -32,7 +32,7 @@ from redlease._core.lock import REDLEASE
 from redlease.errors import ServerUnavailableError
 from redlease.testing import RedisServer, TcpProxy
 
-from .helpers import eventually
+from .helpers import eventually, reply_bytes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -118,8 +118,8 @@ KINDS = {
 
 def _first_place(raw: redis.Redis, key: str) -> str:
     if raw.type(key) == b"list":
-        return str(raw.lindex(key, 0).decode())
-    return str(raw.zrange(key, 0, 0)[0].decode())
+        return str(reply_bytes(raw.lindex(key, 0)).decode())
+    return str(reply_bytes(raw.zrange(key, 0, 0)[0]).decode())
 
 
 async def _listened(raw: redis.Redis, *channels: str) -> None:

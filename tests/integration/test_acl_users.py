@@ -20,6 +20,8 @@ import redis
 
 from redlease import PermissionDeniedError
 
+from .helpers import reply_int
+
 
 async def test_release_without_publish_keeps_the_lock_and_says_so(side, private_server, name):
     if private_server.binary.version_tuple < (7,):
@@ -82,15 +84,15 @@ async def test_a_semaphore_release_without_publish_is_all_or_nothing(side, priva
     assert await side(owner.try_set_permits(2))
     sem = side.client(f"redis://nopub2:pw@127.0.0.1:{private_server.port}").semaphore(name)
     assert await side(sem.acquire(1))
-    assert int(raw.get(name)) == 1
+    assert reply_int(raw.get(name)) == 1
     if private_server.binary.version_tuple < (7,):
         await side(sem.release(1))
-        assert int(raw.get(name)) == 2
+        assert reply_int(raw.get(name)) == 2
     else:
         with pytest.raises(PermissionDeniedError) as info:
             await side(sem.release(1))
         assert info.value.command == "publish"
-        assert int(raw.get(name)) == 1
+        assert reply_int(raw.get(name)) == 1
     raw.close()
 
 

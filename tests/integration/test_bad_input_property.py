@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -21,6 +22,8 @@ import redlease
 from redlease import RedleaseError
 from redlease._core.arguments import MAX_COUNT, MAX_LEASE, MIN_LEASE
 from redlease.testing import RedisServer, find_server
+
+from .helpers import reply_bytes
 
 SETTINGS = settings(
     max_examples=200,
@@ -99,7 +102,8 @@ class Checker:
 
     def keys(self) -> set[bytes]:
         # a client's holder record (written at its first use, not by the call) left out
-        return {k for k in self.raw.keys("*") if not k.startswith(b"redlease:client:")}
+        keys = [reply_bytes(k) for k in self.raw.keys("*")]
+        return {k for k in keys if not k.startswith(b"redlease:client:")}
 
     def __call__(self, what: str, call: Callable[[], Any]) -> tuple[bool, Any]:
         before = self.keys()
@@ -166,7 +170,7 @@ def test_rw_lock_calls_work_or_raise_redlease_errors(
         if not ok:
             return
     for side in (rw.read_lock(), rw.write_lock()):
-        ok, got = check("acquire", lambda s=side: s.acquire(timeout=timeout, lease=lease))
+        ok, got = check("acquire", partial(side.acquire, timeout=timeout, lease=lease))
         if ok and got:
             check("release()", side.release)
 
@@ -281,7 +285,7 @@ def test_asyncio_calls_work_or_raise_redlease_errors(
         client = redlease.AsyncClient.from_url(own_server.url)
         try:
             for make in (client.lock, client.fair_lock):
-                ok, lock = check("lock", lambda m=make: m(name))
+                ok, lock = check("lock", partial(make, name))
                 if not ok:
                     continue
                 before = check.keys()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -126,6 +127,7 @@ async def test_grant_as_the_client_closes_is_given_back(side, server, name, monk
     def granted(reply: Any) -> bool:
         return isinstance(reply, list) and len(reply) == 4 and int(reply[0]) == codes.GRANTED
 
+    call: Callable[..., Any]  # a coroutine function on the asyncio side
     if side.is_async:
 
         async def call(call: Any, *args: Any, **kwargs: Any) -> Any:
@@ -174,6 +176,7 @@ async def test_hand_over_as_the_client_closes_is_given_back(side, server, name, 
     handed: list[Any] = []
     entered: list[bool] = []  # the waiter waits for a wake-up (not between two tries)
 
+    wait: Callable[[Any, float], Any]  # a coroutine function on the asyncio side
     if side.is_async:
 
         async def wait(waiter: Any, timeout: float) -> Any:
@@ -233,6 +236,7 @@ async def test_close_stops_the_watchdog_as_a_renewal_ends(server, name, monkeypa
         reply = await real(call, *args, **kwargs)
         if call.script.name == "lock_renew" and not background:
             watchdog = closing._watchdog
+            assert watchdog is not None and watchdog._task is not None  # it is renewing
             background.append(watchdog._task)
             background.append(asyncio.ensure_future(closing.close()))
             for _ in range(100_000):  # until close() has stopped the watchdog: the reply is in

@@ -28,7 +28,7 @@ from redlease._core.keys import LockKeys
 from redlease._core.lock import OUTAGE_TOLERANCE
 from redlease.testing import RedisServer, find_server
 
-from .helpers import eventually
+from .helpers import eventually, reply_bytes
 
 L = 1.5
 """The candidates' lease (their clients' ``watchdog_timeout``): the watchdog renews every 0.5 s."""
@@ -205,13 +205,15 @@ async def test_leader_is_none_once_the_lock_is_free(side, newest, name):
     assert time.monotonic() - gone < L + 1
     raw = redis.Redis.from_url(newest.url)
     try:
-        assert raw.get(observer.record_key).endswith(b" dies")  # the record outlives the term
+        assert reply_bytes(raw.get(observer.record_key)).endswith(
+            b" dies"
+        )  # the record outlives the term
         other = Candidate(side, side.client(newest.url).election(name, identity="next"))
         assert await other.leads()
         assert await side(observer.leader()) == "next"
         assert await side(observer.lock.force_release())  # freed without a word
         assert await side(observer.leader()) is None
-        assert raw.get(observer.record_key).endswith(b" next")
+        assert reply_bytes(raw.get(observer.record_key)).endswith(b" next")
         intruder = side.client(newest.url).lock(observer.lock_name)  # not a candidate
         assert await side(intruder.acquire(timeout=5))
         assert await side(observer.leader()) is None  # the record names an older term

@@ -107,7 +107,7 @@ def test_redlock_client_on_a_second_loop(newest: RedisServer, name: str) -> None
     async def take_and_give_back() -> bool:
         taken = await lock.acquire(timeout=5)
         await lock.release()
-        return taken  # type: ignore[no-any-return]
+        return taken
 
     assert asyncio.run(take_and_give_back())
     _second_loop_fails(take_and_give_back, "AsyncRedlockClient", name)

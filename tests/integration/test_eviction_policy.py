@@ -181,4 +181,4 @@ def test_a_bad_eviction_option_is_refused(server):
     from redlease import Client
 
     with pytest.raises(InvalidArgumentError, match="eviction"):
-        Client.from_url(server.url, eviction="warm")
+        Client.from_url(server.url, eviction="warm")  # type: ignore[arg-type]  # wrong on purpose

@@ -25,6 +25,7 @@ from redlease.testing import RedisServer
 def job(side: Any, decorator: Callable[[Any], Any], runs: list[Any]) -> Callable[..., Any]:
     """A function ``order(order_id)`` (a coroutine function on the asyncio side) decorated by
     ``decorator``: it records its call in ``runs`` and returns its argument."""
+    order: Callable[[int], Any]  # a coroutine function on the asyncio side
     if side.is_async:
 
         async def order(order_id: int) -> int:
@@ -38,7 +39,7 @@ def job(side: Any, decorator: Callable[[Any], Any], runs: list[Any]) -> Callable
             runs.append(order_id)
             return order_id
 
-    return decorator(order)  # type: ignore[no-any-return]
+    return decorator(order)
 
 
 async def taken(side: Any, url: str, name: str) -> Any:
@@ -177,7 +178,7 @@ async def test_bad_decorations_are_refused(side: Any, server: RedisServer, name:
         with pytest.raises(InvalidArgumentError, match="on_busy"):
             client.exclusive(name, on_busy=bad)
         with pytest.raises(InvalidArgumentError, match="on_busy"):
-            redlease.exclusive(name, client=client, on_busy=bad)
+            redlease.exclusive(name, client=client, on_busy=bad)  # type: ignore[call-overload]  # wrong on purpose
     with pytest.raises(InvalidArgumentError, match="timeout"):
         client.exclusive(name, timeout=-1)
     with pytest.raises(InvalidArgumentError, match="lease"):
@@ -233,13 +234,14 @@ async def test_the_client_must_match_the_function(side: Any, server: RedisServer
     """A coroutine function needs an ``AsyncClient``, a plain one a ``Client``: the wrong
     one is a clear ``ArgumentTypeError`` at the call (the client is only known then)."""
     other_side = redlease.Client if side.is_async else redlease.AsyncClient
-    wrong = other_side.from_url(server.url)
+    wrong: Any = other_side.from_url(server.url)  # a client of the other side
     order = job(side, redlease.exclusive(name, client=lambda: wrong), [])
     expected = "AsyncClient" if side.is_async else "needs a Client"
     with pytest.raises(ArgumentTypeError, match=expected):
         await side(order(1))
     with pytest.raises(ArgumentTypeError, match="got str"):
-        await side(job(side, redlease.exclusive(name, client=lambda: "redis://"), [])(1))
+        not_a_client = redlease.exclusive(name, client=lambda: "redis://")  # type: ignore[arg-type,return-value]  # wrong on purpose
+        await side(job(side, not_a_client, [])(1))
     if side.is_async:
         wrong.close()
     else:

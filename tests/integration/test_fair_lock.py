@@ -7,6 +7,7 @@ import contextlib
 import functools
 import threading
 import time
+from functools import partial
 
 import redis
 
@@ -64,12 +65,12 @@ async def test_fifo_order_under_contention(side, server, name):
         tasks = []
         for i in range(4):
             tasks.append(asyncio.create_task(wait_turn(i)))
-            await eventually(lambda i=i: queued(i + 1))
+            await eventually(partial(queued, i + 1))
         await holder.release()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
     else:
 
-        def wait_turn(i: int) -> None:
+        def wait_turn_in_thread(i: int) -> None:
             lock = clients[i].fair_lock(name)
             assert lock.acquire(timeout=30)
             order.append(i)
@@ -78,9 +79,9 @@ async def test_fifo_order_under_contention(side, server, name):
 
         threads = []
         for i in range(4):
-            threads.append(threading.Thread(target=wait_turn, args=(i,)))
+            threads.append(threading.Thread(target=wait_turn_in_thread, args=(i,)))
             threads[-1].start()
-            await eventually(lambda i=i: queued(i + 1))
+            await eventually(partial(queued, i + 1))
         holder.release()
         for t in threads:
             t.join(60)
@@ -206,7 +207,7 @@ async def test_a_waiter_cancelled_as_it_is_woken_leaves_the_line(server, name):
 def _suspended_in(task: asyncio.Task, function) -> bool:
     """Whether ``task`` is suspended inside ``function`` (a coroutine function)."""
     code = function.__code__
-    current = task.get_coro()
+    current: object = task.get_coro()
     while current is not None:
         if getattr(current, "cr_code", None) is code:
             return True

@@ -188,7 +188,7 @@ def test_lifespan_listeners_reach_each_run_s_client(server: Any) -> None:
     with pytest.raises(InvalidArgumentError, match="listeners: cannot import 'no"):
         lifespan(server.url, listeners=["no.such.thing"])
     with pytest.raises(InvalidArgumentError, match="is not a listener"):
-        lifespan(server.url, listeners=[42])
+        lifespan(server.url, listeners=[42])  # type: ignore[list-item]  # wrong on purpose
 
 
 def busy_app(url: str) -> FastAPI:

@@ -63,8 +63,8 @@ def test_a_retried_acquire_gets_the_same_hold_and_token(server, name):
     args = (4, keys.name, keys.line, keys.places, keys.fence)
     # lease, owner, held, queue, fair, hand-over lease, wait id, own channels, publish command
     call = (30000, "c:1", 0, 0, 0, "30000", "wait-1", keys.handover_prefix, "publish")
-    first = raw.eval(scripts.LOCK_ACQUIRE.source, *args, *call)
-    again = raw.eval(scripts.LOCK_ACQUIRE.source, *args, *call)  # its reply was lost
+    first = raw.eval(scripts.LOCK_ACQUIRE.source.decode(), *args, *call)
+    again = raw.eval(scripts.LOCK_ACQUIRE.source.decode(), *args, *call)  # its reply was lost
     assert first[0] == again[0] == 1 and first[1] == again[1] == 1
     assert first[3] == again[3]
     assert raw.hget(name, "c:1") == b"1"

@@ -82,9 +82,11 @@ def test_fork_while_a_thread_holds_the_permit_keepers_lock(server, name):
         sem = client.lease_semaphore(name)
         assert sem.try_set_permits(2)
         permit = sem.acquire()  # the parent's keeper holds a watched permit
+        assert permit is not None
 
         def child() -> bool:
             mine = sem.acquire(timeout=2)
+            assert mine is not None
             sem.release(mine)
             return mine is not None and mine != permit
 

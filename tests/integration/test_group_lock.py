@@ -25,6 +25,7 @@ from .helpers import (
     eventually,
     in_owner,
     owner_body,
+    reply_str_hash,
 )
 
 VALUES = [f"order-{i}" for i in range(5)]
@@ -33,7 +34,7 @@ VALUES = [f"order-{i}" for i in range(5)]
 def group_fields(url: str, group: str) -> dict[str, str]:
     raw = redis.Redis.from_url(url, decode_responses=True)
     try:
-        return raw.hgetall(group)
+        return reply_str_hash(raw.hgetall(group))
     finally:
         raw.close()
 

@@ -14,7 +14,7 @@ from redlease._core import scripts
 from redlease._core.keys import LockKeys
 from redlease.testing import RedisServer
 
-from .helpers import eventually
+from .helpers import eventually, reply_str_hash
 
 
 class _Waiter:
@@ -76,7 +76,9 @@ def _published(raw: redis.Redis, pubsub: Any, channel: str) -> list[str]:
 
 
 def _holder(raw: redis.Redis, name: str) -> tuple[str, int]:
-    fields = {k: v for k, v in raw.hgetall(name).items() if not k.startswith("redlease:")}
+    fields = {
+        k: v for k, v in reply_str_hash(raw.hgetall(name)).items() if not k.startswith("redlease:")
+    }
     ((owner, count),) = fields.items()
     return owner, int(count)
 
@@ -141,7 +143,7 @@ async def test_a_waiter_with_a_lease_of_its_own_is_handed_the_lock_with_it(side,
 
 
 def _run(raw: redis.Redis, script: scripts.Script, keys: tuple[str, ...], *args: Any) -> Any:
-    return raw.eval(script.source, len(keys), *keys, *args)
+    return raw.eval(script.source.decode(), len(keys), *keys, *args)
 
 
 def _queue(raw: redis.Redis, keys: LockKeys, owner: str, lease: str = "w30000") -> None:
@@ -253,7 +255,12 @@ async def test_a_hand_over_waits_for_no_further_request(side, binary, name):
         own = keys.handover_prefix + waiter.client.id
         await eventually(lambda: raw.pubsub_numsub(own) == [(own, 1)])
         seen: list[int] = []
-        await eventually(lambda: seen.append(scripts_run()) or seen[-3:] == [seen[-1]] * 3)
+
+        def settled() -> bool:
+            seen.append(scripts_run())
+            return seen[-3:] == [seen[-1]] * 3
+
+        await eventually(settled)
         await side(holder.release())
         assert await waiting.holding()
         assert scripts_run() - seen[-1] == 1, "only the release ran a script"

@@ -7,6 +7,7 @@ import contextlib
 import inspect
 import threading
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -60,10 +61,12 @@ async def test_count_reaching_zero_releases_every_waiter(side, server, name):
     clients = [side.client(server.url) for _ in range(2)]
     gate = latch(side, clients[0], name)
     assert await side(gate.try_set_count(2))
+
     # three waiters on one client (one subscription) and two on another
-    waiting = [
-        Background(side, lambda i=i: latch(side, clients[i % 2], name).wait(20)) for i in range(5)
-    ]
+    def wait(i: int) -> Any:
+        return latch(side, clients[i % 2], name).wait(20)
+
+    waiting = [Background(side, partial(wait, i)) for i in range(5)]
     await eventually(lambda: waiters_are(side, gate, 5))
     assert (await side(gate.statistics())).local_waiters == 3
     await side(gate.count_down())
@@ -98,7 +101,7 @@ async def test_bad_arguments_name_the_argument(side, server, name):
             await side(gate.wait(bad_timeout))
     for bad_name in ("", "}{", None):
         with pytest.raises(InvalidArgumentError, match="name"):
-            latch(side, client, bad_name)
+            latch(side, client, bad_name)  # type: ignore[arg-type]  # wrong on purpose
     assert await side(gate.count()) == 0
 
 
@@ -191,13 +194,13 @@ async def test_cancelled_wait_leaves_nothing(server, name):
                 await gate.count_down()
 
             assert await gate.try_set_count(1)
-            task = asyncio.create_task(down(started))
+            down_task = asyncio.create_task(down(started))
             await asyncio.wait_for(started.wait(), 15)
             for _ in range(i % 3):
                 await asyncio.sleep(0)
-            task.cancel()
+            down_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await down_task
             assert await gate.count() == 0, f"iteration {i}: a cancelled count_down was lost"
 
 

@@ -6,6 +6,8 @@ import asyncio
 import math
 import threading
 import time
+from functools import partial
+from typing import Any
 
 import pytest
 import redis
@@ -14,7 +16,7 @@ import redlease
 from redlease import InvalidArgumentError, LeaseLostError, LockTimeoutError, NotOwnedError
 from redlease._core.keys import LockKeys
 
-from .helpers import eventually
+from .helpers import eventually, reply_int, reply_str_hash
 
 
 async def test_acquire_release_and_queries(side, server, name):
@@ -111,14 +113,14 @@ async def test_release_hands_the_lock_to_the_first_waiter_in_line(side, server, 
     token = lock.fencing_token
     await side(lock.release())
     raw.publish(keys.channel, "marker")  # arrives after whatever the release published
-    published = []
+    published: list[tuple[Any, Any]] = []
     while not published or published[-1] != (keys.channel, "marker"):
         message = pubsub.get_message(timeout=5)
         assert message is not None
         published.append((message["channel"], message["data"]))
     pubsub.close()
     # only the waiter whose turn it is is woken, on its client's own channel, with the grant
-    handed = int(raw.get(keys.fence))  # a fresh token: above the releaser's and the counter
+    handed = reply_int(raw.get(keys.fence))  # a fresh token: above the releaser's and the counter
     assert handed > token
     assert published == [(own, f"slow-waiter:1 {handed} 500 wait-1"), (keys.channel, "marker")]
     held = raw.hgetall(name)
@@ -132,7 +134,8 @@ async def test_release_hands_the_lock_to_the_first_waiter_in_line(side, server, 
     assert not await side(other.acquire(blocking=False))  # nor can anyone else
     # the waiter never uses it: its first lease (the window) runs out, the lock is anyone's
     assert await side(other.acquire(timeout=10))
-    assert [v for k, v in raw.hgetall(name).items() if not k.startswith("redlease:")] == ["1"]
+    held_after = reply_str_hash(raw.hgetall(name))
+    assert [v for k, v in held_after.items() if not k.startswith("redlease:")] == ["1"]
     await side(other.release())
     raw.close()
 
@@ -157,12 +160,12 @@ async def test_waiters_are_served_in_arrival_order(side, server, name):
         tasks = []
         for i in range(3):
             tasks.append(asyncio.create_task(wait_turn(i)))
-            await eventually(lambda i=i: queued(i + 1))
+            await eventually(partial(queued, i + 1))
         await holder.release()
         await asyncio.wait_for(asyncio.gather(*tasks), 60)
     else:
 
-        def wait_turn(i: int) -> None:
+        def wait_turn_in_thread(i: int) -> None:
             lock = clients[i].lock(name)
             assert lock.acquire(timeout=30)
             order.append(i)
@@ -170,9 +173,9 @@ async def test_waiters_are_served_in_arrival_order(side, server, name):
 
         threads = []
         for i in range(3):
-            threads.append(threading.Thread(target=wait_turn, args=(i,)))
+            threads.append(threading.Thread(target=wait_turn_in_thread, args=(i,)))
             threads[-1].start()
-            await eventually(lambda i=i: queued(i + 1))
+            await eventually(partial(queued, i + 1))
         holder.release()
         for t in threads:
             t.join(60)

@@ -27,7 +27,7 @@ from redlease._core import scripts
 from redlease.errors import LeaseLostError, ServerUnavailableError
 from redlease.testing import RedisServer, ServerBinary, TcpProxy
 
-from .helpers import eventually
+from .helpers import eventually, reply_bytes, reply_int
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -214,7 +214,7 @@ async def test_a_first_acquire_is_not_granted_a_hold_made_for_another_call(side,
         assert await side(lock.acquire(blocking=False, lease=60.0))
         assert raw.pttl(name) > 50_000  # this call's lease, not the old call's
         assert lock.fencing_token > handed["token"]
-        assert int(raw.hget(name, "redlease:fence")) == lock.fencing_token
+        assert reply_int(raw.hget(name, "redlease:fence")) == lock.fencing_token
         time.sleep(old_ttl / 1000 + 0.3)  # past where the old call's hold would have ended
         assert not other.lock(name).acquire(blocking=False)
         await side(lock.release())
@@ -225,7 +225,7 @@ async def test_a_first_acquire_is_not_granted_a_hold_made_for_another_call(side,
 
 
 def lock_owner_field(raw: redis.Redis, name: str) -> bytes:
-    fields = [f for f in raw.hkeys(name) if not f.startswith(b"redlease:")]
+    fields = [f for f in map(reply_bytes, raw.hkeys(name)) if not f.startswith(b"redlease:")]
     assert len(fields) == 1, fields
     return fields[0]
 

@@ -33,8 +33,11 @@ def scrape(registry: CollectorRegistry) -> Samples:
     }
 
 
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, frozenset(labels.items())))
+def value(samples: Samples, name: str, **labels: str) -> float:
+    """The sample of ``name`` with ``labels``, which the test expects to be there."""
+    found = samples.get((name, frozenset(labels.items())))
+    assert found is not None, (name, labels)
+    return found
 
 
 def series(samples: Samples, name: str) -> list[dict[str, str]]:

@@ -121,14 +121,16 @@ async def test_opposite_orders_do_not_deadlock(side, three, name):
         await asyncio.wait_for(asyncio.gather(work(one, 1), work(two, 2)), 60)
     else:
 
-        def work(lock, tag: int) -> None:
+        def work_in_thread(lock, tag: int) -> None:
             for _ in range(rounds):
                 assert lock.acquire(timeout=20, lease=5)
                 time.sleep(0.001)
                 lock.release()
                 done.append(tag)
 
-        threads = [threading.Thread(target=work, args=(lk, i)) for lk, i in ((one, 1), (two, 2))]
+        threads = [
+            threading.Thread(target=work_in_thread, args=(lk, i)) for lk, i in ((one, 1), (two, 2))
+        ]
         for t in threads:
             t.start()
         for t in threads:

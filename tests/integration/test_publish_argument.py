@@ -43,6 +43,7 @@ def test_a_refused_command_changes_nothing(server: RedisServer, name: str) -> No
         lock = client.lock(name)
         assert lock.acquire(lease=30)
         force = next(lock._force_release_op())
+        assert isinstance(force, Call)
         wrong = _with_command(force, "del")
         with pytest.raises(redis.ResponseError):
             raw.eval(wrong.script.source, len(wrong.keys), *wrong.keys, *wrong.args)

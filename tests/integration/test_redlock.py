@@ -399,7 +399,7 @@ async def test_parallel_contenders_never_both_hold(side, five, name):
         await asyncio.wait_for(asyncio.gather(*(work(c) for c in clients)), 60)
     else:
 
-        def work(client) -> None:
+        def work_in_thread(client) -> None:
             lock = client.lock(name)
             for _ in range(rounds):
                 assert lock.acquire(timeout=20, lease=5)
@@ -408,7 +408,7 @@ async def test_parallel_contenders_never_both_hold(side, five, name):
                 leave()
                 lock.release()
 
-        threads = [threading.Thread(target=work, args=(c,)) for c in clients]
+        threads = [threading.Thread(target=work_in_thread, args=(c,)) for c in clients]
         for t in threads:
             t.start()
         for t in threads:
@@ -461,7 +461,7 @@ async def test_bad_arguments(side, three):
     with pytest.raises(InvalidArgumentError, match="master_timeout"):
         redlock(side, three, master_timeout=0)
     with pytest.raises(TypeError):
-        factory([object()])
+        factory([object()])  # type: ignore[list-item]  # wrong on purpose
     lock = redlock(side, three).lock("x")
     with pytest.raises(InvalidArgumentError, match="lease"):
         await side(lock.acquire(lease=-1))
@@ -474,9 +474,11 @@ def test_sync_and_async_apis_match():
 
     from redlease import Lock
     from redlease._async.multilock import AsyncMultiLock
-    from redlease._async.redlock import AsyncRedlockClient, AsyncRedlockLock
+    from redlease._async.redlock import AsyncRedlockClient
+    from redlease._async.redlock_lock import AsyncRedlockLock
     from redlease._sync.multilock import MultiLock
-    from redlease._sync.redlock import RedlockClient, RedlockLock
+    from redlease._sync.redlock import RedlockClient
+    from redlease._sync.redlock_lock import RedlockLock
 
     pairs = [
         (RedlockClient, AsyncRedlockClient),

@@ -31,7 +31,7 @@ from redlease._core import scripts
 from redlease.events import LockEvent
 from redlease.testing import TcpProxy
 
-from .helpers import eventually
+from .helpers import eventually, reply_bytes, reply_int
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -42,7 +42,9 @@ async def pause(side: Any, seconds: float) -> None:
 
 
 def owner_field(raw: redis.Redis, name: str) -> str | None:
-    fields = [f.decode() for f in raw.hkeys(name) if not f.startswith(b"redlease:")]
+    fields = [
+        f.decode() for f in map(reply_bytes, raw.hkeys(name)) if not f.startswith(b"redlease:")
+    ]
     return fields[0] if len(fields) == 1 else None
 
 
@@ -83,7 +85,7 @@ async def test_a_renewal_batch_that_lands_after_the_release_renews_nothing(side,
         assert await side(other.acquire(lease=2.0))
         assert replay(raw, late_batch) == [0]
         assert 0 < raw.pttl(name) <= 2000
-        assert int(raw.hget(name, "redlease:fence")) == other.fencing_token
+        assert reply_int(raw.hget(name, "redlease:fence")) == other.fencing_token
         await side(other.release())
         assert not any(e.kind == "lease_lost" for e in events)
     finally:
@@ -122,7 +124,7 @@ async def test_releases_while_renewals_run_all_the_time(side, server, name):
             await pause(side, 1.05)  # more than a round of the watchdog
             assert raw.pttl(name) <= 1200  # (or already gone: -2)
             if raw.exists(name):
-                assert int(raw.hget(name, "redlease:fence")) == other.fencing_token
+                assert reply_int(raw.hget(name, "redlease:fence")) == other.fencing_token
             with contextlib.suppress(LeaseLostError):  # (its 1.2 s may have run out)
                 await side(other.release())
         for each in held:
@@ -161,7 +163,7 @@ async def test_the_watchdog_never_renews_a_hold_another_client_took_after_a_forc
             assert left <= 1400
             if left > 0:
                 assert owner_field(raw, name) == field
-                assert int(raw.hget(name, "redlease:fence")) == theirs.fencing_token
+                assert reply_int(raw.hget(name, "redlease:fence")) == theirs.fencing_token
             if lost and heard is None:
                 heard = time.monotonic()
             await pause(side, 0.02)
@@ -197,7 +199,7 @@ async def test_renewals_held_back_by_the_network_never_renew_the_next_holder(sid
             left = raw.pttl(name)
             assert left <= 500  # (or already gone)
             if left > 0:
-                assert int(raw.hget(name, "redlease:fence")) == theirs.fencing_token
+                assert reply_int(raw.hget(name, "redlease:fence")) == theirs.fencing_token
             with pytest.raises(LeaseLostError):
                 await side(lock.release())
         finally:
@@ -261,7 +263,7 @@ def test_the_renewal_scripts_refuse_a_lease_below_1_ms(server, name, lease):
             (scripts.Script.load("lease_semaphore_renew"), [name, "l", "c"], [lease, "publish"]),
         ]:
             with pytest.raises(redis.ResponseError, match="at least 1 millisecond"):
-                raw.eval(script.source, len(keys), *keys, *args)
+                raw.eval(script.source.decode(), len(keys), *keys, *args)
         assert raw.hgetall(name) == {b"owner:1": b"1", b"redlease:fence": b"7"}
         assert raw.pttl(name) == -1
     finally:

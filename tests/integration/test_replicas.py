@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import redis
@@ -24,7 +24,7 @@ def _replica_online(master: RedisServer) -> bool:
 
 
 @pytest.fixture
-async def replicated(binary) -> Iterator[tuple[RedisServer, RedisServer]]:
+async def replicated(binary) -> AsyncIterator[tuple[RedisServer, RedisServer]]:
     with RedisServer(binary) as master:
         replica = RedisServer(binary, extra_args=("--replicaof", master.host, str(master.port)))
         with replica:

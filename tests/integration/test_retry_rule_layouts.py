@@ -26,6 +26,8 @@ from redlease._core.requests import Call
 from redlease._core.rwlock_redisson import WRITE_SUFFIX, RedissonRwKeys
 from redlease.testing import RedisServer, TcpProxy
 
+from .helpers import reply_int
+
 OLD_LEASE = 3.0
 """Call 1's lease: long enough to outlive call 1's failure (two lost replies, a give-back
 that times out), short against call 2's."""
@@ -56,13 +58,13 @@ def _rw_stale(raw: redis.Redis, name: str, side: str) -> Stale | None:
         writer, wait, token = raw.hmget(keys.writer, "writer", "wait", "token")
         if writer is None:
             return None
-        return Stale(_text(writer), _text(wait), int(token))
+        return Stale(_text(writer), _text(wait), reply_int(token))
     readers = [_text(r) for r in raw.zrangebyscore(keys.leases, time.time() * 1000, "+inf")]
     if not readers:
         return None
     (owner,) = readers
     token, wait = raw.hmget(keys.tokens, owner, f"wait:{owner}")
-    return Stale(owner, _text(wait), int(token))
+    return Stale(owner, _text(wait), reply_int(token))
 
 
 def _redisson_rw_stale(raw: redis.Redis, name: str, side: str) -> Stale | None:
@@ -72,7 +74,7 @@ def _redisson_rw_stale(raw: redis.Redis, name: str, side: str) -> Stale | None:
         return None
     (field,) = fields
     token, wait = raw.hmget(keys.tokens, field, f"wait:{field}")
-    return Stale(field.removesuffix(WRITE_SUFFIX), _text(wait), int(token))
+    return Stale(field.removesuffix(WRITE_SUFFIX), _text(wait), reply_int(token))
 
 
 def _fair_stale(raw: redis.Redis, name: str, side: str) -> Stale | None:

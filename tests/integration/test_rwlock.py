@@ -37,7 +37,7 @@ from redlease._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from redlease.errors import LockUpgradeError
 from redlease.testing import RedisServer, TcpProxy
 
-from .helpers import eventually
+from .helpers import eventually, reply_scores
 
 WORKER = str(Path(__file__).with_name("rw_worker.py"))
 
@@ -249,7 +249,11 @@ async def test_writers_are_served_in_arrival_order(side, server, name):
     for i in range(3):
         w = Holder(side, rw_lock(side.client(server.url), name).write_lock(), timeout=20)
         writers.append(w.start())
-        await eventually(lambda i=i: _waiters(server.url, name) == i + 1)
+
+        def waiting(i: int = i) -> bool:
+            return _waiters(server.url, name) == i + 1
+
+        await eventually(waiting)
     await side(holder.write_lock().release())
     for w in writers:
         assert await w.returned()
@@ -413,7 +417,7 @@ async def test_a_killed_reader_frees_its_share_within_its_lease(side, server, na
     ends: dict[str, list[float]] = {reader: [] for reader in readers}  # as the server has them
 
     async def one_reader_left() -> bool:
-        for reader, end in raw.zrange(leases, 0, -1, withscores=True):
+        for reader, end in reply_scores(raw.zrange(leases, 0, -1, withscores=True)):
             ends.setdefault(reader.decode(), []).append(end)
         return len((await side(keeper.read_lock().statistics())).holders) == 1
 
@@ -666,7 +670,7 @@ async def test_bad_arguments(side, server, name):
     client = side.client(server.url)
     for bad in ("", None, 42, "a}b{"):
         with pytest.raises(InvalidArgumentError):
-            rw_lock(client, bad)
+            rw_lock(client, bad)  # type: ignore[arg-type]  # wrong on purpose
     for bad_lease in (0, -1, float("nan"), "10", True):
         with pytest.raises(InvalidArgumentError):
             rw_lock(client, name, lease=bad_lease)

@@ -35,7 +35,7 @@ from redlease._core import semaphore as core
 from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
 from redlease._sync.semaphore import LeaseSemaphore, Semaphore
 
-from .helpers import eventually
+from .helpers import eventually, reply_scores
 
 WORKER = str(Path(__file__).with_name("semaphore_worker.py"))
 
@@ -153,7 +153,7 @@ async def test_semaphore_bad_arguments_name_the_argument(side, server, name):
     assert await side(sem.available()) == 2  # nothing changed by the refused calls
     for bad_name in ("", "a}b{", "x{}y", 42):
         with pytest.raises(InvalidArgumentError, match="name"):
-            semaphore(side, client, bad_name)
+            semaphore(side, client, bad_name)  # type: ignore[arg-type]  # wrong on purpose
 
 
 async def test_semaphore_waiter_is_woken_by_a_release(side, server, name):
@@ -219,7 +219,7 @@ async def test_semaphore_permit_accounting_under_concurrency(side, server, name)
         await asyncio.wait_for(asyncio.gather(*(work(i) for i in range(workers))), 60)
     else:
 
-        def work(i: int) -> None:
+        def work_in_thread(i: int) -> None:
             sem, rng = Semaphore(clients[i % 2], name), random.Random(i)
             for _ in range(cycles):
                 k = rng.choice((1, 1, 2))
@@ -229,7 +229,7 @@ async def test_semaphore_permit_accounting_under_concurrency(side, server, name)
                 leave(k)
                 sem.release(k)
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+        threads = [threading.Thread(target=work_in_thread, args=(i,)) for i in range(workers)]
         for t in threads:
             t.start()
         for t in threads:
@@ -442,13 +442,13 @@ async def test_cancelled_waiting_acquire_and_cancelled_release(server, name):
                 acquired.set()
                 await holder.release()
 
-            task = asyncio.create_task(cycle(acquired))
+            cycle_task = asyncio.create_task(cycle(acquired))
             await asyncio.wait_for(acquired.wait(), 15)
             for _ in range(i % 3):
                 await asyncio.sleep(0)
-            task.cancel()
+            cycle_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await cycle_task
             assert await holder.available() == 1, f"iteration {i}: a cancelled release lost it"
 
 
@@ -500,10 +500,10 @@ async def test_lease_semaphore_bad_arguments_and_unknown_ids(side, server, name)
     assert permit in str(info.value)
     assert await side(sem.available()) == 1
     # the calls Redisson's tests use (issue #13 item 6) check their arguments the same way
-    for bad in (True, 2.0, "1", None, 2**53):
+    for bad_count in (True, 2.0, "1", None, 2**53):
         for call in (sem.add_permits, sem.set_permits, sem.acquire_many):
             with pytest.raises(InvalidArgumentError, match="permits"):
-                await side(call(bad))
+                await side(call(bad_count))
     for call in (sem.set_permits, sem.acquire_many):
         with pytest.raises(InvalidArgumentError, match="permits"):
             await side(call(-1))
@@ -640,7 +640,7 @@ async def test_lease_semaphore_permit_accounting_under_concurrency(side, server,
         await asyncio.wait_for(asyncio.gather(*(work(i) for i in range(workers))), 60)
     else:
 
-        def work(i: int) -> None:
+        def work_in_thread(i: int) -> None:
             sem, rng = LeaseSemaphore(clients[i % 2], name), random.Random(i)
             for _ in range(cycles):
                 permit = sem.acquire(timeout=30)
@@ -650,7 +650,7 @@ async def test_lease_semaphore_permit_accounting_under_concurrency(side, server,
                 leave(permit)
                 sem.release(permit)
 
-        threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+        threads = [threading.Thread(target=work_in_thread, args=(i,)) for i in range(workers)]
         for t in threads:
             t.start()
         for t in threads:
@@ -684,7 +684,7 @@ async def test_lease_semaphore_keeps_redisson_layout(side, server, name):
     assert await side(sem.try_set_permits(2))
     permit = await side(sem.acquire(lease=20))
     assert raw.get(name) == b"1"
-    ((member, score),) = raw.zrange(f"{{{name}}}:timeout", 0, -1, withscores=True)
+    ((member, score),) = reply_scores(raw.zrange(f"{{{name}}}:timeout", 0, -1, withscores=True))
     assert member == bytes.fromhex(permit)  # 16 bytes, as Redisson stores its ids
     seconds, micros = raw.time()
     assert 19_000 < score - (seconds * 1000 + micros // 1000) <= 20_000  # server clock, ms

@@ -18,7 +18,7 @@ from redlease._core import semaphore as core
 from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
 from redlease.testing import TcpProxy, free_port
 
-from .helpers import eventually
+from .helpers import eventually, reply_int
 
 ACQUIRE_SHA = core.SEMAPHORE_ACQUIRE.sha.encode()
 UNDO_SHA = core.SEMAPHORE_UNDO.sha.encode()
@@ -109,9 +109,9 @@ async def test_undo_that_cannot_reach_the_server_gives_the_permits_back_later(si
         proxy.cut()
         await side(_keeper(side, client).undo(core.undo_call(keys, 2, "request"), name))
         raw = redis.Redis.from_url(server.url)
-        assert int(raw.get(name)) == 0 and _pending_undos(client) == 1
+        assert reply_int(raw.get(name)) == 0 and _pending_undos(client) == 1
         proxy.retarget(("127.0.0.1", server.port))  # back
-        await eventually(lambda: int(raw.get(name)) == 2)
+        await eventually(lambda: reply_int(raw.get(name)) == 2)
         await eventually(lambda: _pending_undos(client) == 0)
         raw.close()
 
@@ -167,7 +167,13 @@ async def test_retried_release_after_a_lost_reply_is_the_same_release(side, prox
     assert raw.zscore(leases, bytes.fromhex(permit)) is None  # it did run
     for _ in range(3):  # three watchdog rounds renew the other permit
         renewed = raw.zscore(leases, bytes.fromhex(other))
-        await eventually(lambda r=renewed: raw.zscore(leases, bytes.fromhex(other)) > r)
+
+        def renewed_again(r: Any = renewed) -> bool:
+            score = raw.zscore(leases, bytes.fromhex(other))
+            assert score is not None
+            return score > r
+
+        await eventually(renewed_again)
     assert lost == []  # never reported lost: it was released, not lost
     await side(sem.release(permit))  # the retry: no LeaseLostError
     await side(sem.release(other))

@@ -50,10 +50,11 @@ async def test_locks_and_app_commands_share_a_small_blocking_pool(
     side: Any, server: RedisServer, name: str
 ) -> None:
     pool = pool_of(side, server.url)
-    app = (redis.asyncio.Redis if side.is_async else redis.Redis)(
+    # the app's client and redlease's: asyncio's or the sync ones, as the side is
+    app: Any = (redis.asyncio.Redis if side.is_async else redis.Redis)(
         connection_pool=pool, decode_responses=False
     )
-    client = (AsyncClient if side.is_async else Client)(app)
+    client: Any = (AsyncClient if side.is_async else Client)(app)
     counter = f"{name}:counter"
     seen_most = [0]
     errors: list[BaseException] = []

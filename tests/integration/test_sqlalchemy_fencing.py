@@ -93,6 +93,7 @@ def test_a_stale_holders_write_is_refused(engine, redis_url, name):
         lock_a = process_a.lock(name)
         assert lock_a.acquire(lease=0.5)
         token_a = lock_a.fencing_token
+        assert token_a is not None
         with Session(engine) as session, session.begin():
             fenced_upsert(session, Stock, {"id": 1, "qty": 10}, token=token_a)
         # A pauses past its lease: B gets the lock (when A's lease ran out) and writes
@@ -191,6 +192,7 @@ async def test_asyncio_session_and_connection(urls, redis_url, name):
             lock_a = process_a.lock(name)
             assert await lock_a.acquire(lease=0.5)
             token_a = lock_a.fencing_token
+            assert token_a is not None
             async with AsyncSession(engine) as session, session.begin():
                 await async_fenced_upsert(session, Stock, {"id": 5, "qty": 10}, token=token_a)
                 for _ in range(2):  # the same holder, several writes

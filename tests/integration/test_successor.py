@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import redis
 
-from redlease._core import codes
+from redlease._core import codes, scripts
 from redlease._core import lock as core
 from redlease._core.fair import REDISSON_FAIR_ACQUIRE, RedissonFairLayout
 from redlease._core.keys import CLASSIC, LockKeys
@@ -59,7 +59,7 @@ def _acquire_reply(raw: redis.Redis, keys: LockKeys, owner: str, fair: bool) -> 
 async def test_the_first_waiter_is_told_the_holders_remaining_lease(server, name, fair):
     raw = redis.Redis.from_url(server.url)
     keys = LockKeys.for_name(name)
-    raw.script_load(core.scripts.LOCK_ACQUIRE.source)
+    raw.script_load(scripts.LOCK_ACQUIRE.source)
     _dead_holder(raw, name)
     listeners = []
     replies = []
@@ -124,7 +124,11 @@ async def test_the_first_waiter_takes_a_dead_holders_lock_as_its_lease_ends(
             thread = threading.Thread(target=asyncio.run, args=(take(i),))
             thread.start()
             runners.append(thread)
-        await eventually(lambda i=i: raw.zcard(keys.line) == i + 1)
+
+        def in_line(i: int = i) -> bool:
+            return raw.zcard(keys.line) == i + 1
+
+        await eventually(in_line)
     if side.is_async:
         await asyncio.wait_for(asyncio.gather(*runners), 60)
     else:

@@ -79,7 +79,7 @@ async def test_gather_acquires_are_the_callers_holds(
 ) -> None:
     """Both acquires are the caller's: a reentrant lock it then holds twice."""
     lock = client.lock(name)
-    assert await asyncio.gather(lock.acquire(), lock.acquire()) == [True, True]
+    assert list(await asyncio.gather(lock.acquire(), lock.acquire())) == [True, True]
     assert await lock.hold_count() == 2
     await lock.release()
     assert not await _free_for_another(newest.url, name)
@@ -111,11 +111,12 @@ async def test_a_task_that_ends_holding_is_reported_and_not_renewed(
     client.add_listener(PrometheusMetrics(registry, per_lock=True))
     ended: asyncio.Queue[LockEvent] = asyncio.Queue()
     loop = asyncio.get_running_loop()
-    client.add_listener(
-        lambda e: (
-            loop.call_soon_threadsafe(ended.put_nowait, e) if e.kind == "owner_ended" else None
-        )
-    )
+
+    def on_event(e: LockEvent) -> None:
+        if e.kind == "owner_ended":
+            loop.call_soon_threadsafe(ended.put_nowait, e)
+
+    client.add_listener(on_event)
     lock = client.lock(name)
     tokens: list[int | None] = []
 

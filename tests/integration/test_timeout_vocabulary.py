@@ -30,18 +30,24 @@ def check(call: Callable[[], Any], misspelt: str, options: str) -> None:
 def test_client_exclusive(server: Any, misspelt: str) -> None:
     with redlease.Client.from_url(server.url) as client:
         check(
-            lambda: client.exclusive("r:{pk}", **{misspelt: 5}), misspelt, "lease, on_busy, timeout"
+            lambda: client.exclusive("r:{pk}", **{misspelt: 5}),  # type: ignore[call-overload]  # on purpose
+            misspelt,
+            "lease, on_busy, timeout",
         )
 
 
 async def test_async_client_exclusive(server: Any) -> None:
     async with redlease.AsyncClient.from_url(server.url) as client:
-        check(lambda: client.exclusive("r:{pk}", wait=5), "wait", "lease, on_busy, timeout")
+        check(
+            lambda: client.exclusive("r:{pk}", wait=5),  # type: ignore[call-overload]  # on purpose
+            "wait",
+            "lease, on_busy, timeout",
+        )
 
 
 def test_module_exclusive() -> None:
     check(
-        lambda: redlease.exclusive("r:{pk}", client=lambda: None, wait=5),
+        lambda: redlease.exclusive("r:{pk}", client=lambda: None, wait=5),  # type: ignore[call-overload]  # on purpose
         "wait",
         "client, lease, on_busy, timeout",
     )
@@ -52,7 +58,7 @@ def test_fastapi_exclusive() -> None:
     from redlease.contrib.fastapi import exclusive
 
     check(
-        lambda: exclusive("order:{order_id}", wait=2),
+        lambda: exclusive("order:{order_id}", wait=2),  # type: ignore[arg-type]  # on purpose
         "wait",
         "fair, lease, on_busy, on_lost, retry_after, timeout",
     )

@@ -27,7 +27,7 @@ from redlease._core.rwlock_redisson import RedissonRwKeys
 from redlease.errors import LeaseLostError
 from redlease.testing import ServerBinary
 
-from .helpers import eventually
+from .helpers import eventually, reply_int, reply_scores
 from .test_lock_guarantees import Failover
 
 pytestmark = pytest.mark.timeout(180)
@@ -62,20 +62,22 @@ def _rw_write(raw: redis.Redis, name: str) -> Found | None:
     writer, count, deadline, token = raw.hmget(keys.writer, "writer", "count", "deadline", "token")
     if writer is None:
         return None
-    left = int(deadline) - _now_ms(raw)
-    return Found(_text(writer), int(count), int(token), left, keys.writer, "token")
+    left = reply_int(deadline) - _now_ms(raw)
+    return Found(_text(writer), reply_int(count), reply_int(token), left, keys.writer, "token")
 
 
 def _rw_read(raw: redis.Redis, name: str) -> Found | None:
     keys = rwlock.RwKeys.for_name(name)
     now = _now_ms(raw)
-    readers = raw.zrangebyscore(keys.leases, f"({now}", "+inf", withscores=True)
+    readers = reply_scores(raw.zrangebyscore(keys.leases, f"({now}", "+inf", withscores=True))
     if not readers:
         return None
     ((owner, ends),) = readers
     field = _text(owner)
     count, token = raw.hget(keys.readers, field), raw.hget(keys.tokens, field)
-    return Found(field, int(count), int(token), int(ends) - now, keys.tokens, field)
+    return Found(
+        field, reply_int(count), reply_int(token), reply_int(ends) - now, keys.tokens, field
+    )
 
 
 def _redisson_rw(raw: redis.Redis, name: str) -> Found | None:

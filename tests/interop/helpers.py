@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from redlease._asyncio import subscriber as async_subscriber
@@ -141,7 +142,7 @@ class Crowd:
     ) -> tuple[list[int], list[int]]:
         """Two Java threads (seeds 1, 2) and two redlease callers (seeds 3, 4: tasks, or this
         thread and one beside it), each bounded: what each returned."""
-        javas = [Beside(lambda s=s: java_work(s), is_async=False) for s in (1, 2)]
+        javas = [Beside(partial(java_work, s), is_async=False) for s in (1, 2)]
         if side.is_async:
             ours = await asyncio.wait_for(asyncio.gather(*(redlease_work(s) for s in (3, 4))), 90)
         else:  # one caller on this thread, one more beside it

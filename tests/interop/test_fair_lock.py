@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import redis
+from integration.helpers import reply_int, reply_str_scores, reply_strs
 
 from redlease import InvalidArgumentError, LeaseLostError
 from redlease._core.fair import REDISSON_FAIR, SCRIPTS, THREAD_WAIT_MS
@@ -103,11 +104,11 @@ async def world(side, server) -> AsyncIterator[Any]:
             return side.client(server.url, **kwargs).fair_lock(name, layout="redisson")
 
         def line(self, name: str) -> list[str]:
-            return self.raw.lrange(f"redisson_lock_queue:{_tagged(name)}", 0, -1)
+            return reply_strs(self.raw.lrange(f"redisson_lock_queue:{_tagged(name)}", 0, -1))
 
         def places(self, name: str) -> dict[str, float]:
             key = f"redisson_lock_timeout:{_tagged(name)}"
-            return dict(self.raw.zrange(key, 0, -1, withscores=True))
+            return dict(reply_str_scores(self.raw.zrange(key, 0, -1, withscores=True)))
 
         def listening(self, channel: str) -> int:
             return int(self.raw.pubsub_numsub(channel)[0][1])
@@ -326,9 +327,13 @@ async def test_a_java_waiter_is_not_starved_by_a_busy_redlease_line(side, world,
             java = world.java(fair_name, thread_id=i + 1)
             started = time.monotonic()
             asks = asyncio.ensure_future(asyncio.to_thread(java.try_lock, 20))
+
             # counted from its place in line, not from when its thread was asked to start (a
             # loaded machine starts it late, while the redlease owners go on taking turns)
-            await eventually(lambda a=asks, f=java.field: a.done() or f in world.line(fair_name))
+            def asked(a: Any = asks, f: str = java.field) -> bool:
+                return a.done() or f in world.line(fair_name)
+
+            await eventually(asked)
             before = sum(counts)
             assert await asks, "the Java waiter starved"
             assert time.monotonic() - started < 10
@@ -524,7 +529,11 @@ def test_retried_requests_never_count_twice(server, fair_name):
     assert granted[:2] == [1, 1]
     assert _run(raw, first)[:2] == [1, 1]  # the same request again: still one hold
     assert raw.hget(fair_name, owner) == "1"
-    assert int(raw.hget(fair_name, "redlease:fence")) == granted[3] == int(raw.get(keys.fence))
+    assert (
+        reply_int(raw.hget(fair_name, "redlease:fence"))
+        == granted[3]
+        == reply_int(raw.get(keys.fence))
+    )
     # a release naming another token acts on no hold of the owner field (a stale copy)
     stale = REDISSON_FAIR.release_call(keys, owner, 1, request_id="r0", token=granted[3] - 1)
     assert _run(raw, stale) == [-1, 0] and raw.hget(fair_name, owner) == "1"
@@ -584,7 +593,9 @@ def test_a_first_acquire_takes_only_its_own_calls_hold_as_its_retry(server, fair
     assert new[:3] == [1, 1, 60_000] and new[3] > old[3]
     assert raw.hget(fair_name, owner) == "1" and raw.pttl(fair_name) > 55_000
     assert raw.hget(fair_name, "redlease:wait") == "new"
-    assert int(raw.hget(fair_name, "redlease:fence")) == new[3] == int(raw.get(keys.fence))
+    assert (
+        reply_int(raw.hget(fair_name, "redlease:fence")) == new[3] == reply_int(raw.get(keys.fence))
+    )
     again = acquire(0, "new", 60.0)  # the new call's own retry: the same hold and token
     assert again[:2] == [1, 1] and again[3] == new[3]
     assert _run(raw, REDISSON_FAIR.leave_call(keys, owner, "old", None, "")) == 0

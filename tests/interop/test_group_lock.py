@@ -11,10 +11,12 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import pytest
 import redis
+from integration.helpers import reply_bytes
 
 import redlease
 from redlease.testing import RedissonFasterMultiLock
@@ -47,7 +49,7 @@ def client(server: Any) -> Iterator[Any]:
 def fields(url: str, group: str) -> dict[bytes, bytes]:
     raw = redis.Redis.from_url(url)
     try:
-        return raw.hgetall(group)
+        return {reply_bytes(k): reply_bytes(v) for k, v in raw.hgetall(group).items()}
     finally:
         raw.close()
 
@@ -141,8 +143,8 @@ def test_java_and_redlease_exclude_each_other_under_load(server: Any, group: str
                     raw.set(counter, value + 1)
         return 15
 
-    workers = [beside(lambda i=i: java_work(i)) for i in (0, 1)]
-    workers += [beside(lambda i=i: ours_work(i)) for i in (2, 3)]
+    workers = [beside(partial(java_work, i)) for i in (0, 1)]
+    workers += [beside(partial(ours_work, i)) for i in (2, 3)]
     done = sum(w.result(timeout=180) for w in workers)
     assert done == 60 and int(raw.get(counter) or 0) == 60
     raw.close()

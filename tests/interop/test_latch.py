@@ -7,6 +7,7 @@ without braces of their own."""
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import pytest
@@ -93,9 +94,13 @@ async def test_a_redlease_change_wakes_redisson_waiters(side, server, latch_name
     assert await side(gate.try_set_count(1))
     javas = [RedissonCountDownLatch(server.url, latch_name) for _ in range(2)]
     try:
-        waiters = [Beside(lambda j=j: j.await_(30), is_async=False) for j in javas]
+        waiters = [Beside(partial(j.await_, 30), is_async=False) for j in javas]
         for java in javas:
-            await eventually(lambda j=java: j.waiting, "the Redisson waiters are blocked")
+
+            def blocked(j: Any = java) -> bool:
+                return j.waiting
+
+            await eventually(blocked, "the Redisson waiters are blocked")
         since = time.monotonic()
         if change == "count_down":
             await side(gate.count_down())

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 import redis
+from integration.helpers import reply_bytes, reply_str_hash
 
 from redlease import InvalidArgumentError, LockUpgradeError
 from redlease._core import rwlock as core
@@ -61,7 +62,7 @@ async def test_the_layout_is_redissons(side, server, rw_name):
     client = side.client(server.url)
     rw = client.rw_lock(rw_name, layout="redisson")
     assert await side(rw.read_lock().acquire())
-    fields = raw.hgetall(rw_name)
+    fields = reply_str_hash(raw.hgetall(rw_name))
     assert fields["mode"] == "read"
     (reader,) = [f for f in fields if f != "mode"]
     assert raw.exists(f"{RedissonRwKeys.for_name(rw_name).hold_prefix}{reader}:rwlock_timeout:1")
@@ -69,7 +70,7 @@ async def test_the_layout_is_redissons(side, server, rw_name):
     assert not raw.exists(rw_name)
     assert await side(rw.write_lock().acquire())
     assert raw.hget(rw_name, "mode") == "write"
-    assert next(f for f in raw.hgetall(rw_name) if f != "mode").endswith(":write")
+    assert next(f for f in reply_str_hash(raw.hgetall(rw_name)) if f != "mode").endswith(":write")
     await side(rw.write_lock().release())
     raw.close()
 
@@ -235,7 +236,10 @@ def test_a_retried_request_counts_once(server, rw_name):
         assert first[:2] == again[:2] == [1, 1]
         assert first[3] == again[3] > 0  # the same fencing token
         # Redisson's lock hash keeps Redisson's fields only (the wait id is in redlease's key)
-        assert {f.decode() for f in raw.hkeys(rw_name)} == {"mode", keys.field(side_, owner)}
+        assert {reply_bytes(f).decode() for f in raw.hkeys(rw_name)} == {
+            "mode",
+            keys.field(side_, owner),
+        }
         # a release naming another token acts on no hold of the owner field (a stale copy)
         other = keys.release_call(side_, owner, 1, request_id="r0", token=first[3] - 1)
         assert run(other) == [-1, 0]

@@ -221,7 +221,7 @@ class ServerEngine:
     def _published(self, marker: str) -> tuple[tuple[str, str], ...]:
         """The messages published before the step's marker (published last, in the same
         pipeline: a subscriber receives messages in the order they were published)."""
-        out = []
+        out: list[tuple[str, str]] = []
         for _ in range(1_000_000):
             reply = self.observer.read()
             if isinstance(reply, list) and reply and reply[0] == "pmessage":
@@ -304,7 +304,6 @@ class ServerEngine:
                 ttl = max(1, math.ceil(pttl / self.unit_ms))
             else:
                 continue
-            value: Any
             if kind == "hash":
                 value = tuple(sorted(zip(content[::2], content[1::2], strict=True)))
             elif kind == "zset":

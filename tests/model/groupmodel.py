@@ -41,7 +41,7 @@ class GroupModel(RwModel):
             self.channels.append((self.keys.channel,))
 
     # the lock's letters and operations, on one side
-    side_of = staticmethod(lambda letter: WRITE)  # type: ignore[assignment]
+    side_of = staticmethod(lambda letter: WRITE)
     is_release = Model.is_release
     watched = Model.watched
     describe = Model.describe
@@ -51,7 +51,7 @@ class GroupModel(RwModel):
     _force = Model._force
 
     def rec_of(self, ow: Owner, side: str) -> Rec | None:
-        return ow.rec if side == WRITE else None  # type: ignore[return-value]
+        return ow.rec if side == WRITE else None
 
     def put_rec(self, ow: Owner, side: str, rec: Rec | None) -> Owner:
         return ow._replace(rec=rec)

@@ -99,6 +99,7 @@ import itertools
 import sys
 import time
 from collections.abc import Callable, Generator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -161,7 +162,7 @@ def _rewrite(x: Any, m: dict[int, int]) -> Any:
     if t is frozenset:
         return frozenset(_rewrite(v, m) for v in x)
     if isinstance(x, tuple):
-        return t._make(_rewrite(v, m) for v in x)  # type: ignore[attr-defined]
+        return t._make(_rewrite(v, m) for v in x)
     return x
 
 
@@ -189,7 +190,7 @@ def renumber(st: State) -> State:
     if not moved:
         return st
     keys = set(moved)
-    new = [_rewrite(part, moved) if keys & _nums(part) else part for part in parts]
+    new: list[Any] = [_rewrite(part, moved) if keys & _nums(part) else part for part in parts]
     return st._replace(server=new[0], replica=new[1], owners=new[2], msgs=new[3], ghost=new[4])
 
 
@@ -316,6 +317,16 @@ class State(NamedTuple):
     ghost: Ghost
 
 
+def _without_bg(st: State, i: int) -> State:
+    """``st`` with its background give-back ``i`` lost."""
+    return st._replace(bg=st.bg[:i] + st.bg[i + 1 :])
+
+
+def _without_msg(st: State, i: int) -> State:
+    """``st`` with its hand-over message ``i`` lost."""
+    return st._replace(msgs=st.msgs[:i] + st.msgs[i + 1 :])
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     """What to explore. Script letters per owner: ``A`` acquire (blocking, with ``timeout``,
@@ -422,6 +433,12 @@ def _as_list(x: Any) -> Any:
 
 
 class Model:
+    keys: Any
+    """The lock's keys, as its layout names them (a plain or fair lock's, a read-write lock's,
+    a group lock's: set by ``setup``)."""
+    times: frozenset[str]
+    """The keys and fields whose values are server times (set by ``setup``)."""
+
     def __init__(self, config: Config, engine: ServerEngine) -> None:
         self.config = config
         self.engine = engine
@@ -588,7 +605,7 @@ class Model:
         return _letter(letter)
 
     def rec_of(self, ow: Owner, side: str) -> Rec | None:
-        return ow.rec  # type: ignore[return-value]
+        return ow.rec
 
     def put_rec(self, ow: Owner, side: str, rec: Rec | None) -> Owner:
         return ow._replace(rec=rec)
@@ -668,6 +685,7 @@ class Model:
     ) -> State:
         """Answer what can be answered at once; stop at a call or a wait."""
         for _ in range(100):
+            value: Any
             how, value = "s", None
             if isinstance(req, Subscribe):
                 cur = cur._replace(leave=None if req.leave is None else self._call_t(req.leave))
@@ -963,40 +981,40 @@ class Model:
             cur = ow.cur
             if cur is None:
                 if ow.op < len(cfg.scripts[o]):
-                    yield f"{n}: start", lambda o=o: self._labelled(self._start(st, o))
+                    yield f"{n}: start", partial(self._labelled_start, st, o)
             elif cur.pending is not None:
                 if cur.net is None:
-                    yield f"{n}: server runs", lambda o=o: self._owner_run(st, o, False)
+                    yield f"{n}: server runs", partial(self._owner_run, st, o, False)
                     if st.ghost.dups < cfg.dups:
                         yield (
                             f"{n}: server runs, reply lost, sent again",
-                            (lambda o=o: self._owner_run(st, o, True)),
+                            partial(self._owner_run, st, o, True),
                         )
                 else:
-                    yield f"{n}: reply arrives", lambda o=o: self._owner_reply(st, o)
+                    yield f"{n}: reply arrives", partial(self._owner_reply, st, o)
                 if cfg.lose:
-                    yield f"{n}: no reply in time", lambda o=o: self._owner_timeout(st, o)
+                    yield f"{n}: no reply in time", partial(self._owner_timeout, st, o)
             else:
-                yield f"{n}: wake-up (re-check)", lambda o=o: self._advance(st, o, "s", False)
+                yield f"{n}: wake-up (re-check)", partial(self._advance, st, o, "s", False)
             yield from self._renewal_steps(st, o)
         for i, (o, call, *_) in enumerate(st.bg):
             yield (
                 f"server runs {self.names[o]}'s background {call[0]}",
-                (lambda i=i: self._bg_run(st, i)),
+                partial(self._bg_run, st, i),
             )
             yield (
                 f"{self.names[o]}'s background {call[0]} is lost",
-                (lambda i=i: st._replace(bg=st.bg[:i] + st.bg[i + 1 :])),
+                partial(_without_bg, st, i),
             )
         for i, msg in enumerate(st.msgs):
             yield (
                 f"hand-over message {msg[1][1:]} to {self._name(msg[0])} arrives",
-                (lambda i=i: self._deliver(st, i)),
+                partial(self._deliver, st, i),
             )
             if cfg.messages:
                 yield (
                     f"hand-over message to {self._name(msg[0])} is lost",
-                    (lambda i=i: st._replace(msgs=st.msgs[:i] + st.msgs[i + 1 :])),
+                    partial(_without_msg, st, i),
                 )
         g = st.ghost
         if g.ticks < cfg.ticks:
@@ -1021,7 +1039,7 @@ class Model:
                     if self.proc_of[o] == p
                 )
                 if proc.listening and not busy:
-                    yield f"process {p} stops listening", lambda p=p: self._unlisten(st, p)
+                    yield f"process {p} stops listening", partial(self._unlisten, st, p)
 
     def _name(self, field: str) -> str:
         o = self.owner_of.get(field)
@@ -1032,6 +1050,9 @@ class Model:
     def _labelled(self, pair: tuple[str, State]) -> State:
         self.label_extra = pair[0]
         return pair[1]
+
+    def _labelled_start(self, st: State, o: int) -> State:
+        return self._labelled(self._start(st, o))
 
     def _meta(self, o: int, cur: Cur) -> tuple[Any, ...]:
         name = cur.pending[0] if cur.pending else ""

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Generator, Iterator
-from typing import Any
+from typing import Any, cast
 
 from redlease._core import rwlock
 from redlease._core.rwlock import READ, WRITE, RwKeys
@@ -36,6 +36,9 @@ from .lockmodel import NAME, Cur, Ghost, Model, Owner, Rec, State, _fail
 
 ACQUIRE_PARAMS = frozenset(inspect.signature(rwlock.acquire).parameters)
 RELEASE_PARAMS = frozenset(inspect.signature(rwlock.release).parameters)
+
+RecPair = tuple[Rec | None, Rec | None]
+"""An owner's records in this model: one per side (read, write)."""
 
 Hold = tuple[int, int, int, str]
 """A hold on the server: (count, token, units of lease left, wait id)."""
@@ -50,10 +53,11 @@ class RwModel(Model):
     def setup(self) -> None:
         cfg = self.config
         self.redisson = cfg.layout == "redisson-rw"
-        self.rw: Any = (RedissonRwKeys if self.redisson else RwKeys).for_name(NAME)
-        self.keys = self.rw
-        self.times = frozenset() if self.redisson else frozenset(
-            {self.rw.writer, self.rw.leases, self.rw.places}
+        rw = (RedissonRwKeys if self.redisson else RwKeys).for_name(NAME)
+        self.rw: Any = rw
+        self.keys = rw
+        self.times = frozenset() if isinstance(rw, RedissonRwKeys) else frozenset(
+            {rw.writer, rw.leases, rw.places}
         )  # fmt: skip
         for _ in self.processes:
             self.channels.append((self.rw.channel,))
@@ -73,14 +77,16 @@ class RwModel(Model):
         what = "acquire" if letter in "rw" else "acquire(blocking=False)"
         return f"{self.side_of(letter)} {what}"
 
+    # Owner.rec holds a pair here, (read side's Rec | None, write side's Rec | None)
+
     def rec_of(self, ow: Owner, side: str) -> Rec | None:
-        recs = ow.rec or (None, None)
-        return recs[0 if side == READ else 1]  # type: ignore[index,no-any-return]
+        recs = cast(RecPair, ow.rec or (None, None))
+        return recs[0 if side == READ else 1]
 
     def put_rec(self, ow: Owner, side: str, rec: Rec | None) -> Owner:
-        recs = list(ow.rec or (None, None))  # type: ignore[arg-type]
+        recs = list(cast(RecPair, ow.rec or (None, None)))
         recs[0 if side == READ else 1] = rec
-        return ow._replace(rec=None if recs == [None, None] else tuple(recs))
+        return ow._replace(rec=None if recs == [None, None] else cast(Rec, tuple(recs)))
 
     def hold_keys(self, side: str) -> Any:
         return self.rw.side_keys(side)

@@ -23,7 +23,7 @@ from .engine import ServerEngine
 from .lockmodel import Config, Model, Result, State, explore
 
 LUA = Path(__file__).resolve().parents[2] / "src" / "redlease" / "lua"
-QUIET = {"renewals": False, "messages": False, "unsubscribe": False}
+QUIET: dict[str, Any] = {"renewals": False, "messages": False, "unsubscribe": False}
 """The adversary's moves that a defect's trace does not need (a smaller search)."""
 
 KNOWN: frozenset[str] = frozenset()

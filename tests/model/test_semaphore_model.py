@@ -91,7 +91,7 @@ class SemaphoreModel(ScriptedModel):
         """Releases whose caller got ``ServerUnavailableError`` (outcome unknown): one that
         passed the total could not say so."""
         assert self.run(self.try_set_call()) == 1
-        self.replica = self.state
+        self.replica: State = self.state
 
     # --- the server -----------------------------------------------------------------------
 

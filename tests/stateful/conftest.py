@@ -59,7 +59,7 @@ def stateful_server(request: pytest.FixtureRequest) -> Iterator[RedisServer]:
 
 @pytest.fixture(params=["sync", "async"])
 def is_async(request: pytest.FixtureRequest) -> bool:
-    return request.param == "async"  # type: ignore[no-any-return]
+    return request.param == "async"
 
 
 @pytest.fixture(params=STATEFUL_SERVERS, ids=[s.label for s in STATEFUL_SERVERS])

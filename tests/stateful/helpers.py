@@ -26,6 +26,8 @@ from types import ModuleType
 from typing import Any
 
 import redis
+from hypothesis import settings as Settings
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 import redlease
 from redlease._core import latch as latch_core
@@ -440,3 +442,9 @@ class Actor:
             self._thread.join(10)
         else:
             self._task.result(10)
+
+
+def run_machine(factory: Callable[[], RuleBasedStateMachine], settings: Settings) -> None:
+    """``run_state_machine_as_test`` of the machines ``factory`` makes (hypothesis calls its
+    argument for each run; its annotation asks for a class)."""
+    run_state_machine_as_test(factory, settings=settings)  # type: ignore[arg-type]  # a factory

@@ -23,7 +23,6 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 
 from redlease import ServerUnavailableError
@@ -32,7 +31,7 @@ from redlease._core.lock import RECHECK
 from redlease.testing import RedisServer
 
 from .conftest import DEFAULT, SLOW
-from .helpers import World, results, unique_name, wait_until
+from .helpers import World, results, run_machine, unique_name, wait_until
 
 OWNERS = 3
 owners = st.integers(0, OWNERS - 1)
@@ -132,10 +131,10 @@ class LatchMachine(RuleBasedStateMachine):
 
 
 def test_latch(stateful_server: RedisServer, is_async: bool) -> None:
-    run_state_machine_as_test(lambda: LatchMachine(stateful_server, is_async), settings=DEFAULT)
+    run_machine(lambda: LatchMachine(stateful_server, is_async), DEFAULT)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_latch_long(stateful_server: RedisServer, is_async: bool) -> None:
-    run_state_machine_as_test(lambda: LatchMachine(stateful_server, is_async), settings=SLOW)
+    run_machine(lambda: LatchMachine(stateful_server, is_async), SLOW)

@@ -39,12 +39,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import pytest
 import redis
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
+from integration.helpers import reply_str_hash, reply_strs
 
 import redlease
 from redlease._core import fair as fair_core
@@ -157,7 +159,11 @@ class FailoverLockMachine(LockMachine):
         state = self.raw.hgetall(self.name)
         for owner in self.owners:
             if owner.busy is None and owner.record() is None and int(state.get(owner.owner, 0)):
-                self._call(owner, lambda o=owner: o.lock.acquire(blocking=False, lease=lease))
+
+                def acquire(o: Any = owner) -> Any:
+                    return o.lock.acquire(blocking=False, lease=lease)
+
+                self._call(owner, acquire)
                 return
 
     # not rules here (see the module's docstring)
@@ -212,7 +218,7 @@ class FailoverLockMachine(LockMachine):
         for owner in self.owners:
             if owner.busy is None:  # (a wait under way finds the new master by itself)
                 self._reconnect(owner)
-        state = self.raw.hgetall(self.name)
+        state = reply_str_hash(self.raw.hgetall(self.name))
         mine: set[int] = set()
         for i, owner in enumerate(self.owners):
             hold = owner.record()
@@ -231,7 +237,7 @@ class FailoverLockMachine(LockMachine):
                 self.revoked.add(hold.token)  # gone with the data
         if FENCE in state and int(state[FENCE]) not in mine:
             self.brought_back.add(int(state[FENCE]))
-        places = self.raw.zrange(self.keys.line, 0, -1)
+        places = reply_strs(self.raw.zrange(self.keys.line, 0, -1))
         self.stale_places.update(places)
         self.stale_waits.update(p.split(" ")[1] for p in places if p.count(" ") >= 1)
 
@@ -264,7 +270,7 @@ class FailoverLockMachine(LockMachine):
         if i in self.straddling:  # a wait under way at the loss: granted on which server?
             hold = owner.record()
             if hold is not None:
-                state = self.raw.hgetall(self.name)
+                state = reply_str_hash(self.raw.hgetall(self.name))
                 if not self._on_server(owner, hold.token, state):
                     self.revoked.add(hold.token)
                 self.straddling.discard(i)
@@ -308,7 +314,10 @@ def test_lock_protocol_holds_across_data_loss_longer(replicated, is_async, fair)
 
 
 def _machine(topology: Replicated, is_async: bool = False) -> FailoverLockMachine:
-    cls = type("Steps", (FailoverLockMachine,), {})
+    class Steps(FailoverLockMachine):
+        pass
+
+    cls = Steps
     cls.topology, cls.is_async, cls.fair = topology, is_async, False
     return cls()
 
@@ -409,12 +418,12 @@ def test_tokens_keep_increasing_across_an_empty_restart(replicated, side):
         a, b = machine.owners[0], machine.owners[1]
         before = []
         for owner, i in ((a, 0), (b, 1)):
-            assert machine._call(owner, lambda o=owner: o.lock.acquire(blocking=False))
+            assert machine._call(owner, partial(owner.lock.acquire, blocking=False))
             before.append(owner.record().token)
             machine.release(i)
         machine.restart_empty()
         for owner, i in ((b, 1), (a, 0)):
-            assert machine._call(owner, lambda o=owner: o.lock.acquire(blocking=False))
+            assert machine._call(owner, partial(owner.lock.acquire, blocking=False))
             _check(machine)
             assert owner.record().token > max(before)
             machine.release(i)

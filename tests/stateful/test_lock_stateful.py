@@ -43,6 +43,7 @@ import redis
 import redis.asyncio
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from integration.helpers import reply_str
 
 import redlease
 from redlease import LeaseLostError, LockTimeoutError
@@ -53,6 +54,7 @@ from redlease._core import scripts
 from redlease._core.fair import REDISSON_FAIR
 from redlease._core.keep import RELEASE_KEEP
 from redlease._core.keys import CLASSIC
+from redlease._core.requests import Call
 from redlease._threads.subscriber import Subscriber
 from redlease.testing import RedisServer, TcpProxy
 
@@ -354,6 +356,7 @@ class LockMachine(RuleBasedStateMachine):
         """An operator force-releases the lock (as ``Lock.force_release`` does), reading in
         the same transaction whose hold that was (a wait may be under way meanwhile)."""
         call = next(lock_core.force_release(self.keys, self.layout))
+        assert isinstance(call, Call)
         pipe = self.raw.pipeline(transaction=True)
         pipe.hgetall(self.name)
         pipe.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
@@ -372,7 +375,11 @@ class LockMachine(RuleBasedStateMachine):
             hold = holder.record()
             mine = hold is not None and fence is not None and int(fence) == hold.token
             if holder.busy is None and mine and not hold.watched:
-                wait_until(lambda h=holder: self._server_count(h) == 0, 10)
+
+                def released(h: Any = holder) -> bool:
+                    return self._server_count(h) == 0
+
+                wait_until(released, 10)
 
     # --- invariants -------------------------------------------------------------------------
 
@@ -409,11 +416,12 @@ class LockMachine(RuleBasedStateMachine):
     def i3_no_stale_place_and_no_stranded_lock(self) -> None:
         for owner in self.owners:
             if owner.busy is None:
+                place: object
                 if self.fair == "redisson":  # Redisson's line (a list) and places (a zset)
                     place = self.raw.zscore(self.keys.places, owner.owner)
                     assert owner.owner not in self.raw.lrange(self.keys.line, 0, -1)
                 else:  # redlease's line: a zset of "<owner> <wait id> <hand-over lease>"
-                    places = self.raw.zrange(self.keys.line, 0, -1)
+                    places = [reply_str(p) for p in self.raw.zrange(self.keys.line, 0, -1)]
                     mine = [
                         p
                         for p in places
@@ -467,7 +475,11 @@ def test_lock_protocol_holds_under_faults_longer(stateful_server, is_async, fair
 
 def test_the_invariants_catch_two_holders(stateful_server):
     """The exclusion invariant is not vacuous: two believers fail it."""
-    machine_cls = type("Probe", (LockMachine,), {})
+
+    class Probe(LockMachine):
+        pass
+
+    machine_cls = Probe
     machine_cls.server, machine_cls.is_async, machine_cls.fair = stateful_server, False, False
     machine = machine_cls()
     try:

@@ -32,16 +32,16 @@ from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
     rule,
-    run_state_machine_as_test,
 )
 
 from redlease import LeaseLostError, NotOwnedError, ServerUnavailableError
 from redlease._core import rwlock as core
+from redlease._core.requests import Call
 from redlease.errors import LockUpgradeError
 from redlease.testing import RedisServer
 
 from .conftest import DEFAULT, SLOW
-from .helpers import CALL_TIMEOUT, Actor, Process, World, unique_name, wait_until
+from .helpers import CALL_TIMEOUT, Actor, Process, World, run_machine, unique_name, wait_until
 
 OWNERS = 3
 owners = st.integers(0, OWNERS - 1)
@@ -98,6 +98,7 @@ class RwMachine(RuleBasedStateMachine):
 
     def server(self) -> core.RwStatus:
         call = next(core.status(self.keys, "nobody"))
+        assert isinstance(call, Call)
         return core.parse_status(
             self.world.raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
         )
@@ -269,6 +270,7 @@ class RwMachine(RuleBasedStateMachine):
                 self.taken.add((o, side))
                 self.unsurely(o, side)
         call = next(core.force_release(self.keys, side))
+        assert isinstance(call, Call)
         self.world.raw.evalsha(call.script.sha, len(call.keys), *call.keys, *call.args)
 
     @rule(o=owners, side=sides)
@@ -333,9 +335,9 @@ class RwMachine(RuleBasedStateMachine):
 
 
 def test_rwlock(stateful_server: RedisServer, is_async: bool) -> None:
-    run_state_machine_as_test(lambda: RwMachine(stateful_server, is_async), settings=DEFAULT)
+    run_machine(lambda: RwMachine(stateful_server, is_async), DEFAULT)
 
 
 @pytest.mark.slow
 def test_rwlock_long(stateful_server: RedisServer, is_async: bool) -> None:
-    run_state_machine_as_test(lambda: RwMachine(stateful_server, is_async), settings=SLOW)
+    run_machine(lambda: RwMachine(stateful_server, is_async), SLOW)

@@ -24,8 +24,8 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
+from integration.helpers import reply_bytes, reply_int
 
 from redlease import LeaseLostError, ServerUnavailableError
 from redlease._core import lease_semaphore as lease_core
@@ -34,7 +34,7 @@ from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
 from redlease.testing import RedisServer
 
 from .conftest import DEFAULT, SLOW
-from .helpers import World, unique_name, wait_until
+from .helpers import World, run_machine, unique_name, wait_until
 
 OWNERS = 3
 owners = st.integers(0, OWNERS - 1)
@@ -158,7 +158,7 @@ class SemaphoreMachine(RuleBasedStateMachine):
         assert self.unsure is not None
         o, permits = self.unsure
         self.unsure = None
-        free = int(self.world.raw.get(self.name))
+        free = reply_int(self.world.raw.get(self.name))
         if free == self.free() + permits:
             self.held[o] -= permits
         else:
@@ -167,8 +167,8 @@ class SemaphoreMachine(RuleBasedStateMachine):
     @invariant()
     def no_permit_lost_for_good(self) -> None:
         self.world.settle()
-        assert int(self.world.raw.get(self.name)) == self.free()
-        assert int(self.world.raw.get(self.keys.total)) == self.CAPACITY
+        assert reply_int(self.world.raw.get(self.name)) == self.free()
+        assert reply_int(self.world.raw.get(self.keys.total)) == self.CAPACITY
         assert self.raised == [], "a release reported past the total, with no data lost"
 
     def teardown(self) -> None:
@@ -317,8 +317,8 @@ class LeaseSemaphoreMachine(RuleBasedStateMachine):
         or under a short lease), and free + taken == capacity."""
         self.world.settle()
         raw = self.world.raw
-        taken = {bytes(m).hex() for m in raw.zrange(self.keys.leases, 0, -1)}
-        assert int(raw.get(self.name)) + len(taken) == self.CAPACITY
+        taken = {reply_bytes(m).hex() for m in raw.zrange(self.keys.leases, 0, -1)}
+        assert reply_int(raw.get(self.name)) + len(taken) == self.CAPACITY
         assert taken <= set(self.held) | set(self.unsure) | set(self.short), "a stray permit"
 
     @invariant()
@@ -343,24 +343,20 @@ class LeaseSemaphoreMachine(RuleBasedStateMachine):
 
 
 def test_semaphore(stateful_server: RedisServer, is_async: bool) -> None:
-    run_state_machine_as_test(lambda: SemaphoreMachine(stateful_server, is_async), settings=DEFAULT)
+    run_machine(lambda: SemaphoreMachine(stateful_server, is_async), DEFAULT)
 
 
 def test_lease_semaphore(stateful_server: RedisServer, is_async: bool) -> None:
-    run_state_machine_as_test(
-        lambda: LeaseSemaphoreMachine(stateful_server, is_async), settings=DEFAULT
-    )
+    run_machine(lambda: LeaseSemaphoreMachine(stateful_server, is_async), DEFAULT)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_semaphore_long(stateful_server: RedisServer, is_async: bool) -> None:
-    run_state_machine_as_test(lambda: SemaphoreMachine(stateful_server, is_async), settings=SLOW)
+    run_machine(lambda: SemaphoreMachine(stateful_server, is_async), SLOW)
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_lease_semaphore_long(stateful_server: RedisServer, is_async: bool) -> None:
-    run_state_machine_as_test(
-        lambda: LeaseSemaphoreMachine(stateful_server, is_async), settings=SLOW
-    )
+    run_machine(lambda: LeaseSemaphoreMachine(stateful_server, is_async), SLOW)

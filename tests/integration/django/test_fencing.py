@@ -66,6 +66,7 @@ def test_a_stale_holders_write_is_refused(db, configured, name):
         lock_a = process_a.lock(name)
         assert lock_a.acquire(lease=0.5)
         token_a = lock_a.fencing_token
+        assert token_a is not None
         fenced_upsert(Stock, {"id": 1, "qty": 10}, token=token_a, using=db)
         # A pauses past its lease: B gets the lock (when A's lease ran out) and writes
         with process_b.lock(name).hold(timeout=30) as lease_b:
@@ -182,7 +183,7 @@ def test_bad_input_is_named(db):
     with pytest.raises(ArgumentTypeError, match="is the lock held"):
         fenced_update(rows, token=None)  # type: ignore[arg-type]
     with pytest.raises(ArgumentTypeError, match="expected a QuerySet"):
-        fenced_update(Stock, token=5)  # type: ignore[arg-type]
+        fenced_update(Stock, token=5)
     with pytest.raises(InvalidArgumentError, match="no integer fence field 'fence'"):
         fenced_update(Counter.objects.using(db).all(), token=5)
     with pytest.raises(InvalidArgumentError, match="sets it to the token"):

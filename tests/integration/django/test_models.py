@@ -45,7 +45,7 @@ def test_unsaved_instance_is_refused(configured: str, tables: None) -> None:
     with pytest.raises(InvalidArgumentError, match="give the primary key"):
         model_lock(Counter)
     with pytest.raises(InvalidArgumentError, match="takes a saved model instance"):
-        model_lock("redlease_shop.counter")  # type: ignore[arg-type]
+        model_lock("redlease_shop.counter")
 
 
 async def test_async_model_lock(configured: str, tables: None, raw: redis.Redis) -> None:

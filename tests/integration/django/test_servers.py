@@ -120,7 +120,7 @@ def test_gunicorn_workers_make_their_own_clients(server: RedisServer, tmp_path: 
             (value,) = db.execute("SELECT value FROM redlease_shop_counter WHERE id = 1").fetchone()
         assert value == REQUESTS  # no update lost across the workers
 
-        workers = {}
+        workers: dict[int, set[str]] = {}
         for status, body in seen:
             assert status == 200
             answer = json.loads(body)

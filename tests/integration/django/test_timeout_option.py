@@ -16,7 +16,7 @@ from redlease.contrib.django import exclusive
 @pytest.mark.parametrize("misspelt", ["wait", "timout", "blocking"])
 def test_a_misspelt_option_is_named_with_the_valid_ones(misspelt: str) -> None:
     with pytest.raises(InvalidArgumentError) as raised:
-        exclusive("r:{pk}", **{misspelt: 5})
+        exclusive("r:{pk}", **{misspelt: 5})  # type: ignore[arg-type]  # wrong on purpose
     assert isinstance(raised.value, TypeError)
     message = str(raised.value)
     assert f"unknown option {misspelt!r}" in message

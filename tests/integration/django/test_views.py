@@ -212,7 +212,7 @@ def test_exclusive_on_functions_and_checks(configured: str, pk: int) -> None:
     with pytest.raises(InvalidArgumentError, match="has no parameter named"):
         exclusive("x:{missing}")(lambda request, pk: None)
     with pytest.raises(InvalidArgumentError, match="on_busy"):
-        exclusive("x", on_busy=200.5)
+        exclusive("x", on_busy=200.5)  # type: ignore[arg-type]  # wrong on purpose
     with pytest.raises(InvalidArgumentError, match="timeout=-1"):
         exclusive("x", timeout=-1)
     with pytest.raises(InvalidArgumentError, match="on_lost='ignore'; give 'log' or 'raise'"):
@@ -241,7 +241,7 @@ def test_exclusive_management_command(configured: str, pk: int) -> None:
 
     ran: list[str] = []
 
-    def command(on_busy: object) -> BaseCommand:
+    def command(on_busy: int | str | None) -> BaseCommand:
         class Command(BaseCommand):
             def add_arguments(self, parser: Any) -> None:
                 parser.add_argument("--source", default="shop")

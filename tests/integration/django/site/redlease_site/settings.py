@@ -3,6 +3,7 @@ environment (``REDLEASE_TEST_URL``; ``REDLEASE_TEST_CACHE``: ``django-redis`` or
 to reach it through a cache alias instead)."""
 
 import os
+from typing import Any
 
 SECRET_KEY = "redlease-tests"
 DEBUG = False
@@ -31,7 +32,7 @@ BACKENDS = {
 CACHE = os.environ.get("REDLEASE_TEST_CACHE", "")
 if CACHE:
     CACHES = {"default": {"BACKEND": BACKENDS[CACHE], "LOCATION": URL}}
-    REDLEASE = {"CACHE": "default"}
+    REDLEASE: dict[str, Any] = {"CACHE": "default"}
 else:
     REDLEASE = {"URL": URL}
 REDLEASE["KEY_PREFIX"] = os.environ.get("REDLEASE_TEST_PREFIX", "")
