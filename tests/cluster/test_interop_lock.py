@@ -131,14 +131,14 @@ async def test_turns_go_round_between_java_and_redlease(side, cluster, lock_name
     first, second = java_on(cluster, lock_name, thread_id=1), java_on(cluster, lock_name)
     client = side.client(cluster.url, cluster=True)
     raw = RedisCluster.from_url(cluster.url)
-    queue = LockKeys.for_name(lock_name).line
+    line = LockKeys.for_name(lock_name).line
     try:
         for _ in range(3):
             assert first.try_lock(wait=0)
             stamp: list[float] = []
             ours = Background(side, held_then_released(side, client.lock(lock_name), stamp))
             theirs = JavaThread(lambda: second.try_lock(wait=20) and second.unlock())
-            await eventually(lambda: raw.zcard(queue) == 1)  # redlease's waiter in line
+            await eventually(lambda: raw.zcard(line) == 1)  # redlease's waiter in line
             await eventually(lambda: shard_subscribers(cluster, first.channel) == 2)
             started = time.monotonic()
             assert first.unlock()

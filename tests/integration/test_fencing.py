@@ -61,7 +61,7 @@ def test_a_retried_acquire_gets_the_same_hold_and_token(server, name):
     keys = LockKeys.for_name(name)
     raw = redis.Redis.from_url(server.url)
     args = (4, keys.name, keys.line, keys.places, keys.fence)
-    # lease, owner, held, queue, fair, hand-over lease, wait id, own channels, publish command
+    # lease, owner, held, join_line, fair, hand-over lease, wait id, own channels, publish command
     call = (30000, "c:1", 0, 0, 0, "30000", "wait-1", keys.handover_prefix, "publish")
     first = raw.eval(scripts.LOCK_ACQUIRE.source.decode(), *args, *call)
     again = raw.eval(scripts.LOCK_ACQUIRE.source.decode(), *args, *call)  # its reply was lost

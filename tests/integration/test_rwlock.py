@@ -764,12 +764,14 @@ class RwModel(RuleBasedStateMachine):
             if retry:  # the reply was lost; the same request again
                 assert self.run(call)[:2] == [core.GRANTED, held + 1]
 
-    @rule(owner=st.sampled_from(OWNERS), queue=st.booleans(), retry=st.booleans())
-    def write(self, owner: str, queue: bool, retry: bool) -> None:
+    @rule(owner=st.sampled_from(OWNERS), join_line=st.booleans(), retry=st.booleans())
+    def write(self, owner: str, join_line: bool, retry: bool) -> None:
         held = self.write_count if self.writer == owner else 0
         wait = uuid.uuid4().hex
         token = self.tokens.get((core.WRITE, owner), 0) if held else 0
-        call = core.acquire_call(self.keys, core.WRITE, owner, held, 60.0, queue, wait, token=token)
+        call = core.acquire_call(
+            self.keys, core.WRITE, owner, held, 60.0, join_line, wait, token=token
+        )
         reply = self.run(call)
         others_read = any(o != owner for o in self.readers)
         if held:
@@ -792,7 +794,7 @@ class RwModel(RuleBasedStateMachine):
             assert reply[3] == self.tokens[(core.WRITE, owner)]
             if retry:
                 assert self.run(call)[:2] == [core.GRANTED, held + 1]
-        elif expect == core.HELD and queue and owner not in self.line:
+        elif expect == core.HELD and join_line and owner not in self.line:
             self.line.append(owner)
 
     @precondition(lambda self: self.readers)

@@ -159,7 +159,7 @@ def test_redissons_fair_line_first_waiter_is_told_the_remaining_lease(server, na
             owner,
             held=0,
             lease=30.0,
-            queue=True,
+            join_line=True,
             wait_id=f"wait-of-{owner}",
             timeout=None,
             fair=True,

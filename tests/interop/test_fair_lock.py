@@ -519,7 +519,7 @@ def test_retried_requests_never_count_twice(server, fair_name):
         owner,
         held=0,
         lease=30.0,
-        queue=True,
+        join_line=True,
         wait_id="w",
         timeout=None,
         fair=True,
@@ -547,7 +547,7 @@ def test_retried_requests_never_count_twice(server, fair_name):
         owner,
         held=0,
         lease=30.0,
-        queue=False,
+        join_line=False,
         wait_id="w2",
         timeout=None,
         fair=True,
@@ -575,7 +575,7 @@ def test_a_first_acquire_takes_only_its_own_calls_hold_as_its_retry(server, fair
             owner,
             held=held,
             lease=lease,
-            queue=False,
+            join_line=False,
             wait_id=wait_id,
             timeout=None,
             fair=True,
@@ -613,14 +613,14 @@ def test_leaving_gives_back_only_a_hold_made_for_that_call_and_wakes_the_next(se
     lease = 30.0
 
     def acquire(
-        owner: str, held: int, wait_id: str, queue: bool = True, token: int = 0
+        owner: str, held: int, wait_id: str, join_line: bool = True, token: int = 0
     ) -> list[int]:
         call = REDISSON_FAIR.acquire_call(
             keys,
             owner,
             held=held,
             lease=lease,
-            queue=queue,
+            join_line=join_line,
             wait_id=wait_id,
             timeout=5.0,
             fair=True,
@@ -675,7 +675,7 @@ def test_lapsed_places_leave_from_the_head_by_the_server_clock(server, fair_name
         me,
         held=0,
         lease=30.0,
-        queue=True,
+        join_line=True,
         wait_id="w",
         timeout=None,
         fair=True,

@@ -73,7 +73,7 @@ def test_a_release_after_a_hand_over_is_the_outsiders_turn(server, name, outside
     redlease client that gave up a wait and still listens, the lock is handed on as before."""
     java_waits = outside == "redisson"
     raw = redis.Redis.from_url(server.url)
-    queue = f"redlease:line:{{{name}}}"
+    line = f"redlease:line:{{{name}}}"
     client_a, client_b = Client.from_url(server.url), Client.from_url(server.url)
     client_c = Client.from_url(server.url)
     java = RedissonLock(server.url, name)
@@ -95,7 +95,7 @@ def test_a_release_after_a_hand_over_is_the_outsiders_turn(server, name, outside
         first = client_a.lock(name)
         assert first.acquire()
         b = start(b_holds)
-        _eventually(lambda: raw.zcard(queue) == 1, "b in line")
+        _eventually(lambda: raw.zcard(line) == 1, "b in line")
         first.release()  # handed to b
         _eventually(lambda: got.get("b") is True, "b handed the lock")
 
@@ -112,14 +112,14 @@ def test_a_release_after_a_hand_over_is_the_outsiders_turn(server, name, outside
             _eventually(lambda: listening() == before + 1, "c listens")
             before += 1
         a_thread = start(lambda: got.__setitem__("a", client_a.lock(name).acquire(timeout=30)))
-        _eventually(lambda: raw.zcard(queue) == 1, "a in line")
+        _eventually(lambda: raw.zcard(line) == 1, "a in line")
         _eventually(lambda: listening() == before + 1, "a listens")
         b_may_release.set()  # b's release: a hold that came by a hand-over
         b.join(20)
         if java_waits:
             java_thread.join(20)
             assert got.get("java") is True, "the Redisson waiter did not get its turn"
-            assert "a" not in got and raw.zcard(queue) == 1  # a waits, still in line
+            assert "a" not in got and raw.zcard(line) == 1  # a waits, still in line
             assert java.unlock()
         a_thread.join(20)
         assert got.get("a") is True  # a's turn (after Java's, when Java waited)

@@ -50,7 +50,7 @@ def test_the_calls_name_the_group_hash_and_redissons_keys() -> None:
     layout = group.GroupLayout(group.value_fields(["a", "b"]))
     keys = layout.keys("seats", CLASSIC)
     acquire = layout.acquire_call(
-        keys, "c:1", held=0, lease=5, queue=True, wait_id="w", timeout=None, fair=False,
+        keys, "c:1", held=0, lease=5, join_line=True, wait_id="w", timeout=None, fair=False,
         handover=False,
     )  # fmt: skip
     assert acquire.keys == ("seats", "redisson_lock_token:{seats}")

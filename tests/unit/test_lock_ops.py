@@ -72,14 +72,14 @@ def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
     assert isinstance(call, Call)
     assert call.script is scripts.LOCK_ACQUIRE
     assert call.keys == (KEYS.name, KEYS.line, KEYS.places, KEYS.fence)
-    queue = call.args[3]
+    join_line = call.args[3]
     # not fair, handed over with its own lease, this call's wait id
     place = str(to_ms(lease))
     assert call.args == (
         to_ms(lease),
         OWNER,
         held,
-        queue,
+        join_line,
         0,
         place,
         WAIT,
@@ -87,7 +87,7 @@ def assert_acquire_call(call: object, *, held: int, lease: float) -> None:
         "publish",
         0,  # no token: a first acquire, or a re-entry that does not name its hold's
     )
-    assert queue in (0, 1)
+    assert join_line in (0, 1)
 
 
 def assert_release_call(call: object, *, held: int, token: int | None = None) -> str:

@@ -87,8 +87,8 @@ def _calls() -> list[tuple[Call, int]]:
     """Every kind of call the core builds, with the number of holds it is about."""
     out: list[tuple[Call, int]] = []
     for side in core.SIDES:
-        for queue in (False, True):
-            call = core.acquire_call(KEYS, side, OWNER, 0, 30.0, queue, WAIT)
+        for join_line in (False, True):
+            call = core.acquire_call(KEYS, side, OWNER, 0, 30.0, join_line, WAIT)
             out.append((call, 1))
             assert call.undo is not None
             undo = call.undo([GRANTED, 1, 30000, 5])
@@ -190,10 +190,10 @@ def start(
 
 
 def assert_acquire(
-    call: Any, side: str, *, held: int = 0, queue: bool = True, token: int = 0
+    call: Any, side: str, *, held: int = 0, join_line: bool = True, token: int = 0
 ) -> None:
     assert isinstance(call, Call)
-    expected = core.acquire_call(KEYS, side, OWNER, held, 30.0, queue, WAIT, token=token)
+    expected = core.acquire_call(KEYS, side, OWNER, held, 30.0, join_line, WAIT, token=token)
     assert (call.script, call.keys, call.args) == (expected.script, expected.keys, expected.args)
 
 
@@ -250,7 +250,7 @@ def test_a_writer_that_runs_out_of_time_leaves_the_line_a_reader_has_none() -> N
 
 def test_non_blocking_tries_once_and_does_not_queue() -> None:
     op, call = start(FakeClock(), WRITE, blocking=False)
-    assert_acquire(call, WRITE, queue=False)
+    assert_acquire(call, WRITE, join_line=False)
     assert finish(op, [HELD, 0, 5000, 0]) is None
 
 
@@ -265,7 +265,7 @@ def test_a_gone_hold_is_taken_afresh_from_the_servers_count(side: str) -> None:
     assert finish(op, [GRANTED, 1, 30000, 9]) == Acquired(1, 30.0, 1000.0, 9)
     # non-blocking, and another owner writes meanwhile: not acquired
     op, _ = start(FakeClock(), side, held=1, blocking=False, token=7)
-    assert_acquire(step(op, [LOST, 0, 0, 0]), side, held=0, queue=False)
+    assert_acquire(step(op, [LOST, 0, 0, 0]), side, held=0, join_line=False)
     assert finish(op, [HELD, 0, 1000, 0]) is None
 
 
@@ -274,7 +274,9 @@ def test_following_the_servers_count_is_bounded() -> None:
     for count in (2, 1, 0):
         # the same hold (its token) while it has a count; a first acquire once it is gone
         token = 7 if count else 0
-        assert_acquire(step(op, [LOST, count, 0, 0]), READ, held=count, queue=False, token=token)
+        assert_acquire(
+            step(op, [LOST, count, 0, 0]), READ, held=count, join_line=False, token=token
+        )
     with pytest.raises(LeaseLostError) as info:
         op.send([LOST, 5, 0, 0])
     assert info.value.name == "orders:42 (read)" and info.value.owner == OWNER

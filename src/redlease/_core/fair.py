@@ -109,7 +109,7 @@ class RedissonFairLayout(Layout):
         *,
         held: int,
         lease: float,
-        queue: bool,
+        join_line: bool,
         wait_id: str,
         timeout: float | None,
         fair: bool,
@@ -132,7 +132,7 @@ class RedissonFairLayout(Layout):
         return Call(
             REDISSON_FAIR_ACQUIRE,
             (keys.name, keys.line, keys.places, keys.fence),
-            (to_ms(lease), owner, held, wait_ms(timeout), int(queue), wait_id, token),
+            (to_ms(lease), owner, held, wait_ms(timeout), int(join_line), wait_id, token),
             undo=undo,
         )
 

@@ -130,14 +130,14 @@ class GroupLayout(Layout):
         *,
         held: int,
         lease: float,
-        queue: bool,
+        join_line: bool,
         wait_id: str,
         timeout: float | None,
         fair: bool,
         handover: bool,
         token: int = 0,
     ) -> Call:
-        """One try; no line (``queue``, ``fair`` and ``handover`` do not apply)."""
+        """One try; no line (``join_line``, ``fair`` and ``handover`` do not apply)."""
         assert isinstance(keys, GroupKeys)
         undo = grant_undo(
             held,

@@ -26,9 +26,10 @@ RECHECK = 5.0
 line alive and bounds the cost of a lost wake-up or a waiter that died on its turn."""
 
 PLACE_MS = 4 * int(RECHECK * 1000)
-"""How long a semaphore's or latch's waiter's place lasts without a re-check (then it lapses:
-a dead waiter never blocks the line for longer). A lock's line needs none: a place goes when
-its turn comes, and a dead client's when a free lock meets it."""
+"""How long a semaphore's or latch's waiter's registration (in its ``waiters`` key) lasts
+without a re-check (then it lapses: a dead waiter is never counted for longer). A place in a
+lock's line needs none: a place goes when its turn comes, and a dead client's when a free
+lock meets it."""
 
 OUTAGE_TOLERANCE = 10.0
 """A waiter rides out a server outage (restart, failover) for this long before it raises."""
@@ -108,7 +109,7 @@ def _acquire_call(
     owner: str,
     held: int,
     lease: float,
-    queue: bool,
+    join_line: bool,
     wait_id: str,
     fair: bool = False,
     handover: bool = False,
@@ -127,7 +128,7 @@ def _acquire_call(
             to_ms(lease),
             owner,
             held,
-            int(queue),
+            int(join_line),
             int(fair),
             place_lease(lease, handover),
             wait_id,
@@ -208,18 +209,18 @@ class Layout:
         *,
         held: int,
         lease: float,
-        queue: bool,
+        join_line: bool,
         wait_id: str,
         timeout: float | None,
         fair: bool,
         handover: bool,
         token: int = 0,
     ) -> Call:
-        """One try (its ``undo`` gives back a hold it made); ``queue``: take a place in line
+        """One try (its ``undo`` gives back a hold it made); ``join_line``: take a place in line
         if the lock cannot be had; ``timeout``: the whole acquire's, as the caller gave it;
         ``token``: the token of the hold a re-entry joins (0 on a first acquire)."""
         return _acquire_call(
-            keys, owner, held, lease, queue, wait_id, fair=fair, handover=handover, token=token
+            keys, owner, held, lease, join_line, wait_id, fair=fair, handover=handover, token=token
         )
 
     def release_call(
@@ -396,7 +397,7 @@ def acquire(
     waiter = wait(Subscribe(channel, owner, leave, False, private, wait_id, grant_back))
     if blocking:
         yield from waiter.start()
-    queue = blocking and waiter.in_line
+    join_line = blocking and waiter.in_line
     outage = Outage(clock, deadline, OUTAGE_TOLERANCE)
     while True:
         sent_at = clock()
@@ -406,7 +407,7 @@ def acquire(
                 owner,
                 held=held,
                 lease=lease,
-                queue=queue,
+                join_line=join_line,
                 wait_id=wait_id,
                 timeout=timeout,
                 fair=fair,

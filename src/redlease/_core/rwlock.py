@@ -105,7 +105,7 @@ class RwLayout(Protocol):
         owner: str,
         held: int,
         lease: float,
-        queue: bool,
+        join_line: bool,
         wait_id: str,
         *,
         token: int = 0,
@@ -181,12 +181,12 @@ class RwKeys(RwNames):
         owner: str,
         held: int,
         lease: float,
-        queue: bool,
+        join_line: bool,
         wait_id: str,
         *,
         token: int = 0,
     ) -> Call:
-        return acquire_call(self, side, owner, held, lease, queue, wait_id, token=token)
+        return acquire_call(self, side, owner, held, lease, join_line, wait_id, token=token)
 
     def release_call(
         self, side: str, owner: str, held: int, *, request_id: str, token: int, unsure: bool = False
@@ -308,7 +308,7 @@ def acquire_call(
     owner: str,
     held: int,
     lease: float,
-    queue: bool,
+    join_line: bool,
     wait_id: str,
     *,
     token: int = 0,
@@ -336,7 +336,7 @@ def acquire_call(
             keys.places,
             keys.fence,
         ),
-        (to_ms(lease), owner, held, PLACE_MS if queue else 0, wait_id, token),
+        (to_ms(lease), owner, held, PLACE_MS if join_line else 0, wait_id, token),
         undo=undo,
     )
 

@@ -119,12 +119,12 @@ class RedissonRwKeys(RwNames):
         owner: str,
         held: int,
         lease: float,
-        queue: bool,
+        join_line: bool,
         wait_id: str,
         *,
         token: int = 0,
     ) -> Call:
-        """One try of the acquire call ``wait_id`` (``queue`` is moot: this layout has no
+        """One try of the acquire call ``wait_id`` (``join_line`` is moot: this layout has no
         line; ``token``: the token of the hold a re-entry joins); a grant the caller no longer
         wants (it was cancelled) is given back by the undo."""
         undo = release_undo(self, side, owner, held, wait_id)

@@ -1,5 +1,5 @@
 """The bounded wait loop the semaphores and the latch share: try, listen, wait for a wake-up
-(or a re-check), try again; ride out an outage; leave the line on giving up."""
+(or a re-check), try again; ride out an outage; drop the waiter's registration on giving up."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from .scripts import Script
 R = TypeVar("R")
 
 SEMAPHORE_LEAVE = Script.load("semaphore_leave")
-"""A waiter's leave (the semaphores' and the latch's line)."""
+"""A waiter's leave: its registration in the semaphores' and the latch's ``waiters`` key
+(a set, not a line: see the glossary, docs/layout.md)."""
 
 
 def wait_loop(

@@ -502,10 +502,10 @@ class Links:
     def refused(self, link: str) -> str | None:
         """``link`` answered its oldest command with an error (``MOVED``, ``CLUSTERDOWN``):
         the channel whose subscription failed, now to be subscribed again (else ``None``)."""
-        queue = self.sent.get(link)
-        if not queue:
+        awaiting = self.sent.get(link)
+        if not awaiting:
             return None
-        subscribe, channel = queue.popleft()
+        subscribe, channel = awaiting.popleft()
         if subscribe and self.placed.get(channel) == link:
             self._unplace(channel)
             return channel
@@ -538,12 +538,12 @@ class Links:
         self.sent.pop(link, None)
 
     def _answered(self, link: str, command: tuple[bool, str]) -> bool:
-        queue = self.sent.get(link)
-        if queue and queue[0] == command:
-            queue.popleft()
+        awaiting = self.sent.get(link)
+        if awaiting and awaiting[0] == command:
+            awaiting.popleft()
             return True
-        if queue and command in queue:  # out of step (a server push taken for an answer)
-            queue.remove(command)
+        if awaiting and command in awaiting:  # out of step (a server push taken for an answer)
+            awaiting.remove(command)
             return True
         return False
 
