@@ -77,6 +77,21 @@ async def eventually(condition: Callable[[], Any], timeout: float = 10.0) -> Non
         await asyncio.sleep(0.01)
 
 
+async def renewed(raw: Any, key: str, times: int = 2, timeout: float = 30.0) -> bool:
+    """Whether ``key``'s TTL went back up ``times`` times within ``timeout`` seconds (polled
+    every 0.1 s): a watchdog renewing a lease, told apart from a lease merely running down."""
+    deadline = time.monotonic() + timeout
+    last = reply_int(raw.pttl(key))
+    seen = 0
+    while seen < times and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+        ttl = reply_int(raw.pttl(key))
+        if ttl > last:
+            seen += 1
+        last = ttl
+    return seen >= times
+
+
 def run_forked(child: Callable[[], bool], timeout: float = 20.0) -> int:
     """Run ``child()`` in a forked child; its exit code (0: it returned True, 2: False, 1: it
     raised), or -1 when it had not finished within ``timeout`` seconds (it is then killed, by

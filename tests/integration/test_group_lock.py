@@ -25,6 +25,7 @@ from .helpers import (
     eventually,
     in_owner,
     owner_body,
+    renewed,
     reply_str_hash,
 )
 
@@ -124,18 +125,19 @@ async def test_the_watchdog_renews_with_one_entry(
 ) -> None:
     url = private_server.url  # (its own server: no other test's calls in the count)
     events: list[redlease.events.LockEvent] = []
-    client = side.client(url, watchdog_timeout=0.6)
+    client = side.client(url, watchdog_timeout=2)
     client.add_listener(events.append)
     lock = client.group_lock(name, [str(i) for i in range(100)])
     assert await side(lock.acquire())
     raw = redis.Redis.from_url(url)
     before = int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-    await asyncio.sleep(2.4)  # four leases: only renewals keep it
+    assert await renewed(raw, name, times=3), "the watchdog renews the group's one hash"
     after = int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
     raw.close()
     assert (await side(lock.statistics())).owned
-    # a round renews the 100 values with one call (about 12 rounds), never one per value
-    assert 0 < after - before < 60
+    # a round renews the 100 values with one call (3 rounds: about 3 calls), never one per
+    # value (300)
+    assert 0 < after - before < 30
     await side(lock.release())
     kinds = [e.kind for e in events if e.name == lock.name]
     assert kinds[:1] == ["acquired"] and "released" in kinds and "lease_lost" not in kinds

@@ -20,7 +20,15 @@ import redlease
 from redlease import ExponentialBackoff, InvalidArgumentError, LockTimeoutError
 from redlease.testing import RedisServer, RedissonLock
 
-from .helpers import count_in_tasks, count_in_threads, counted, eventually, in_owner, owner_body
+from .helpers import (
+    count_in_tasks,
+    count_in_threads,
+    counted,
+    eventually,
+    in_owner,
+    owner_body,
+    renewed,
+)
 
 QUICK = ExponentialBackoff(initial=0.001, maximum=0.02, multiplier=2, jitter=0.002)
 """Short pauses: a waiter notices a release within about 20 ms (the tests never rely on it)."""
@@ -135,19 +143,8 @@ async def test_the_watchdog_renews_and_events_are_told(
     lock = client.spin_lock(name, backoff=QUICK)
     assert await side(lock.acquire())
     raw = redis.Redis.from_url(server.url)
-    first = raw.pttl(name)
-    # the watchdog renews every third of the lease: the TTL goes back up (a renewal), twice
-    renewed = 0
-    for _ in range(200):  # bounded: 20 s, ten rounds of the watchdog
-        ttl = raw.pttl(name)
-        if ttl > first:
-            renewed += 1
-            if renewed == 2:
-                break
-        first = ttl
-        await asyncio.sleep(0.1)
+    assert await renewed(raw, name, times=2), "the watchdog renews the spin lock's lease"
     raw.close()
-    assert renewed == 2, "the watchdog renews the spin lock's lease"
     assert (await side(lock.statistics())).owned
     await side(lock.release())
     kinds = [e.kind for e in events if e.name == name]
