@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import subprocess
 import sys
 import time
+import warnings
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +39,61 @@ def run_cli(
         env=dict(env) if env is not None else cli_env(),
         **kwargs,
     )
+
+
+def call_cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``redlease ...`` run in this process (``redlease.cli.main(argv)``, the function the
+    command line calls), answered as ``run_cli`` answers: status, stdout, stderr.
+
+    For the tests of what ``status``, ``list`` and ``release`` print and return: a process
+    of its own each costs a Python start and the package's imports (a third of a CPU second).
+    The environment's ``REDLEASE_URL`` is the one of ``env`` (none by default, as for
+    ``run_cli``), stdin reads as /dev/null does (no terminal), and a log record of WARNING or
+    above goes to stderr as Python's last-resort handler writes it in a process of its own,
+    and so does a warning (``warnings.showwarning``'s text).
+    Exit statuses, signals, terminals and ``run`` stay tested in real processes (``run_cli``)."""
+    from redlease.cli import main
+
+    wanted = (env if env is not None else cli_env()).get("REDLEASE_URL")
+    saved = os.environ.get("REDLEASE_URL")
+    out, err = io.StringIO(), io.StringIO()
+    handler = logging.StreamHandler(err)
+    handler.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        if wanted is None:
+            os.environ.pop("REDLEASE_URL", None)
+        else:
+            os.environ["REDLEASE_URL"] = wanted
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            _stdin_like_devnull(),
+            warnings.catch_warnings(record=True) as warned,
+        ):
+            warnings.simplefilter("default")
+            status = main(list(args))
+        for w in warned:
+            err.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno, w.line))
+    finally:
+        root.removeHandler(handler)
+        if saved is None:
+            os.environ.pop("REDLEASE_URL", None)
+        else:
+            os.environ["REDLEASE_URL"] = saved
+    argv = [sys.executable, "-m", "redlease", *args]
+    return subprocess.CompletedProcess(argv, status, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _stdin_like_devnull() -> Iterator[None]:
+    saved = sys.stdin
+    sys.stdin = io.StringIO("")
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 def start_cli(*args: str, stderr: Any = subprocess.PIPE, **kwargs: Any) -> subprocess.Popen[str]:

@@ -14,7 +14,7 @@ import redis
 
 from redlease.testing import RedisServer
 
-from .helpers import eventually, finish, run_cli, start_cli
+from .helpers import call_cli, eventually, finish, run_cli, start_cli
 
 
 def comm(pid: int) -> str:
@@ -36,8 +36,8 @@ def test_status_and_list_show_the_holder_process(url: str, name: str, r: redis.R
         process = comm(holder.pid)
         host = socket.gethostname()
 
-        status = run_cli("status", "--url", url, name)
-        listed = run_cli("list", "--url", url, f"{name}*")
+        status = call_cli("status", "--url", url, name)
+        listed = call_cli("list", "--url", url, f"{name}*")
         for result in (status, listed):
             assert result.returncode == 0, result.stderr
             line = result.stdout.splitlines()[1]
@@ -47,8 +47,8 @@ def test_status_and_list_show_the_holder_process(url: str, name: str, r: redis.R
             assert "hunter" not in result.stdout + result.stderr
 
         views = [
-            json.loads(run_cli("status", "--url", url, "--json", name).stdout)[0],
-            json.loads(run_cli("list", "--url", url, "--json", f"{name}*").stdout)[0],
+            json.loads(call_cli("status", "--url", url, "--json", name).stdout)[0],
+            json.loads(call_cli("list", "--url", url, "--json", f"{name}*").stdout)[0],
         ]
         assert views[0].keys() == views[1].keys()  # the same record shape
         for view in views:
@@ -59,7 +59,7 @@ def test_status_and_list_show_the_holder_process(url: str, name: str, r: redis.R
             assert info["process"] == process
             assert info["info"].startswith(sys.executable)
             assert "hunter" not in json.dumps(view)
-        released = run_cli("release", "--force", "--yes", "--url", url, name)
+        released = call_cli("release", "--force", "--yes", "--url", url, name)
         assert released.returncode == 0, released.stderr
         assert f"[{host} pid {holder.pid} {process}: " in released.stdout  # who was cut off
     finally:
@@ -93,13 +93,13 @@ def test_the_urls_password_is_masked_anywhere_in_the_command(password_server: Re
         eventually(lambda: r.exists(name) == 1, what="lock taken", proc=holder)
         shown = f"{sys.executable} -c 'import time; time.sleep(120)  # redis-cli -a ***' '***'"
         shown += " --no-auth-warning kept"
-        texts = [run_cli("status", "--url", url, name), run_cli("list", "--url", url)]
+        texts = [call_cli("status", "--url", url, name), call_cli("list", "--url", url)]
         views = [
-            run_cli("status", "--url", url, "--json", name),
-            run_cli("list", "--url", url, "--json"),
+            call_cli("status", "--url", url, "--json", name),
+            call_cli("list", "--url", url, "--json"),
         ]
         records = [r.get(key) or b"" for key in r.scan_iter("redlease:client:*")]
-        released = run_cli("release", "--force", "--yes", "--url", url, name)
+        released = call_cli("release", "--force", "--yes", "--url", url, name)
         for result in [*texts, *views, released]:
             assert result.returncode == 0, result.stderr
             assert "s3cret" not in result.stdout + result.stderr
@@ -130,7 +130,7 @@ def test_commands_that_only_look_write_no_holder_record() -> None:
                 ("status", "--json", name),
                 ("release", "--force", "--yes", name),
             ):
-                result = run_cli(args[0], "--url", srv.url, *args[1:])
+                result = call_cli(args[0], "--url", srv.url, *args[1:])
                 assert result.returncode in (0, 1), result.stderr
             assert list(r.scan_iter("redlease:client:*")) == []
             ran = run_cli("run", "--url", srv.url, name, "--", sys.executable, "-c", "")

@@ -14,7 +14,7 @@ import redis
 
 from redlease import Client
 
-from .helpers import assert_one_line, cli_env, eventually, finish, run_cli, start_cli
+from .helpers import assert_one_line, call_cli, cli_env, eventually, finish, run_cli, start_cli
 
 
 @pytest.fixture
@@ -38,8 +38,8 @@ def test_list_json_shows_a_lock_as_status_does(
         eventually(
             lambda: holder.lock(name).statistics().waiters == 1, what="a waiter", proc=waiter
         )
-        (listed,) = json.loads(run_cli("list", "--url", url, "--json", f"{prefix}*").stdout)
-        (shown,) = json.loads(run_cli("status", "--url", url, "--json", name).stdout)
+        (listed,) = json.loads(call_cli("list", "--url", url, "--json", f"{prefix}*").stdout)
+        (shown,) = json.loads(call_cli("status", "--url", url, "--json", name).stdout)
     finally:
         holder.lock(name).release()
         assert finish(waiter)[0] == 0
@@ -52,7 +52,7 @@ def test_list_json_shows_a_lock_as_status_does(
 def test_list_limit_1_says_lock(url: str, prefix: str, holder: Client) -> None:
     for i in range(2):
         assert holder.lock(f"{prefix}{i}").acquire(lease=60)
-    result = run_cli("list", "--url", url, "--limit", "1", f"{prefix}*")
+    result = call_cli("list", "--url", url, "--limit", "1", f"{prefix}*")
     assert result.returncode == 0, result.stderr
     line = assert_one_line(result.stderr)
     assert "the first 1 lock found (--limit 1)" in line  # was "1 locks"

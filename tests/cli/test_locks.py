@@ -20,7 +20,7 @@ import redlease
 from redlease import Client
 from redlease.testing import RedisServer, free_port
 
-from .helpers import assert_one_line, cli_env, eventually, finish, run_cli, start_cli
+from .helpers import assert_one_line, call_cli, cli_env, eventually, finish, run_cli, start_cli
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def owner_of(client: Client, holders: dict[str, int]) -> str:
 def test_status_json(url: str, name: str, holder: Client) -> None:
     hold(holder, name)
     free = f"{name}:free"
-    result = run_cli("status", "--url", url, "--json", name, free)
+    result = call_cli("status", "--url", url, "--json", name, free)
     assert result.returncode == 0, result.stderr
     held_view, free_view = json.loads(result.stdout)
     assert set(held_view) == {
@@ -98,7 +98,7 @@ def test_status_json(url: str, name: str, holder: Client) -> None:
 def test_status_text_shows_holder_hold_count_and_ttl(url: str, name: str, holder: Client) -> None:
     hold(holder, name)
     hold(holder, name)  # re-entered: 2 holds
-    result = run_cli("status", "--url", url, name, f"{name}:free")
+    result = call_cli("status", "--url", url, name, f"{name}:free")
     assert result.returncode == 0, result.stderr
     server_line, held_line, free_line = result.stdout.splitlines()
     assert server_line.endswith(
@@ -112,7 +112,7 @@ def test_status_text_shows_holder_hold_count_and_ttl(url: str, name: str, holder
 def test_status_of_a_key_that_is_not_a_lock(url: str, name: str, r: redis.Redis) -> None:
     r.set(f"{name}:string", "x")
     r.hset(f"{name}:hash", "email", "a@example.com")
-    result = run_cli(
+    result = call_cli(
         "status", "--url", url, "--json", f"{name}:string", f"{name}:hash", f"{name}:free"
     )
     assert result.returncode == 1
@@ -149,15 +149,15 @@ def test_status_shows_the_eviction_policy(
 ) -> None:
     args = ("--maxmemory", maxmemory, "--maxmemory-policy", policy)
     with RedisServer(extra_args=args) as server:
-        result = run_cli("status", "--url", server.url, name)
+        result = call_cli("status", "--url", server.url, name)
         assert result.returncode == 0, result.stderr
         assert result.stderr == ""  # shown, not warned about
         first = result.stdout.splitlines()[0]
         assert first.startswith(f"server 127.0.0.1:{server.port}: maxmemory-policy {policy}")
         assert first.endswith(shown) or shown in first
-        listed = run_cli("list", "--url", server.url, "--json", "nothing:*")
+        listed = call_cli("list", "--url", server.url, "--json", "nothing:*")
         assert json.loads(listed.stdout) == []
-        (view,) = json.loads(run_cli("status", "--url", server.url, "--json", name).stdout)
+        (view,) = json.loads(call_cli("status", "--url", server.url, "--json", name).stdout)
         assert view["server"]["maxmemory_policy"] == policy
         assert view["server"]["evictable"] is (maxmemory != "0")
 
@@ -169,11 +169,11 @@ def test_status_by_a_user_who_may_not_read_the_policy(name: str) -> None:
                 "ACL", "SETUSER", "ops", "on", ">pw", "~*", "&*", "+@all", "-config", "-info"
             )  # fmt: skip
         url = f"redis://ops:pw@127.0.0.1:{server.port}/0"
-        result = run_cli("status", "--url", url, name)
+        result = call_cli("status", "--url", url, name)
         assert result.returncode == 0, result.stderr
         first, line = result.stdout.splitlines()
         assert "eviction policy unknown" in first and line == f"{name}: free"
-        (view,) = json.loads(run_cli("status", "--url", url, "--json", name).stdout)
+        (view,) = json.loads(call_cli("status", "--url", url, "--json", name).stdout)
         assert view["server"]["maxmemory_policy"] is None
         assert view["server"]["evictable"] is None
 
@@ -211,14 +211,14 @@ def test_list_finds_held_locks_only(url: str, prefix: str, holder: Client, r: re
     r.set(f"{prefix}string", "x")
     r.hset(f"{prefix}hash", mapping={"name": "x", "email": "y"})
     r.hset(f"{prefix}fake", "not-a-uuid:1", 1)
-    result = run_cli("list", "--url", url, "--json", f"{prefix}*")
+    result = call_cli("list", "--url", url, "--json", f"{prefix}*")
     assert result.returncode == 0, result.stderr
     views = json.loads(result.stdout)
     assert [v["name"] for v in views] == [f"{prefix}lock"]
     assert views[0]["locked"] is True
     owner_of(holder, views[0]["holders"])
 
-    text = run_cli("list", "--url", url, f"{prefix}*")
+    text = call_cli("list", "--url", url, f"{prefix}*")
     assert text.returncode == 0, text.stderr
     server_line, lock_line = text.stdout.splitlines()
     assert server_line.startswith("server ") and "noeviction" in server_line
@@ -228,7 +228,7 @@ def test_list_finds_held_locks_only(url: str, prefix: str, holder: Client, r: re
 def test_list_limit(url: str, prefix: str, holder: Client) -> None:
     for i in range(3):
         hold(holder, f"{prefix}{i}")
-    result = run_cli("list", "--url", url, "--json", "--limit", "2", f"{prefix}*")
+    result = call_cli("list", "--url", url, "--json", "--limit", "2", f"{prefix}*")
     assert result.returncode == 0, result.stderr
     views = json.loads(result.stdout)
     assert len(views) == 2
@@ -237,7 +237,7 @@ def test_list_limit(url: str, prefix: str, holder: Client) -> None:
 
 
 def test_list_nothing(url: str, prefix: str) -> None:
-    result = run_cli("list", "--url", url, "--json", f"{prefix}*")
+    result = call_cli("list", "--url", url, "--json", f"{prefix}*")
     assert result.returncode == 0
     assert json.loads(result.stdout) == []
 
@@ -255,7 +255,7 @@ def test_force_release_wakes_a_waiter(url: str, name: str, holder: Client, r: re
             what="waiter waiting",
             proc=waiter,
         )
-        result = run_cli("release", "--force", "--yes", "--url", url, name)
+        result = call_cli("release", "--force", "--yes", "--url", url, name)
         assert result.returncode == 0, result.stderr
         assert f"released lock {name}" in result.stdout
     finally:
@@ -288,7 +288,7 @@ def test_force_release_needs_force(url: str, name: str) -> None:
 
 def test_force_release_leaves_other_keys_alone(url: str, name: str, r: redis.Redis) -> None:
     r.set(name, "precious")
-    result = run_cli("release", "--force", "--yes", "--url", url, name)
+    result = call_cli("release", "--force", "--yes", "--url", url, name)
     assert result.returncode == 1
     assert "not a lock" in assert_one_line(result.stderr)
     assert r.get(name) == b"precious"
@@ -313,7 +313,7 @@ def test_status_and_list_show_a_kept_lock(url: str, prefix: str) -> None:
     1 ("not a lock") and ``list`` left it out before."""
     name = f"{prefix}job"
     run_kept(url, name)
-    result = run_cli("status", "--url", url, "--json", name)
+    result = call_cli("status", "--url", url, "--json", name)
     assert result.returncode == 0, result.stderr
     (view,) = json.loads(result.stdout)
     owner = view["kept_by"]
@@ -323,20 +323,20 @@ def test_status_and_list_show_a_kept_lock(url: str, prefix: str) -> None:
     assert view["fencing_token"] > 0
     assert view["holder_info"][owner]["pid"] > 0 and view["holder_info"][owner]["host"]
 
-    text = run_cli("status", "--url", url, name)
+    text = call_cli("status", "--url", url, name)
     assert text.returncode == 0, text.stderr
     line = text.stdout.splitlines()[1]
     assert line.startswith(f"{name}: kept after its release by {owner} [")
     assert ", ttl " in line and "fencing token " in line
 
-    listed = run_cli("list", "--url", url, "--json", f"{prefix}*")
+    listed = call_cli("list", "--url", url, "--json", f"{prefix}*")
     assert listed.returncode == 0, listed.stderr
     (item,) = json.loads(listed.stdout)
     assert (item["name"], item["locked"], item["holders"], item["kept_by"]) == (
         name, True, {}, owner,
     )  # fmt: skip
     assert 0 < item["ttl"] <= 60 and owner in item["holder_info"]
-    listed_text = run_cli("list", "--url", url, f"{prefix}*")
+    listed_text = call_cli("list", "--url", url, f"{prefix}*")
     assert listed_text.returncode == 0, listed_text.stderr
     assert listed_text.stdout.splitlines()[1].startswith(
         f"{name}: kept after its release by {owner}"
@@ -357,7 +357,7 @@ def test_force_release_frees_a_kept_lock_and_wakes_a_waiter(
             what="waiter waiting",
             proc=waiter,
         )
-        result = run_cli("release", "--force", "--yes", "--url", url, name)
+        result = call_cli("release", "--force", "--yes", "--url", url, name)
         assert result.returncode == 0, result.stderr
         assert OWNER.search(result.stdout)
         assert result.stdout.startswith(f"released lock {name} (it was kept after its release by ")
@@ -513,8 +513,10 @@ def test_a_limited_user_is_told_which_command_it_lacks(
         r.hset(name, "field", "value")
     url = f"redis://{user}:pw@127.0.0.1:{cli_server.port}"
     try:
-        done = run_cli(verb, "--url", url, *(["--wait", "1"] if verb == "run" else []), name,
-                       *(["--", "true"] if verb == "run" else []))  # fmt: skip
+        if verb == "run":  # a process of its own; status in this one (call_cli)
+            done = run_cli("run", "--url", url, "--wait", "1", name, "--", "true")
+        else:
+            done = call_cli(verb, "--url", url, name)
         assert done.returncode == 1, done
         assert_one_line(done.stderr)
         assert "PermissionDeniedError" in done.stderr
