@@ -18,6 +18,12 @@ import redlease
 from redlease.testing import PostgresServer, RedisServer, ServerBinary, find_servers
 
 SERVERS = find_servers()
+NEWEST_EACH = [
+    max(group, key=lambda s: s.version_tuple)
+    for flavor in sorted({s.flavor for s in SERVERS})
+    if (group := [s for s in SERVERS if s.flavor == flavor])
+]
+"""The newest binary of each flavor found (Redis, Valkey): where a ``two_servers`` test runs."""
 
 # No timing asserts in tests: Hypothesis's deadline (200 ms an example) is one, and failed
 # examples that took 454 ms on a loaded machine (test_rwlock_core, Python 3.10, -n 3)
@@ -33,7 +39,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """A test marked ``one_server`` runs on the newest server binary found only (deselected
     on the others): what it checks is the client's own (its transport, its watchdog), the
     same on every server, and it is slow; every script is still run on every binary by the
-    other tests."""
+    other tests. A test marked ``two_servers`` (a slow scenario, mostly waiting, whose scripts
+    the other tests run on every binary) runs on the newest Redis and the newest Valkey only."""
     if not SERVERS:
         return
     newest = max(SERVERS, key=lambda s: s.version_tuple)
@@ -42,7 +49,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         binary = callspec.params.get("binary", newest) if callspec is not None else newest
-        if item.get_closest_marker("one_server") is not None and binary is not newest:
+        one = item.get_closest_marker("one_server") is not None and binary is not newest
+        two = item.get_closest_marker("two_servers") is not None and binary not in NEWEST_EACH
+        if one or two:
             dropped.append(item)
         else:
             kept.append(item)

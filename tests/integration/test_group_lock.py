@@ -120,6 +120,7 @@ async def test_a_waiter_is_woken_by_the_release(side: Any, server: RedisServer, 
     assert got
 
 
+@pytest.mark.two_servers
 async def test_the_watchdog_renews_with_one_entry(
     side: Any, private_server: RedisServer, name: str
 ) -> None:

@@ -321,6 +321,7 @@ async def _free(side, lock) -> bool:
     return not await side(lock.locked())
 
 
+@pytest.mark.two_servers
 async def test_watchdog_renews_past_several_leases(side, server, name):
     # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine
     client = side.client(server.url, watchdog_timeout=1.2)

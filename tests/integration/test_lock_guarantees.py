@@ -163,6 +163,7 @@ async def test_the_watchdog_does_not_renew_a_hold_with_another_token(side, serve
     assert lock.lease_lost
 
 
+@pytest.mark.two_servers
 async def test_a_first_acquire_is_not_granted_a_hold_made_for_another_call(side, server, name):
     """Defect 2 (no data loss): a wait that gave up during an outage leaves the hold a release
     handed to it; the owner's next acquire with a 60 s lease must get 60 s on the server and

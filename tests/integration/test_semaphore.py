@@ -774,6 +774,7 @@ def test_sync_and_async_apis_match():
                 assert sp == ap, (sync_cls.__name__, attr, sp, ap)
 
 
+@pytest.mark.two_servers
 def test_permits_and_locks_share_the_one_watchdog(server, name):
     import redlease
 

@@ -345,6 +345,7 @@ async def test_a_java_waiter_is_not_starved_by_a_busy_redlease_line(side, world,
     assert min(counts) > 0
 
 
+@pytest.mark.two_servers
 async def test_a_waiter_that_gives_up_leaves_the_line_and_the_next_is_not_held_back(
     side, world, fair_name
 ):
