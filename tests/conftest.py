@@ -7,6 +7,9 @@ Servers come from ``redlease.testing`` (the same code the demo and benchmarks us
 from __future__ import annotations
 
 import inspect
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -29,6 +32,29 @@ NEWEST_EACH = [
 # examples that took 454 ms on a loaded machine (test_rwlock_core, Python 3.10, -n 3)
 settings.register_profile("redlease", deadline=None)
 settings.load_profile("redlease")
+
+
+_BYTECODE_DIR: str | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Where ``PYTHONDONTWRITEBYTECODE`` is set (no ``.pyc`` beside the sources), the Python
+    processes the tests start (``python -m redlease``, the demo's and Celery's workers, a
+    fresh interpreter per module in ``test_shell_boundaries``, the suite's own worker
+    processes) keep their bytecode in a directory of this run's instead
+    (``PYTHONPYCACHEPREFIX``, removed at the end; nothing is written in the checkout): each
+    compiled the package's sources again, a tenth of a CPU second a process. Set here, before
+    pytest-xdist starts its workers, which inherit it (and leave it as it is)."""
+    global _BYTECODE_DIR
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        _BYTECODE_DIR = tempfile.mkdtemp(prefix="redlease-tests-pyc-")
+        os.environ["PYTHONPYCACHEPREFIX"] = _BYTECODE_DIR
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _BYTECODE_DIR is not None:
+        shutil.rmtree(_BYTECODE_DIR, ignore_errors=True)
 
 
 def pytest_report_header() -> str:
