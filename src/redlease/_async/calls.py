@@ -5,7 +5,6 @@ for replicas in the same round trip, Redis's errors translated."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -225,18 +224,43 @@ class AsyncCalls(ClientBase):
     ) -> Any:
         """The reply of a call with an ``undo``: it finishes even when its caller is
         cancelled, and is undone (``cancel.finish_call``)."""
-
-        async def take_back(reply: Any) -> None:
-            back = undo(reply)
-            if back is not None:
-                await self._call(back, name)
-
-        def send() -> Any:
-            return self._call(call, name, replication)
-
-        packer = self._packer
-        packed = None
-        if replication is None and call.replication is None and packer is not None:
+        undone = _Undone(self, call, undo, name, replication)
+        if replication is None and call.replication is None and self._packer is not None:
             # on the pipeline or a direct call, a cancelled caller's reply is still read
-            packed = functools.partial(packer.pack, call)
-        return cancel.finish_call(send, take_back, packed=packed)
+            return cancel.finish_call(undone.send, undone.take_back, packed=undone.packed)
+        return cancel.finish_call(undone.send, undone.take_back)
+
+
+class _Undone:  # ASYNC
+    """A call with an ``undo`` (``AsyncCalls._perform_undone``): how it is sent, packed and
+    given back. One object per call instead of closures (fewer objects alive per call in
+    flight: the garbage collector scans each of them)."""
+
+    __slots__ = ("call", "calls", "name", "replication", "undo")
+
+    def __init__(
+        self,
+        calls: AsyncCalls,
+        call: Call,
+        undo: Callable[[Any], Call | None],
+        name: str,
+        replication: Replication | None,
+    ) -> None:
+        self.calls = calls
+        self.call = call
+        self.undo = undo
+        self.name = name
+        self.replication = replication
+
+    def send(self) -> Any:
+        return self.calls._call(self.call, self.name, self.replication)
+
+    def packed(self) -> bytes:
+        packer = self.calls._packer
+        assert packer is not None  # (only given when it packs)
+        return packer.pack(self.call)
+
+    async def take_back(self, reply: Any) -> None:
+        back = self.undo(reply)
+        if back is not None:
+            await self.calls._call(back, self.name)

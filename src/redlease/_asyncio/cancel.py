@@ -287,7 +287,20 @@ async def finish_call(
     caller's task; an unknown outcome is learnt by sending it once more), else path 2."""
     if packed is None:
         return await finish_despite_cancel(send(), then)
-    return await _run_kept(send, lambda cancelled: _settle(cancelled, send, packed, then))
+    keep: contextvars.Token[bool] | None = _KEEP.set(True)
+    try:
+        return await send()
+    except asyncio.CancelledError as cancelled:  # (``_run_kept``, inlined: no closure per call)
+        assert keep is not None
+        _KEEP.reset(keep)
+        keep = None
+        plain = await _settled(cancelled, _settle(cancelled, send, packed, then))
+        if plain is not cancelled:
+            raise plain from None
+        raise
+    finally:
+        if keep is not None:
+            _KEEP.reset(keep)
 
 
 async def finish_run(
@@ -306,15 +319,35 @@ async def finish_run(
     recognises a request that already ran); else path 2."""
     if again is None or pack is None:
         return await finish_despite_cancel(run(op), then)
-    remade, packs = again, pack
+    keep: contextvars.Token[bool] | None = _KEEP.set(True)
+    try:
+        return await run(op)
+    except asyncio.CancelledError as cancelled:  # (``_run_kept``, inlined: no closure per call)
+        assert keep is not None
+        _KEEP.reset(keep)
+        keep = None
+        plain = await _settled(cancelled, _settle_run(cancelled, run, again, pack, then))
+        if plain is not cancelled:
+            raise plain from None
+        raise
+    finally:
+        if keep is not None:
+            _KEEP.reset(keep)
 
-    async def settle(cancelled: asyncio.CancelledError) -> None:
-        result = _answered(remade(), cancelled, packs)
-        if result is None:
-            result = (await run(remade()),)
-        then(result[0])
 
-    return await _run_kept(lambda: run(op), settle)
+async def _settle_run(
+    cancelled: asyncio.CancelledError,
+    run: Callable[[Operation[T]], Awaitable[T]],
+    again: Callable[[], Operation[T]],
+    pack: Callable[[Call], bytes],
+    then: Callable[[T], Any],
+) -> None:
+    """Run ``then`` on the result of an operation whose caller was cancelled (see
+    ``finish_run``)."""
+    result = _answered(again(), cancelled, pack)
+    if result is None:
+        result = (await run(again()),)
+    then(result[0])
 
 
 def _answered(
@@ -339,29 +372,18 @@ def _answered(
     return None  # it has more to send: run anew
 
 
-async def _run_kept(
-    send: Callable[[], Awaitable[T]],
-    settle: Callable[[asyncio.CancelledError], Awaitable[Any]],
-) -> T:
-    """Await ``send()`` under ``_KEEP``; if the caller is cancelled, ``settle`` the
-    cancellation (what it carries: see ``Cancelled``) within ``CANCEL_GRACE``, its errors
-    suppressed, then let the cancellation go on."""
-    keep: contextvars.Token[bool] | None = _KEEP.set(True)
-    try:
-        return await send()
-    except asyncio.CancelledError as cancelled:
-        assert keep is not None
-        _KEEP.reset(keep)
-        keep = None
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await within(settle(cancelled), CANCEL_GRACE)
-        if isinstance(cancelled, Cancelled):
-            # a plain one: asyncio.timeout() recognises its own by the exact class
-            raise asyncio.CancelledError(*cancelled.args) from None
-        raise
-    finally:
-        if keep is not None:
-            _KEEP.reset(keep)
+async def _settled(
+    cancelled: asyncio.CancelledError, settle: Awaitable[Any]
+) -> asyncio.CancelledError:
+    """The cancellation a caller of ``finish_call`` or ``finish_run`` (awaited under
+    ``_KEEP``) raises once ``settle`` (what the cancellation carries: see ``Cancelled``) has
+    run within ``CANCEL_GRACE``, its errors suppressed."""
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await within(settle, CANCEL_GRACE)
+    if isinstance(cancelled, Cancelled):
+        # a plain one: asyncio.timeout() recognises its own by the exact class
+        return asyncio.CancelledError(*cancelled.args)
+    return cancelled
 
 
 async def _settle(

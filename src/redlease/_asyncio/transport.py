@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import sys
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,8 +41,8 @@ else:  # redis-py's own dependency there
     from async_timeout import timeout as async_timeout  # type: ignore[import-not-found, no-redef, unused-ignore]
 
 from .._core.log import log
-from .._redis.errors import HUNG, Hung
-from .._redis.wire import SPARE_CONNECTIONS
+from .._redis.errors import HUNG, Hung, fresh_copy
+from .._redis.wire import NOT_ENOUGH_DATA, SPARE_CONNECTIONS, buffered_reply, hiredis_parser
 from .._shared import fork
 from .cancel import CANCEL_GRACE, Cancelled, cancellable, keeping, within
 
@@ -125,23 +126,19 @@ class Pipeline:
         """The event loop the connections belong to, in this process (a forked child's
         starts with none: the connections it finds are its parent's)."""
         self._retry: Any = None  # the connections' redis-py ``retry``, once one is open
+        self._kept: set[asyncio.Future[Any]] = set()
+        """Calls whose caller, if cancelled, still wants the reply (``cancel``'s path 1)."""
         self._late: dict[asyncio.Future[Any], asyncio.Future[Any]] = {}
-        """Calls whose caller was cancelled in ``cancel``'s path 1: where their reply goes."""
+        """Where the reply of a kept call goes once its caller is cancelled: made only then
+        (by the cancelled caller, or by whoever meets the reply or the failure first)."""
         self.closed = False
 
-    async def call(self, packed: bytes) -> Any:
+    def call(self, packed: bytes) -> Coroutine[Any, Any, Any]:
         """Send ``packed`` (one whole command) and return its reply; an error reply is raised
         (redis-py's ``ResponseError`` and its kinds), as is a connection error or a timeout.
         After a connection error it is sent again as redis-py sends its own commands again
         (the connections' ``retry``); never after a timeout (it would only wait again)."""
-        try:
-            return await self._call_once(packed)
-        except (*HUNG, PipelineClosedError):
-            raise
-        except redis.exceptions.ConnectionError as exc:
-            if self._retry is None:
-                raise
-            return await self._call_again(packed, exc)
+        return self._call_once(packed, first=True)
 
     async def _call_again(self, packed: bytes, failed: Exception) -> Any:
         """``call`` after its first attempt failed with ``failed``: the rest of the attempts
@@ -161,46 +158,56 @@ class Pipeline:
         except Hung as exc:
             raise exc.error from None
 
-    async def _call_once(self, packed: bytes) -> Any:
+    async def _call_once(self, packed: bytes, first: bool = False) -> Any:
+        """One attempt of ``call``; the ``first`` one goes on with the others after a
+        connection error (``_call_again``)."""
         loop = asyncio.get_running_loop()
         if loop is not self._home.get().loop:
             # a forked child (or another event loop) never touches the connections it finds
             self._forget(loop)
         keep = keeping()
         try:
-            if self._queued >= DEPTH:
-                await self._wait_for_room()
-            if self.closed:
-                raise PipelineClosedError("the pipeline is closed")
-            link = self._pick()
-            if link is None:
-                link = await self._open()
-                if link.dead:  # failed as it opened (its error went to the calls it had)
-                    raise redis.exceptions.ConnectionError("the pipeline's connection closed")
-        except asyncio.CancelledError as cancelled:
-            if keep:
-                raise Cancelled(cancelled, packed, False, None) from None
-            raise
-        future: asyncio.Future[Any] = loop.create_future()
-        if keep:  # where the reply goes if the caller is cancelled before it is read
-            late: asyncio.Future[Any] = loop.create_future()
-            late.add_done_callback(_retrieved)
-            self._late[future] = late
-        link.outgoing.append((packed, future))
-        link.wake.set()
-        self._queued += 1
-        try:
-            return await future
-        except asyncio.CancelledError as cancelled:
-            if not keep:
+            try:
+                if self._queued >= DEPTH:
+                    await self._wait_for_room()
+                if self.closed:
+                    raise PipelineClosedError("the pipeline is closed")
+                link = self._pick()
+                if link is None:
+                    link = await self._open()
+                    if link.dead:  # failed as it opened (its error went to the calls it had)
+                        raise redis.exceptions.ConnectionError("the pipeline's connection closed")
+            except asyncio.CancelledError as cancelled:
+                if keep:
+                    raise Cancelled(cancelled, packed, False, None) from None
                 raise
-            raise await self._cancelled(cancelled, link, packed, future) from None
-        finally:
-            if keep:
-                self._late.pop(future, None)
-            self._queued -= 1
-            if self._room is not None and self._queued < DEPTH:
-                self._make_room()
+            future: asyncio.Future[Any] = loop.create_future()
+            if keep:  # its reply is handed on if the caller is cancelled before it is read
+                self._kept.add(future)
+            link.outgoing.append((packed, future))
+            link.wake.set()
+            self._queued += 1
+            try:
+                return await future
+            except asyncio.CancelledError as cancelled:
+                if not keep:
+                    raise
+                raise await self._cancelled(cancelled, link, packed, future) from None
+            finally:
+                if keep:
+                    self._kept.discard(future)
+                    if self._late:
+                        self._late.pop(future, None)
+                self._queued -= 1
+                if self._room is not None and self._queued < DEPTH:
+                    self._make_room()
+        except (*HUNG, PipelineClosedError):
+            raise
+        except redis.exceptions.ConnectionError as exc:
+            if not first or self._retry is None:
+                raise
+            failed = exc
+        return await self._call_again(packed, failed)
 
     async def _cancelled(
         self,
@@ -214,21 +221,34 @@ class Pipeline:
         (bounded) and handed up."""
         if future.done() and not future.cancelled():
             return Cancelled(cancelled, packed, True, future)  # answered as it was cancelled
-        late = self._late.get(future)
-        if late is None or any(queued is future for _, queued in link.outgoing):
-            return Cancelled(cancelled, packed, False, None)  # the writer skips it
+        late = self._late.get(future)  # answered (or dropped unsent) since it was cancelled
+        if late is None:
+            if future not in self._kept or any(queued is future for _, queued in link.outgoing):
+                return Cancelled(cancelled, packed, False, None)  # the writer skips it
+            late = self._late_of(future)
         with contextlib.suppress(asyncio.CancelledError):
             await asyncio.wait({late}, timeout=CANCEL_GRACE)
         if late.done() and not late.exception() and late.result() is _UNSENT:
             return Cancelled(cancelled, packed, False, None)  # dropped by the writer
         return Cancelled(cancelled, packed, True, late if late.done() else None)
 
+    def _late_of(self, future: asyncio.Future[Any]) -> asyncio.Future[Any]:
+        """Where the reply of ``future``'s call (a kept one) goes once its caller is cancelled."""
+        late = self._late.get(future)
+        if late is None:
+            late = asyncio.get_running_loop().create_future()
+            late.add_done_callback(_retrieved)
+            self._late[future] = late
+        return late
+
     def _hand_late(
         self, future: asyncio.Future[Any], reply: Any, error: BaseException | None
     ) -> None:
         """Hand the reply (or error) of a cancelled caller's call to it (in ``cancel``'s path 1)."""
-        late = self._late.pop(future, None)
-        if late is None or late.done():
+        if future not in self._kept:
+            return
+        late = self._late_of(future)
+        if late.done():
             return
         if error is None:
             late.set_result(reply)
@@ -286,7 +306,7 @@ class Pipeline:
         try:
             return await asyncio.shield(self._opening)
         except Exception as exc:
-            raise _copy(exc) from None  # each waiter its own (see _copy)
+            raise fresh_copy(exc) from None  # each waiter its own (see fresh_copy)
 
     def _start_opening(self) -> None:
         loop = asyncio.get_running_loop()
@@ -337,7 +357,7 @@ class Pipeline:
                 batch, link.outgoing = link.outgoing, []
                 # a call cancelled before it is written is never sent
                 live = [(packed, future) for packed, future in batch if not future.done()]
-                if len(live) < len(batch) and self._late:
+                if len(live) < len(batch) and self._kept:
                     for _, future in batch:
                         if future.done():
                             self._hand_late(future, _UNSENT, None)
@@ -352,8 +372,14 @@ class Pipeline:
                 raise
 
     async def _read(self, link: _Link) -> None:
-        """Read ``link``'s replies in order and hand each to its caller (unless cancelled)."""
+        """Read ``link``'s replies in order and hand each to its caller (unless cancelled).
+        Each read that waits for the socket is redis-py's ``read_response`` (bounded by the
+        pool's ``socket_timeout``); with hiredis, the replies that came in the same read of the
+        socket are then taken from its buffer at once, without waiting (one read per batch
+        instead of one per reply: no timer, no coroutines per reply)."""
         conn, pending = link.conn, link.pending
+        parser = hiredis_parser(conn)  # None: redis-py's Python parsers, one by one
+        push = getattr(parser, "_hiredis_PushNotificationType", None)  # (set as it connected)
         try:
             while True:
                 if not pending:
@@ -363,20 +389,16 @@ class Pipeline:
                 try:
                     reply = await conn.read_response()
                 except redis.exceptions.ResponseError as exc:  # an error reply, read whole
-                    future = pending.popleft()
-                    if not future.done():
-                        future.set_exception(exc)
-                    elif self._late:
-                        self._hand_late(future, None, exc)
-                    if link.draining and not link.load:
-                        self._retire(link)
-                        return
-                    continue
-                future = pending.popleft()
-                if not future.done():
-                    future.set_result(reply)
-                elif self._late:
-                    self._hand_late(future, reply, None)
+                    reply = exc
+                self._answer(pending.popleft(), reply)
+                while pending and parser is not None:  # what is read already: no wait
+                    reply = buffered_reply(parser)
+                    if reply is NOT_ENOUGH_DATA:
+                        break
+                    if push is not None and isinstance(reply, push):
+                        await parser.handle_push_response(reply)  # as redis-py's read does
+                        continue
+                    self._answer(pending.popleft(), reply)
                 if link.draining and not link.load:
                     self._retire(link)
                     return
@@ -384,6 +406,17 @@ class Pipeline:
             self._fail(link, exc)
             if not isinstance(exc, Exception):
                 raise
+
+    def _answer(self, future: asyncio.Future[Any], reply: Any) -> None:
+        """Hand ``reply`` (an error reply: a ``ResponseError``) to the caller of ``future``."""
+        error = reply if isinstance(reply, redis.exceptions.ResponseError) else None
+        if future.done():
+            if self._kept:
+                self._hand_late(future, reply, error)
+        elif error is None:
+            future.set_result(reply)
+        else:
+            future.set_exception(error)
 
     def _fail(self, link: _Link, exc: BaseException) -> None:
         """Fail every call queued on ``link`` with (a copy of) ``exc`` and retire it. After a
@@ -400,12 +433,12 @@ class Pipeline:
         link.outgoing.clear()
         for future in (*sent, *unsent):
             if not future.done():
-                future.set_exception(_copy(error))
-            elif self._late:
+                future.set_exception(fresh_copy(error))
+            elif self._kept:
                 if future in unsent:
                     self._hand_late(future, _UNSENT, None)
                 else:
-                    self._hand_late(future, None, _copy(error))
+                    self._hand_late(future, None, fresh_copy(error))
         if not isinstance(error, PipelineClosedError):
             suspect, self._links = self._links, []
             for other in suspect:
@@ -462,6 +495,7 @@ class Pipeline:
         self._home.get().loop = loop
         self._links = []
         self._draining = []
+        self._kept = set()
         self._late = {}
         self._opening = None
         self._queued = 0
@@ -663,14 +697,3 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
 
 async def _nothing(_: Exception) -> None:
     """What redis-py's retry does to a failed connection here: nothing (already retired)."""
-
-
-def _copy(exc: Exception) -> Exception:
-    """A fresh exception like ``exc`` for each failed caller (one instance raised in many
-    tasks would gather all their tracebacks)."""
-    try:
-        copy = type(exc)(*exc.args)
-    except Exception:
-        copy = redis.exceptions.ConnectionError(str(exc))
-    copy.__cause__ = exc.__cause__
-    return copy

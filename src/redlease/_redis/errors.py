@@ -272,3 +272,14 @@ def unavailable(exc: BaseException, address: str, name: str | None) -> ServerUna
     return ServerUnavailableError(
         f"redis server {address} unavailable{what}: {why}", address=address, name=name
     )
+
+
+def fresh_copy(exc: Exception) -> Exception:
+    """A fresh exception like ``exc`` for each failed caller (one instance raised in many
+    tasks would gather all their tracebacks)."""
+    try:
+        copy = type(exc)(*exc.args)
+    except Exception:
+        copy = redis.exceptions.ConnectionError(str(exc))
+    copy.__cause__ = exc.__cause__
+    return copy

@@ -14,7 +14,16 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import redis.exceptions
+
 from .._core.requests import Call
+
+try:
+    from redis._parsers import _AsyncHiredisParser as _HiredisParser
+    from redis._parsers import hiredis as _hiredis_parser
+except ImportError:  # (an older redis-py: every reply read as redis-py reads it)
+    _HiredisParser = None  # type: ignore[assignment, misc]
+    _hiredis_parser = None  # type: ignore[assignment]
 
 SPARE_CONNECTIONS = 4
 """Connections a client keeps checked out of the pool between its calls: taking one from the
@@ -108,3 +117,32 @@ def checkout_args(pool: Any) -> tuple[str, ...]:
     if parameter is None or parameter.default is not inspect.Parameter.empty:
         return ()
     return ("EVALSHA",)
+
+
+NOT_ENOUGH_DATA: Any = getattr(_hiredis_parser, "NOT_ENOUGH_DATA", False)
+"""What hiredis's reader gives while no whole reply is buffered (``False`` before redis-py 8)."""
+
+
+def hiredis_parser(conn: Any) -> Any:
+    """The hiredis parser of redis-py's asyncio connection ``conn``, or ``None`` (one of
+    redis-py's Python parsers, or a redis-py without hiredis support)."""
+    parser = getattr(conn, "_parser", None)
+    if _HiredisParser is None or not isinstance(parser, _HiredisParser):
+        return None
+    return parser
+
+
+def buffered_reply(parser: Any) -> Any:
+    """The next reply already in ``parser``'s buffer (a hiredis parser of redis-py's), as
+    redis-py's ``read_response`` would return it (an error reply as a ``ResponseError``, not
+    raised; a push message as it is), or ``NOT_ENOUGH_DATA`` when a whole one is not there."""
+    reader = parser._reader
+    if reader is None or not parser._connected:
+        return NOT_ENOUGH_DATA  # (the awaited read raises redis-py's own error)
+    reply = reader.gets()
+    if isinstance(reply, list):
+        if reply and isinstance(reply[0], redis.exceptions.ConnectionError):
+            raise reply[0]
+    elif isinstance(reply, redis.exceptions.ConnectionError):
+        raise reply
+    return reply
