@@ -138,13 +138,18 @@ RELEASE_PARAMS = frozenset(inspect.signature(core.release).parameters)
 # --- numbers: tokens and server times -------------------------------------------------------
 
 
+def _numeric(text: str) -> bool:
+    """Whether ``renumber`` takes the string ``text`` for a token or a server time."""
+    return 12 <= len(text) <= 17 and text.isdigit()
+
+
 def _collect(x: Any, out: set[int]) -> None:
     t = type(x)
     if t is int:
         if x >= BASE:
             out.add(x)
     elif t is str:
-        if 12 <= len(x) <= 17 and x.isdigit():
+        if _numeric(x):
             out.add(int(x))
     elif t is frozenset or isinstance(x, tuple):
         for v in x:
@@ -156,7 +161,7 @@ def _rewrite(x: Any, m: dict[int, int]) -> Any:
     if t is int:
         return m.get(x, x) if x >= BASE else x
     if t is str:
-        return str(m.get(int(x), x)) if 12 <= len(x) <= 17 and x.isdigit() else x
+        return str(m.get(int(x), x)) if _numeric(x) else x
     if t is tuple:
         return tuple(_rewrite(v, m) for v in x)
     if t is frozenset:
@@ -221,6 +226,16 @@ class Process:
         if config.ids == "unfixed":
             minting = _fresh_module(Path(unfixed.HERE) / "ids.py", f"ids{index}")
         self.ids = [minting.next_request_id() for _ in range(256)]
+        for _ in range(20):
+            # an id of 12 to 17 decimal digits (a random prefix whose 16 hex digits are all
+            # below a: about 1 process in 1,850) reads as a token or a server time to
+            # renumber(), which would rewrite it in the owners' records but not inside a
+            # place in line: such a process draws its prefix again, as a fresh copy of the
+            # module (another process) would
+            if not any(_numeric(i) for i in self.ids):
+                break
+            minting = _fresh_module(_owners.__file__, f"ids{index}")
+            self.ids = [minting.next_request_id() for _ in range(256)]
 
     def owner(self) -> str:
         return str(self.client.owner(self.module.next_owner_id()))
