@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis
+from integration.helpers import ttl_rises
 
 import redlease
 from redlease import LeaseLostError, StaleTokenError
@@ -227,7 +228,7 @@ def test_short_connection_cuts_do_not_lose_the_hold(lock_server, name):
             raw = redis.Redis.from_url(lock_server.url)
             for _ in range(4):  # time must pass here: the watchdog renews every L/3
                 link.cut()
-                wait_until(_renewed(raw, name), timeout=L)
+                wait_until(ttl_rises(raw, name), timeout=L)
                 assert not b.lock(name).acquire(blocking=False)
             raw.close()
             assert not told.is_set()
@@ -236,18 +237,6 @@ def test_short_connection_cuts_do_not_lose_the_hold(lock_server, name):
         finally:
             a.close()
             b.close()
-
-
-def _renewed(raw: redis.Redis, name: str) -> Any:
-    """A condition that turns true once the lock's TTL went up (a renewal) since the call."""
-    last = [raw.pttl(name)]
-
-    def check() -> bool:
-        ttl = raw.pttl(name)
-        up, last[0] = ttl > last[0], ttl
-        return up
-
-    return check
 
 
 class _Failover:
@@ -285,7 +274,7 @@ def test_failover_keeps_a_replicated_hold(fault_binary, name):
         setup.fail_over()
         assert not b.lock(name).acquire(blocking=False)
         raw = redis.Redis.from_url(setup.replica.url)
-        wait_until(_renewed(raw, name), timeout=L)  # renewed on the new master
+        wait_until(ttl_rises(raw, name), timeout=L)  # renewed on the new master
         raw.close()
         assert not told.is_set()
         lock_a.release()

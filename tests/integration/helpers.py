@@ -77,18 +77,29 @@ async def eventually(condition: Callable[[], Any], timeout: float = 10.0) -> Non
         await asyncio.sleep(0.01)
 
 
+def ttl_rises(raw: Any, key: str) -> Callable[[], bool]:
+    """A condition that turns true each time ``key``'s TTL went up (a renewal) since it was
+    last asked (first: since this call): a watchdog renewing a lease, told apart from a lease
+    merely running down."""
+    last = [reply_int(raw.pttl(key))]
+
+    def check() -> bool:
+        ttl = reply_int(raw.pttl(key))
+        up, last[0] = ttl > last[0], ttl
+        return up
+
+    return check
+
+
 async def renewed(raw: Any, key: str, times: int = 2, timeout: float = 30.0) -> bool:
     """Whether ``key``'s TTL went back up ``times`` times within ``timeout`` seconds (polled
-    every 0.1 s): a watchdog renewing a lease, told apart from a lease merely running down."""
+    every 0.1 s, ``ttl_rises``)."""
+    rose = ttl_rises(raw, key)
     deadline = time.monotonic() + timeout
-    last = reply_int(raw.pttl(key))
     seen = 0
     while seen < times and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
-        ttl = reply_int(raw.pttl(key))
-        if ttl > last:
-            seen += 1
-        last = ttl
+        seen += rose()
     return seen >= times
 
 
