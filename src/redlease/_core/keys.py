@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 UNLOCK_MESSAGE = "0"
 """What Redisson publishes on the unlock channel when a lock is released."""
@@ -212,54 +213,50 @@ class LockKeys:
 
 
 @dataclass(frozen=True)
-class SemaphoreKeys:
-    """The keys and channel of one counting semaphore (Redisson RSemaphore layout)."""
+class PermitKeys:
+    """What the two semaphores' keys share (Redisson's RSemaphore and
+    RPermitExpirableSemaphore layouts): the name, the channel, the waiters' registrations and
+    the receipts of requests."""
 
     name: str
     channel: str
-    total: str
     waiters: str
     receipt_prefix: str
     pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
     """How changes publish on ``channel`` (the client's; see ``PubSub``)."""
 
-    @classmethod
-    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> SemaphoreKeys:
-        return cls(
-            name=name,
-            channel=redisson_prefixed("redisson_sc", name),
-            total=same_slot_key(name, "redlease:sem-total:"),
-            waiters=same_slot_key(name, "redlease:sem-waiters:"),
-            receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
-            pubsub=pubsub,
-        )
+    @staticmethod
+    def shared(name: str, pubsub: PubSub) -> dict[str, Any]:
+        """The shared keys of the semaphore ``name``, as keyword arguments."""
+        return {
+            "name": name,
+            "channel": redisson_prefixed("redisson_sc", name),
+            "waiters": same_slot_key(name, "redlease:sem-waiters:"),
+            "receipt_prefix": same_slot_key(name, "redlease:sem-receipt:", ":"),
+            "pubsub": pubsub,
+        }
 
     def receipt(self, request_id: str) -> str:
         return self.receipt_prefix + request_id
 
 
 @dataclass(frozen=True)
-class LeaseSemaphoreKeys:
+class SemaphoreKeys(PermitKeys):
+    """The keys and channel of one counting semaphore (Redisson RSemaphore layout)."""
+
+    total: str
+
+    @classmethod
+    def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> SemaphoreKeys:
+        return cls(total=same_slot_key(name, "redlease:sem-total:"), **cls.shared(name, pubsub))
+
+
+@dataclass(frozen=True)
+class LeaseSemaphoreKeys(PermitKeys):
     """The keys and channel of one lease semaphore (Redisson RPermitExpirableSemaphore layout)."""
 
-    name: str
-    channel: str
     leases: str
-    waiters: str
-    receipt_prefix: str
-    pubsub: PubSub = field(default=CLASSIC, kw_only=True, compare=False, repr=False)
-    """How changes publish on ``channel`` (the client's; see ``PubSub``)."""
 
     @classmethod
     def for_name(cls, name: str, pubsub: PubSub = CLASSIC) -> LeaseSemaphoreKeys:
-        return cls(
-            name=name,
-            channel=redisson_prefixed("redisson_sc", name),
-            leases=redisson_suffixed(name, "timeout"),
-            waiters=same_slot_key(name, "redlease:sem-waiters:"),
-            receipt_prefix=same_slot_key(name, "redlease:sem-receipt:", ":"),
-            pubsub=pubsub,
-        )
-
-    def receipt(self, request_id: str) -> str:
-        return self.receipt_prefix + request_id
+        return cls(leases=redisson_suffixed(name, "timeout"), **cls.shared(name, pubsub))
