@@ -31,6 +31,10 @@ async def waiters_are(side: Any, gate: Any, count: int) -> bool:
     return bool((await side(gate.statistics())).waiters == count)
 
 
+async def local_waiters_are(side: Any, gate: Any, count: int) -> bool:
+    return bool((await side(gate.statistics())).local_waiters == count)
+
+
 async def test_set_count_down_and_wait(side, server, name):
     gate = latch(side, side.client(server.url), name)
     assert await side(gate.count()) == 0
@@ -68,7 +72,10 @@ async def test_count_reaching_zero_releases_every_waiter(side, server, name):
 
     waiting = [Background(side, partial(wait, i)) for i in range(5)]
     await eventually(lambda: waiters_are(side, gate, 5))
-    assert (await side(gate.statistics())).local_waiters == 3
+    # a client's first waiter registers on the server, then listens (wait_loop): the local
+    # count follows the server's a moment later
+    await eventually(lambda: local_waiters_are(side, gate, 3))
+    await eventually(lambda: local_waiters_are(side, latch(side, clients[1], name), 2))
     await side(gate.count_down())
     await asyncio.sleep(0.05)
     assert (await side(gate.statistics())).waiters == 5  # still closed: nobody left

@@ -163,8 +163,12 @@ async def test_semaphore_waiter_is_woken_by_a_release(side, server, name):
     assert await side(holder.acquire())
     pending = Background(side, lambda: waiter.acquire(timeout=20))
     await eventually(lambda: waiters_are(side, holder, 1))
-    stats = await side(waiter.statistics())
-    assert (stats.waiters, stats.local_waiters) == (1, 1)
+
+    async def listening() -> bool:  # registered on the server first, then listening
+        stats = await side(waiter.statistics())
+        return bool((stats.waiters, stats.local_waiters) == (1, 1))
+
+    await eventually(listening)
     released_at = time.monotonic()
     await side(holder.release())
     assert await pending.result()
