@@ -45,7 +45,12 @@ class RwSideBase(LockBase):
         return self._rw.name
 
     def _plan_acquire(
-        self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
+        self,
+        owner: str,
+        blocking: bool,
+        timeout: Seconds | None,
+        lease: Seconds | None,
+        started: float | None = None,
     ) -> AcquirePlan:
         blocking, wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
@@ -67,7 +72,13 @@ class RwSideBase(LockBase):
 
         gone: list[bool] = []
         op = self._settled_first(owner, acquire)
-        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic(), gone=gone)
+        return AcquirePlan(
+            owner=owner,
+            lease=chosen,
+            op=op,
+            started=time.monotonic() if started is None else started,
+            gone=gone,
+        )
 
     def _release_op(self, owner: str, hold: Hold) -> Operation[int]:
         assert hold.release_id is not None
