@@ -80,6 +80,10 @@ def _reported(events: list[Any], name: str) -> bool:
     return any(e.kind == MAY_STAY_TAKEN and e.name == name for e in events)
 
 
+def _may_stay_taken(registry: Any, name: str) -> float | None:
+    return registry.get_sample_value("redlease_permits_may_stay_taken_total", {"lock": name})
+
+
 def _drop_then_silence(proxy: TcpProxy, sha: bytes) -> threading.Event:
     """Once the server ran the next command with ``sha``, its reply is dropped and the network
     goes silent in the same instant (so the client's one resend hangs too, however soon it
@@ -157,11 +161,13 @@ async def test_an_undo_that_never_reaches_the_server_is_reported(
             await _lose_a_grant(side, sem, "acquire", proxy)
             kept = _keeper(side, client)
             await eventually(lambda: kept.table.undos_pending == 0, timeout=windows.unsure_for + 3)
-            await eventually(lambda: _reported(events, name), timeout=2)
+            await eventually(lambda: _reported(events, name), timeout=10)
+            # the listeners run one after the other on the watchdog's thread (sync side): the
+            # metrics listener, added after the events list, counts a moment later
+            await eventually(lambda: (_may_stay_taken(registry, name) or 0) >= 1, timeout=10)
         warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
         assert any(name in r.getMessage() and "may stay taken" in r.getMessage() for r in warnings)
-        sample = registry.get_sample_value("redlease_permits_may_stay_taken_total", {"lock": name})
-        assert sample == 1
+        assert _may_stay_taken(registry, name) == 1
         proxy.cut()
         proxy.thaw()
         assert int(raw.get(name)) == 0  # they did stay taken: the report was due
