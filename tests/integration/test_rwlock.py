@@ -37,7 +37,7 @@ from redlease._sync.rwlock import ReadLock, ReadWriteLock, WriteLock
 from redlease.errors import LockUpgradeError
 from redlease.testing import RedisServer, TcpProxy
 
-from .helpers import eventually, reply_scores
+from .helpers import eventually, reply_scores, ttl_rises
 
 WORKER = str(Path(__file__).with_name("rw_worker.py"))
 
@@ -339,15 +339,26 @@ async def test_many_readers_and_writers_keep_the_invariant(side, server, name):
 
 
 async def test_watchdog_renews_read_and_write_holds(side, server, name):
-    # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine
-    client = side.client(server.url, watchdog_timeout=1.2)
+    # a 2 s lease, renewed every 2/3 s (each call bounded by that): a renewal late by up to
+    # 1.3 s on a loaded 2-core machine still lands within the lease (1.2 s left 0.8 s)
+    client = side.client(server.url, watchdog_timeout=2)
     rw = rw_lock(client, name)
     assert await side(rw.write_lock().acquire())
     assert await side(rw.read_lock().acquire())
-    deadline = time.monotonic() + 2.6  # more than two leases
-    while time.monotonic() < deadline:
+    keys = core.RwKeys.for_name(name)
+    raw = redis.Redis.from_url(server.url)
+    rises = {key: ttl_rises(raw, key) for key in (keys.writer, keys.readers)}
+    seen = dict.fromkeys(rises, 0)
+    # both sides renewed 7 times, a third of a lease apart: more than two leases (waited for,
+    # not slept through), both holds owned all along
+    deadline = time.monotonic() + 60
+    while min(seen.values()) < 7:
+        assert time.monotonic() < deadline, f"renewals seen within 60 s: {seen}"
         assert await side(rw.write_lock().owned()) and await side(rw.read_lock().owned())
-        await asyncio.sleep(0.2)
+        await asyncio.sleep(0.1)
+        for key, rose in rises.items():
+            seen[key] += rose()
+    raw.close()
     assert not rw.write_lock().lease_lost and not rw.read_lock().lease_lost
     await side(rw.read_lock().release())
     await side(rw.write_lock().release())

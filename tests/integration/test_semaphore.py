@@ -35,7 +35,7 @@ from redlease._core import semaphore as core
 from redlease._core.keys import LeaseSemaphoreKeys, SemaphoreKeys
 from redlease._sync.semaphore import LeaseSemaphore, Semaphore
 
-from .helpers import eventually, reply_scores
+from .helpers import eventually, reply_scores, ttl_rises
 
 WORKER = str(Path(__file__).with_name("semaphore_worker.py"))
 
@@ -548,20 +548,32 @@ async def test_lease_semaphore_expired_permit_comes_back(side, server, name):
 
 
 async def test_lease_semaphore_client_renews_and_update_lease_time_extends(side, server, name):
-    # a lease long enough for a renewal every 0.4 s (each call bounded by that) to land on a
-    # loaded 2-core machine: 0.4 s (a call bounded by 0.13 s) failed there ("renewal timed out")
-    client = side.client(server.url, watchdog_timeout=1.2)
+    # a lease long enough for a renewal every 2/3 s (each call bounded by that) to land on a
+    # loaded 2-core machine: 0.4 s (a call bounded by 0.13 s) failed there ("renewal timed
+    # out"), and 1.2 s left a late renewal 0.8 s
+    client = side.client(server.url, watchdog_timeout=2)
     sem = lease_semaphore(side, client, name)
     assert await side(sem.try_set_permits(2))
-    watched = await side(sem.acquire())  # lease 1.2 s, renewed every 0.4 s
+    watched = await side(sem.acquire())  # lease 2 s, renewed every 2/3 s
     explicit = await side(sem.acquire(lease=1.0))
     assert await side(sem.update_lease_time(explicit, 30))
-    deadline = time.monotonic() + 3.8  # more than three watchdog leases
-    while time.monotonic() < deadline:
+    raw = redis.Redis.from_url(server.url)
+    timeouts, member = f"{{{name}}}:timeout", bytes.fromhex(watched)
+    last, renewals = raw.zscore(timeouts, member), 0
+    # the watched permit renewed 7 times, a third of a lease apart: more than two watchdog
+    # leases (and the explicit one's 1 s) went by, both permits held all along (waited for,
+    # not slept through)
+    deadline = time.monotonic() + 60
+    while renewals < 7:
+        assert time.monotonic() < deadline, f"{renewals} renewals within 60 s"
         stats = await side(sem.statistics())
         assert stats.holders == 2, "a renewed permit expired"
         await asyncio.sleep(0.1)
-    assert 0 < stats.ttl <= 1.2
+        ends = raw.zscore(timeouts, member)
+        renewals += ends is not None and last is not None and ends > last
+        last = ends
+    raw.close()
+    assert 0 < stats.ttl <= 2
     await side(sem.release(watched))
     await side(sem.release(explicit))
     assert not await side(sem.update_lease_time(explicit, 30))  # given back: not held
@@ -782,15 +794,30 @@ def test_sync_and_async_apis_match():
 def test_permits_and_locks_share_the_one_watchdog(server, name):
     import redlease
 
-    # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine
-    with redlease.Client.from_url(server.url, watchdog_timeout=1.2) as client:
+    # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine,
+    # and whose renewals may come 1.3 s late (1.2 s left them 0.8 s)
+    with redlease.Client.from_url(server.url, watchdog_timeout=2) as client:
         slots = client.lease_semaphore(name)
         assert slots.try_set_permits(2)
         permit = slots.acquire(timeout=5)
         assert permit is not None
         lock = client.lock(name + ":lock")
         assert lock.acquire()
-        time.sleep(2.6)  # more than two leases pass: both renewed by the same thread
+        # both renewed 7 times, a third of a lease apart: more than two leases pass (waited
+        # for, not slept through), both renewed by the same thread
+        raw = redis.Redis.from_url(server.url)
+        lock_rose = ttl_rises(raw, name + ":lock")
+        timeouts, member = f"{{{name}}}:timeout", bytes.fromhex(permit)
+        last, seen = raw.zscore(timeouts, member), [0, 0]
+        deadline = time.monotonic() + 60
+        while min(seen) < 7:
+            assert time.monotonic() < deadline, f"renewals (lock, permit) within 60 s: {seen}"
+            time.sleep(0.1)
+            seen[0] += lock_rose()
+            ends = raw.zscore(timeouts, member)
+            seen[1] += ends is not None and last is not None and ends > last
+            last = ends
+        raw.close()
         names = [t.name for t in threading.enumerate()]
         assert names.count("redlease-watchdog") == 1
         assert "redlease-permit-renewer" not in names
