@@ -113,6 +113,23 @@ def postgres() -> Iterator[PostgresServer]:
         yield server
 
 
+LONG_RECHECK = 60.0
+"""The waiters' re-check under ``long_recheck``: longer than any wait such a test makes."""
+
+
+@pytest.fixture
+def long_recheck(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Waiters in this process re-check only every ``LONG_RECHECK`` seconds (not every
+    ``RECHECK``: 5 s, the read-write lock's 2 s): a test that a message woke a waiter (its
+    wait ``timeout`` well past the bound it checks) can then give a loaded machine many
+    seconds and still tell a wake-up from a re-check. Returns the bound: 10 s."""
+    from redlease._core import lock, redlock, rwlock, waiting
+
+    for module in (lock, redlock, rwlock, waiting):
+        monkeypatch.setattr(module, "RECHECK", LONG_RECHECK)
+    return 10.0
+
+
 @pytest.fixture
 def name() -> str:
     return f"test:{uuid.uuid4().hex[:12]}"

@@ -71,7 +71,9 @@ async def test_delete_by_either_side(side, server, latch_name, java):
 
 
 @pytest.mark.parametrize("change", ["count_down", "delete"])
-async def test_a_redisson_change_wakes_redlease_waiters(side, server, latch_name, java, change):
+async def test_a_redisson_change_wakes_redlease_waiters(
+    side, server, latch_name, java, change, long_recheck
+):
     client = side.client(server.url)
     assert java.try_set_count(1)
     waiters = [

@@ -181,7 +181,9 @@ async def test_expiry_set_by_either_side_takes_both_keys(side, server, sem_name,
 
 
 @pytest.mark.parametrize("change", ["release_many", "release", "add_permits", "set_permits"])
-async def test_a_redisson_change_wakes_a_redlease_waiter(side, server, sem_name, java, change):
+async def test_a_redisson_change_wakes_a_redlease_waiter(
+    side, server, sem_name, java, change, long_recheck
+):
     slots = side.client(server.url).lease_semaphore(sem_name)
     assert await side(slots.try_set_permits(2))
     theirs = java.try_acquire(2)

@@ -156,7 +156,9 @@ async def test_set_permits_keeps_the_held_permits_counted(side, server, sem_name
 
 
 @pytest.mark.parametrize("change", ["release", "add_permits", "try_set_permits"])
-async def test_a_redisson_change_wakes_a_redlease_waiter(side, server, sem_name, java, change):
+async def test_a_redisson_change_wakes_a_redlease_waiter(
+    side, server, sem_name, java, change, long_recheck
+):
     sem = side.client(server.url).semaphore(sem_name)
     if change != "try_set_permits":
         assert java.try_set_permits(2) and java.try_acquire(2)
