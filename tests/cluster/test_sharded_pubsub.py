@@ -24,9 +24,10 @@ from .test_migration import _migrate_slot
 
 pytestmark = pytest.mark.cluster
 
-WOKEN_WITHIN = 3.0
-"""A waiter woken by the message acquires within this; without it, it would re-check only
-after RECHECK (5 s) or the holder's 30 s lease."""
+WOKEN_WITHIN = 10.0
+"""A waiter woken by the message acquires within this, however loaded the machine; without
+it, it would look again only at the end of its 20 s wait or at the holder's 30 s lease
+(under ``long_recheck``; else after RECHECK, 5 s, the read-write lock's 2 s)."""
 
 
 def _node(server: RedisServer) -> redis.Redis:
@@ -199,7 +200,7 @@ KINDS = ["lock", "fair", "rw", "semaphore", "lease_semaphore", "latch"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_hand_off_by_sharded_pub_sub_on_every_master(side, cluster, kind):
+async def test_hand_off_by_sharded_pub_sub_on_every_master(side, cluster, kind, long_recheck):
     """A waiter on another client listens with SSUBSCRIBE on the master of its channel's slot
     (not with classic SUBSCRIBE anywhere), and the release wakes it with SPUBLISH."""
     holder_client = side.client(cluster.url, cluster=True)
@@ -268,8 +269,10 @@ async def _waiter_follows(
 ) -> None:
     """A lock held and waited on; ``move`` changes the master of its slot. The waiter's
     subscription follows to the new master, and the release still wakes it by message."""
-    # a lease longer than a failover takes, so the hold normally survives it on the replica
-    holder_client = side.client(cluster.url, cluster=True, watchdog_timeout=10)
+    # a lease longer than a failover takes, so the hold normally survives it on the replica,
+    # and longer than WOKEN_WITHIN: a waiter that missed the message looks again only at the
+    # holder's TTL (20-30 s when it last tried: renewed every 10 s)
+    holder_client = side.client(cluster.url, cluster=True, watchdog_timeout=30)
     waiter_client = side.client(cluster.url, cluster=True)
     lost: list[Exception] = []
     holder = holder_client.lock(name, on_lease_lost=lost.append)
@@ -316,7 +319,7 @@ async def _waiter_follows(
     assert [o.split(":")[0] for o in stats.holders] == [waiter_client.id]
 
 
-async def test_a_waiter_follows_its_channel_when_the_slot_moves(side, own_cluster):
+async def test_a_waiter_follows_its_channel_when_the_slot_moves(side, own_cluster, long_recheck):
     """The source master unsubscribes the slot's sharded channels when the slot leaves it; the
     subscriber subscribes them on the new master and the waiter is woken there."""
 
@@ -327,7 +330,7 @@ async def test_a_waiter_follows_its_channel_when_the_slot_moves(side, own_cluste
     await _waiter_follows(side, own_cluster, name, migrate)
 
 
-async def test_a_waiter_follows_its_channel_to_a_promoted_replica(side, own_cluster):
+async def test_a_waiter_follows_its_channel_to_a_promoted_replica(side, own_cluster, long_recheck):
     """The master of the waiter's slot is killed; once its replica is promoted, the waiter
     listens there and is woken there."""
     name = f"order:sharded-failover:{side.kind}"
@@ -350,7 +353,9 @@ async def test_a_waiter_follows_its_channel_to_a_promoted_replica(side, own_clus
 # --- Redis 6.2: classic pub/sub -----------------------------------------------------------
 
 
-async def test_classic_pub_sub_on_a_cluster_without_sharded_pub_sub(side, legacy_cluster):
+async def test_classic_pub_sub_on_a_cluster_without_sharded_pub_sub(
+    side, legacy_cluster, long_recheck
+):
     """Redis 6.2 has no SSUBSCRIBE: waiters listen with classic SUBSCRIBE on one node and
     releases PUBLISH, which the cluster forwards to every node."""
     with _node(legacy_cluster.nodes[0]) as r, pytest.raises(redis.ResponseError):

@@ -6,7 +6,8 @@ wake-ups across the two sides, a waiter that gives up leaves the line, reentranc
 leases; names with and without braces; sync and asyncio.
 
 Timing: a wake-up must come within ``WAKE`` seconds, far below what a missed one costs (a
-redlease waiter re-checks every 5 s; a Java waiter waits out the holder's 30 s lease)."""
+redlease waiter under ``long_recheck`` waits out its 20-30 s wait or the holder's 30 s lease;
+a Java waiter waits out the holder's 30 s lease)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ from redlease._core.fair import REDISSON_FAIR, SCRIPTS, THREAD_WAIT_MS
 from redlease._core.keys import PubSub
 from redlease.testing.redisson.fair_lock import RedissonFairLock
 
-WAKE = 2.0
-"""A wake-up across the two sides comes within this (measured: about 1 ms)."""
+WAKE = 10.0
+"""A wake-up across the two sides comes within this (measured: about 1 ms), however loaded
+the machine. Without its message a waiter looks again only at the end of its 20 s wait or at
+the holder's 30 s TTL (a redlease waiter under ``long_recheck``; else at its 5 s re-check)."""
 
 GIVE_UP = 3.0
 """The timeout of a waiter that gives up while others queue behind it: longer than a loaded
@@ -156,7 +159,7 @@ async def _sleep(side: Any, seconds: float) -> None:
 
 
 async def test_a_java_holder_excludes_redlease_and_its_unlock_wakes_the_redlease_waiter(
-    side, world, fair_name
+    side, world, fair_name, long_recheck
 ):
     java = world.java(fair_name)
     assert java.try_lock(1)
@@ -208,7 +211,9 @@ async def test_a_redlease_holder_excludes_java_and_its_release_wakes_the_java_wa
     await me(lambda: fair.release())
 
 
-async def test_force_release_wakes_the_first_waiter_of_the_other_side(side, world, fair_name):
+async def test_force_release_wakes_the_first_waiter_of_the_other_side(
+    side, world, fair_name, long_recheck
+):
     java, me, fair = world.java(fair_name), world.actor(), world.fair(fair_name)
     assert java.try_lock(1)
     waiting = me.start(lambda: fair.acquire(timeout=20))
@@ -234,7 +239,7 @@ async def test_force_release_wakes_the_first_waiter_of_the_other_side(side, worl
 
 
 async def test_java_and_redlease_waiters_in_one_line_are_served_in_arrival_order(
-    side, world, fair_name
+    side, world, fair_name, long_recheck
 ):
     """Java holds; then a redlease waiter, a Java one, a redlease one, a Java one queue up,
     each after the one before is in line. Each turn is served in that order, each release
@@ -347,7 +352,7 @@ async def test_a_java_waiter_is_not_starved_by_a_busy_redlease_line(side, world,
 
 @pytest.mark.two_servers
 async def test_a_waiter_that_gives_up_leaves_the_line_and_the_next_is_not_held_back(
-    side, world, fair_name
+    side, world, fair_name, long_recheck
 ):
     holder = world.java(fair_name, thread_id=1)
     assert holder.try_lock(1)
