@@ -167,7 +167,7 @@ async def test_timeout_raises_lock_timeout(side, newest, name):
         with pytest.raises(redlease.LockTimeoutError, match="not elected within"):
             async with _leadership(side, b, timeout=timeout):
                 raise AssertionError("led while another leads")
-        assert time.monotonic() - started < 3
+        assert time.monotonic() - started < 10  # not held up by the leader (room for a load)
     await leader.resign()
     async with _leadership(side, b, timeout=0) as term:  # free: one try is enough
         assert term.identity == "b"
@@ -201,8 +201,8 @@ async def test_leader_is_none_once_the_lock_is_free(side, newest, name):
     async def no_leader() -> bool:
         return await side(observer.leader()) is None
 
-    await eventually(no_leader, timeout=L + 5)
-    assert time.monotonic() - gone < L + 1
+    await eventually(no_leader, timeout=L + 10)
+    assert time.monotonic() - gone < L + 4  # (room for a loaded machine's calls)
     raw = redis.Redis.from_url(newest.url)
     try:
         assert reply_bytes(raw.get(observer.record_key)).endswith(
@@ -265,40 +265,42 @@ async def test_observe_yields_each_change(side, newest, name):
         assert at - since < within
         return leader
 
+    # announced changes: within a few seconds on a loaded machine, far from the 30 s poll
+    announced = 10.0
+
     assert await changes_seen(1, time.monotonic(), 10) is None
     leader = Candidate(side, election)
     assert await leader.leads()
-    # announced changes: within a few seconds on a loaded machine, far from the 30 s poll
-    assert await changes_seen(2, leader.elected_at, 5.0) == "one"
+    assert await changes_seen(2, leader.elected_at, announced) == "one"
     left = await leader.resign()
-    assert await changes_seen(3, left, 5.0) is None
+    assert await changes_seen(3, left, announced) is None
     second = Candidate(side, side.client(newest.url).election(name, identity="two"))
     assert await second.leads()
-    assert await changes_seen(4, second.elected_at, 5.0) == "two"
+    assert await changes_seen(4, second.elected_at, announced) == "two"
     assert [s[0] for s in seen] == [None, "one", None, "two"]
     freed = time.monotonic()
     assert await side(election.lock.force_release())  # nobody announces this one
-    await eventually(lambda: len(fast) == 5, timeout=5)
+    await eventually(lambda: len(fast) == 5, timeout=20)
     assert fast[-1][0] is None
-    assert fast[-1][1] - freed < 0.2 + 3  # a 0.2 s poll (room for a loaded machine)
+    assert fast[-1][1] - freed < 0.2 + 10  # a 0.2 s poll (room for a loaded machine)
     assert len(seen) == 4  # not announced: the slow observer polls every 30 s
     await second.resign()  # its term was lost: the block ended with LeaseLostError
     assert isinstance(second.error, redlease.LeaseLostError)
     stopped = time.monotonic()
     stop_fast.set()
     if side.is_async:
-        await asyncio.wait_for(fast_runner, 5)
-        assert time.monotonic() - stopped < 0.2 + 3
+        await asyncio.wait_for(fast_runner, 20)
+        assert time.monotonic() - stopped < 0.2 + 10
         runner.cancel()  # its poll is 30 s: cancelling ends it at once
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(runner, 10)  # (a cancellation lost: TimeoutError)
     else:
-        await eventually(lambda: not fast_runner.is_alive(), timeout=5)
-        assert time.monotonic() - stopped < 0.2 + 3
+        await eventually(lambda: not fast_runner.is_alive(), timeout=20)
+        assert time.monotonic() - stopped < 0.2 + 10
         closed = time.monotonic()
         await side(client.close())  # closing the client ends it at once
-        await eventually(lambda: not runner.is_alive(), timeout=10)
-        assert time.monotonic() - closed < 5
+        await eventually(lambda: not runner.is_alive(), timeout=20)
+        assert time.monotonic() - closed < 10  # not its 30 s poll
     assert stop.is_set() is False
 
 
@@ -313,10 +315,12 @@ async def test_term_lost_when_force_released(side, newest, name):
     second = Candidate(side, b)
     deposed = time.monotonic()
     assert await side(b.force_release())
-    assert await second.leads(timeout=2)
+    assert await second.leads(timeout=10)
     assert second.term.token > first.term.token
-    assert await _wait(first.term.lost, L / 3 + 2)
-    assert time.monotonic() - deposed < L / 3 + 2
+    # at its watchdog's next round (every L / 3), with room for a loaded machine; not at its
+    # release
+    assert await _wait(first.term.lost, L / 3 + 10)
+    assert time.monotonic() - deposed < L / 3 + 10
     assert isinstance(first.term.error, redlease.LeaseLostError)
     await first.resign()
     assert isinstance(first.error, redlease.LeaseLostError)
@@ -481,7 +485,8 @@ def test_killed_leader_is_replaced_within_its_lease(kind, workers):
     leader.stop()
     rest = [c for c in candidates if c is not leader]
     _, new_token, led_at = _next_leader(rest, L + 10)
-    assert led_at - killed <= L + 1, f"took over {led_at - killed:.3f} s after the kill"
+    # within the lease (the TTL tells the others when to try), with room for a loaded machine
+    assert led_at - killed <= L + 3, f"took over {led_at - killed:.3f} s after the kill"
     assert new_token > token
 
 
@@ -497,14 +502,15 @@ def test_frozen_leader_learns_of_its_loss_as_it_resumes(kind, workers):
     try:
         other = next(c for c in candidates if c is not leader)
         _, new_token, led_at = _next_leader([other], L + 10)
-        assert led_at - frozen <= L + 1
+        assert led_at - frozen <= L + 3  # as a killed leader's
         assert new_token > token
     finally:
         resumed = time.monotonic()
         leader.signal(signal.SIGCONT)
     words = leader.next(10)
     assert words[0] == "lost"
-    assert float(words[1]) - resumed < 1.0, f"learnt {float(words[1]) - resumed:.3f} s late"
+    late = float(words[1]) - resumed
+    assert late < 5.0, f"learnt {late:.3f} s late"  # at once, not at its release
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])
@@ -514,7 +520,9 @@ def test_leader_frozen_during_a_renewal_learns_at_once(kind, newest, name):
     hold ran out, it reads "renewed": a reply from before the stop. Renewals count from when
     they were sent, so the next round is due at once (the round began more than an interval
     ago), not an interval after the late reply: it finds the hold gone."""
-    lease = 3.0  # the watchdog renews every second
+    # the watchdog renews every 3 s: "an interval after the late reply" (3 s) stays far from
+    # "at once" on a loaded machine (1.5 s of room; a 3 s lease left 0.5 s)
+    lease = 9.0
     worker = Worker(kind, newest.url, name, "frozen", lease=lease)
     raw = redis.Redis.from_url(newest.url, decode_responses=True)
     try:

@@ -126,7 +126,7 @@ async def test_decorator_skips_at_once_while_another_instance_holds_the_slot(
             assert await side(job()) is None
         took = time.monotonic() - started
     assert job.calls == []
-    assert took < 2.0  # one round trip each, never a wait on a 30 s lease
+    assert took < 10  # one round trip each, never a wait on a 30 s lease (room for a load)
     assert [e.kind for e in events].count("skipped") == 2
     assert all(e.name == name for e in events if e.kind == "skipped")
     assert caplog.text.count(f"scheduled job {name!r} skipped") == 2
@@ -488,9 +488,10 @@ def _evalsha_calls(r: redis.Redis) -> int:
 
 # --- a kept lock: seen and cleared by an operator ----------------------------------------------
 
-WOKEN_WITHIN = 3.0
-"""A waiter woken by the unlock message of a force release holds the lock well within this;
-without the message it would look again only at its re-check (``RECHECK``, 5 s)."""
+WOKEN_WITHIN = 10.0
+"""A waiter woken by the unlock message of a force release holds the lock well within this,
+however loaded the machine; without the message it would look again only at the end of its
+30 s wait (under ``long_recheck``; else at its re-check, ``RECHECK``, 5 s)."""
 
 
 def _taken_then_released(side: Any, lock: Any, stamp: list[float]) -> Any:
@@ -549,7 +550,7 @@ async def test_a_kept_lock_is_seen_as_kept_and_force_released(side, server, name
 
 
 async def test_force_release_of_a_kept_slot_wakes_a_waiter_and_the_next_run_runs(
-    side, server, name, raw
+    side, server, name, raw, long_recheck
 ):
     """The scheduled job's slot kept by ``at_least_for``: the next run is refused until an
     operator force-releases it; the release publishes the unlock message (a waiter holds at
