@@ -134,8 +134,8 @@ def test_restart_with_data_lost(lock_server, resource_server, name):
         lock_server.restart()
         restarted_at = time.monotonic()
         lock_b = b.lock(name)
-        assert lock_b.acquire(timeout=10)
-        assert time.monotonic() - restarted_at < 2
+        assert lock_b.acquire(timeout=30)
+        assert time.monotonic() - restarted_at < 10  # at once: not after a's lease or renewals
         token_b = _token(lock_b)
         assert token_b > token_a, "tokens went back after the data loss"
         resource.fenced_set("r", "b", token_b)

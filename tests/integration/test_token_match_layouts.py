@@ -221,9 +221,10 @@ async def test_the_watchdog_does_not_renew_a_hold_with_another_token(side, serve
         assert held is not None and held.token == lock.fencing_token
         raw.hset(held.token_key, held.token_field, held.token - 1)  # another hold's token
         started = time.monotonic()
-        await eventually(lambda: lost, timeout=10)
+        await eventually(lambda: lost, timeout=30)
         assert lock.lease_lost
-        assert time.monotonic() - started < 5  # the first renewal after the change tells
+        # the first renewal after the change tells (every 0.5 s; room for a loaded machine)
+        assert time.monotonic() - started < 10
         left = v.found(raw, name)
         assert left is None or left.left <= 1500  # never lengthened
     finally:
