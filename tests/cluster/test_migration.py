@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-import time
 
 import pytest
 import redis
+import redis.cluster
 from integration.helpers import eventually
 
 import redlease
@@ -16,6 +16,7 @@ from redlease._core.keys import LockKeys
 from redlease.testing import RedisServer
 
 from .conftest import LocalCluster
+from .test_watchdog import _renewals_seen
 
 pytestmark = pytest.mark.cluster
 
@@ -44,7 +45,7 @@ def _migrate_slot(cluster: LocalCluster, key: str) -> None:
 def test_a_held_lock_survives_its_slot_moving(own_cluster):
     name = "order:migrating"
     with (
-        redlease.Client.from_url(own_cluster.url, cluster=True, watchdog_timeout=1.5) as client,
+        redlease.Client.from_url(own_cluster.url, cluster=True, watchdog_timeout=2) as client,
         redlease.Client.from_url(own_cluster.url, cluster=True) as other,
     ):
         lost: list[Exception] = []
@@ -53,7 +54,14 @@ def test_a_held_lock_survives_its_slot_moving(own_cluster):
         before = own_cluster.master_of(name).port
         _migrate_slot(own_cluster, name)
         assert own_cluster.master_of(name).port != before
-        time.sleep(3.5)  # more than two leases: renewals must reach the new master (MOVED)
+        # more than two leases: renewals must reach the new master (MOVED); 7 of them, a
+        # third of a 2 s lease apart, waited for (a 1.5 s lease slept through 3.5 s left a
+        # late renewal 1 s on a loaded 2-core machine)
+        observer = redis.cluster.RedisCluster.from_url(own_cluster.url, socket_timeout=5)
+        try:
+            asyncio.run(_renewals_seen(observer, [name], count=7, timeout=60))
+        finally:
+            observer.close()
         assert not lost, f"the hold was reported lost: {lost}"
         assert lock.owned()
         assert not other.lock(name).acquire(blocking=False)

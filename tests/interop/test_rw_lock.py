@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 import redis
-from integration.helpers import reply_bytes, reply_str_hash
+from integration.helpers import reply_bytes, reply_str_hash, reply_strs, ttl_rises
 
 from redlease import InvalidArgumentError, LockUpgradeError
 from redlease._core import rwlock as core
@@ -193,14 +193,22 @@ async def test_downgrade_and_upgrade(side, server, rw_name, java):
 async def test_the_watchdog_keeps_a_read_hold_alive_for_redisson(side, server, rw_name, java):
     """A read hold outlives many watchdog leases; a Java reader's release in between keeps
     the lock for it (it counts redlease's lease keys), so the Java writer stays out."""
-    # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine
-    rw = side.client(server.url, watchdog_timeout=1.2).rw_lock(rw_name, layout="redisson")
+    # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine,
+    # and whose renewals may come 1.3 s late (1.2 s left them 0.8 s)
+    client = side.client(server.url, watchdog_timeout=2)
+    rw = client.rw_lock(rw_name, layout="redisson")
     assert await side(rw.read_lock().acquire())
     assert java.read.try_lock(wait=0)
-    end = time.monotonic() + 2.6  # more than two watchdog leases
-    while time.monotonic() < end:
+    raw = redis.Redis.from_url(server.url, decode_responses=True)
+    (lease_key,) = reply_strs(raw.keys(f"*{client.id}*rwlock_timeout*"))  # the read hold's lease
+    rose, renewals = ttl_rises(raw, lease_key), 0
+    deadline = time.monotonic() + 60
+    while renewals < 7:  # a third of a lease apart: more than two watchdog leases
+        assert time.monotonic() < deadline, f"{renewals} renewals within 60 s"
         assert not java.write.try_lock(wait=0)
         await asyncio.sleep(0.1)  # lets an asyncio client's watchdog run
+        renewals += rose()
+    raw.close()
     assert java.read.unlock() is False
     assert not java.write.try_lock(wait=0)
     assert await side(rw.read_lock().locked())
