@@ -54,4 +54,5 @@ async def test_a_disowned_permit_is_no_longer_renewed(side, server, name):
     got = await side(other.acquire(timeout=10, lease=5))
     waited = time.monotonic() - started
     assert got is not None, "the disowned permit was still renewed after 10 s"
-    assert waited < 1 + 2.0, waited  # one lease, and slack for a loaded machine
+    # one lease, and slack for a loaded machine (a permit still renewed: not within 10 s)
+    assert waited < 1 + 5.0, waited

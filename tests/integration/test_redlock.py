@@ -20,7 +20,7 @@ from redlease.errors import (
 )
 
 from . import redlock_fixtures as fixtures
-from .helpers import eventually
+from .helpers import eventually, renewed
 from .redlock_fixtures import held_on, holders, listening, redlock
 
 redlock_binary, five, three, private3 = (
@@ -283,12 +283,19 @@ async def test_a_master_restarted_empty_while_held(side, private3, name):
         lost.append(error)
         seen.set()
 
-    # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine
-    client = redlock(side, private3, watchdog_timeout=1.2)
+    # a lease whose renewal calls (bounded by a third of it) land on a loaded 2-core machine,
+    # and whose renewals may come 1.3 s late (1.2 s left them 0.8 s)
+    client = redlock(side, private3, watchdog_timeout=2)
     lock = client.lock(name, on_lease_lost=on_lost)
     assert await side(lock.acquire())
     private3[0].restart()  # comes back empty
-    await pause(side, 2.6)  # more than two leases: only renewals keep it
+    # more than two leases: only renewals keep it (7 on a master of the majority, a third of
+    # a lease apart; waited for, not slept through)
+    raw = redis.Redis.from_url(private3[1].url)
+    try:
+        assert await renewed(raw, name, times=7, timeout=60), "the watchdog renews the hold"
+    finally:
+        raw.close()
     assert not lost and not lock.lease_lost
     assert await side(lock.owned())  # still held on the remaining majority
     assert held_on(private3, name) == [1, 2]
