@@ -24,11 +24,11 @@ async def test_acquire_release_and_queries(side, server, name):
     lock = client.lock(name)
     assert not await side(lock.locked())
     assert await side(lock.ttl()) is None
-    assert await side(lock.acquire(timeout=5, lease=10))
+    assert await side(lock.acquire(timeout=5, lease=60))
     assert await side(lock.locked())
     assert await side(lock.owned())
     assert await side(lock.hold_count()) == 1
-    assert 9 < await side(lock.ttl()) <= 10
+    assert 50 < await side(lock.ttl()) <= 60  # this lease, not the watchdog's 30 s
     await side(lock.release())
     assert not await side(lock.locked())
     assert not await side(lock.owned())
@@ -401,10 +401,10 @@ def _waiting(client, name) -> bool:
 async def test_statistics(side, server, name):
     client = side.client(server.url)
     lock = client.lock(name)
-    assert await side(lock.acquire(lease=10))
+    assert await side(lock.acquire(lease=60))
     stats = await side(lock.statistics())
     assert stats.name == name and stats.locked and stats.owned and stats.hold_count == 1
-    assert 9 < stats.ttl <= 10 and len(stats.holders) == 1
+    assert 50 < stats.ttl <= 60 and len(stats.holders) == 1
     await side(lock.release())
     stats = await side(lock.statistics())
     assert not stats.locked and stats.ttl is None and stats.holders == {}

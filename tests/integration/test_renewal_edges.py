@@ -222,13 +222,14 @@ async def test_a_lease_rounding_to_0_ms_never_shortens_a_held_lock(side, server,
         assert await side(lock.acquire(lease=30))
         with pytest.raises(InvalidArgumentError, match="lease"):
             await side(lock.acquire(lease=tiny))  # a re-entry
-        assert raw.pttl(name) > 29_000 and await side(lock.hold_count()) == 1
+        # (a shortened lease would be 0 ms; 10 s of room for a loaded machine)
+        assert raw.pttl(name) > 20_000 and await side(lock.hold_count()) == 1
 
         write = client.rw_lock(f"{name}:rw").write_lock()
         assert await side(write.acquire(lease=30))
         with pytest.raises(InvalidArgumentError, match="lease"):
             await side(write.acquire(lease=tiny))
-        assert await side(write.ttl()) > 29
+        assert await side(write.ttl()) > 20
 
         sem = client.lease_semaphore(f"{name}:sem")
         assert await side(sem.try_set_permits(1))
@@ -241,7 +242,7 @@ async def test_a_lease_rounding_to_0_ms_never_shortens_a_held_lock(side, server,
             side.client(server.url, watchdog_timeout=tiny)
         with pytest.raises(InvalidArgumentError, match="at_most_for"):
             client.scheduled_lock(f"{name}:job", at_most_for=tiny)
-        assert raw.pttl(name) > 29_000  # nothing above touched the lock
+        assert raw.pttl(name) > 20_000  # nothing above touched the lock
         await side(sem.release(permit))
         await side(write.release())
         await side(lock.release())

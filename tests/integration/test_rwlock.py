@@ -123,7 +123,7 @@ async def test_read_and_write_basics(side, server, name):
     assert await side(read.acquire(lease=10))
     assert await side(read.acquire())  # re-entry
     assert await side(read.hold_count()) == 2 and await side(read.owned())
-    assert 9 < await side(read.ttl()) <= 30
+    assert 5 < await side(read.ttl()) <= 30  # (room for a loaded machine)
     assert await side(read.locked()) and not await side(write.locked())
     stats = await side(read.statistics())
     assert stats.hold_count == 2 and stats.locked and stats.owned
