@@ -17,7 +17,11 @@ persisted), in one pipeline on one connection:
 
 TTLs read back are rounded up to the model's unit (a step takes far less than one unit); a
 reply's millisecond values just below a whole unit (a PTTL read a moment after it was set)
-are rounded up the same way, so that the model sees the TTLs it wrote.
+are rounded up the same way, so that the model sees the TTLs it wrote. Both rely on the step
+running promptly: a step whose script ran ``SLOW_MS`` or more after the client read the clock
+for its state's times (the test process stalled in between, by a garbage collection or a
+loaded machine, or the server) is run again, under a fresh tag, until one is prompt (a late
+run leaves nothing: its keys were read back and deleted, its messages read).
 
 Pub/sub is real too. The scripts ask ``PUBSUB NUMSUB`` whether a waiter's client still
 listens, so each simulated process that listens (in the model's state) has a real connection
@@ -142,6 +146,17 @@ class Conn:
         self.sock.close()
 
 
+SLOW_MS = 40
+"""A step whose server time after the script is this far (or more) past the client's clock
+when the step's state was written is run again: below ``round_ms``'s 50 ms, so every
+millisecond value the step reads or writes is within a rounding of what the model meant.
+(A stall of a whole unit there made a group lock's value with one unit left expire before
+the renewal ran: a false I3 in CI's 3.11 step, reproduced by a 1.1 s sleep.)"""
+
+TRIES = 100
+"""How many times a step is run before a slow one is given up on (an error, not a verdict)."""
+
+
 def round_ms(value: int, unit_ms: int) -> int:
     """A millisecond value read a moment after a whole number of units was set, as set."""
     if 0 < value < 10**12 and value % unit_ms >= unit_ms - 50:
@@ -181,6 +196,7 @@ class ServerEngine:
         self.loaded: set[str] = set()
         self.steps = 0
         self.seconds = 0.0
+        self.slow = 0  # runs done again for being late (SLOW_MS)
         assert self.main.call("DBSIZE") == 0, "the model's server must start empty"
 
     def close(self) -> None:
@@ -247,7 +263,27 @@ class ServerEngine:
         ``keys`` that are channels (passed as they are; every other is a key, or a prefix of
         keys, and gets the step's tag before it); ``times``: keys
         whose numbers are server times in epoch milliseconds (a fair lock's places), kept in
-        the state relative to the model's clock, as ``"@<units from now>"``."""
+        the state relative to the model's clock, as ``"@<units from now>"``. A slow run is
+        run again (``SLOW_MS``)."""
+        late_ms = 0
+        for _ in range(TRIES):
+            step, late_ms = self._run_once(state, source, keys, args, channels, times)
+            if late_ms < SLOW_MS:
+                return step
+            self.slow += 1
+        raise RuntimeError(f"no run of the step within {SLOW_MS} ms in {TRIES} (last {late_ms})")
+
+    def _run_once(
+        self,
+        state: State,
+        source: bytes,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        channels: frozenset[str],
+        times: frozenset[str],
+    ) -> tuple[Step, int]:
+        """One run of the step, and how late its script ran: the server's time after it less
+        the client's when it computed the state's times (ms)."""
         began = time.perf_counter()
         sha = hashlib.sha1(source).hexdigest()
         if sha not in self.loaded:
@@ -320,9 +356,10 @@ class ServerEngine:
         out.sort()
         published = self._published(str(self.steps))
         self.seconds += time.perf_counter() - began
+        late_ms = server_ms - now_ms
         if isinstance(reply, RespError):
-            return Step(tuple(out), reply, published)
-        return Step(tuple(out), normalize(reply, self.unit_ms), published)
+            return Step(tuple(out), reply, published), late_ms
+        return Step(tuple(out), normalize(reply, self.unit_ms), published), late_ms
 
 
 def _is_ms(x: Any) -> bool:
