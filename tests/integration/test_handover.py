@@ -245,15 +245,18 @@ async def test_a_hand_over_waits_for_no_further_request(side, binary, name):
         assert await side(holder.acquire())
         await side(holder.release())  # loads the scripts: no NOSCRIPT retry to count
         assert await side(holder.acquire())
-        waiting = _Waiter(side, waiter, timeout=30)
 
         def scripts_run() -> int:
             return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
 
-        # in line, listening, and done trying (it tries again once it listens): quiet
+        before = scripts_run()
+        waiting = _Waiter(side, waiter, timeout=30)
+        # in line, listening, and done trying (it tries again once it listens: two tries,
+        # the second sent a moment after the subscription is confirmed): quiet
         await eventually(lambda: raw.zcard(keys.line) == 1)
         own = keys.handover_prefix + waiter.client.id
         await eventually(lambda: raw.pubsub_numsub(own) == [(own, 1)])
+        await eventually(lambda: scripts_run() >= before + 2)
         seen: list[int] = []
 
         def settled() -> bool:
