@@ -127,7 +127,7 @@ def test_receipt_and_place_constants_match_the_scripts() -> None:
     for script in (core.RW_READ_RELEASE, core.RW_WRITE_RELEASE):
         assert f"'px', {core.RECEIPT_MS})" in script.source.decode()
     assert core.PLACE_MS == 4 * core.RECHECK * 1000
-    assert Path(LUA_DIR / "rw_write_acquire.lua").read_text().count("queue()") >= 3
+    assert Path(LUA_DIR / "rw_write_acquire.lua").read_text().count("join_line()") >= 3
 
 
 def test_acquire_call_undo_gives_back_only_a_new_grant() -> None:

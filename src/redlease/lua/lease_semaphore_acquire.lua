@@ -84,11 +84,11 @@ if available >= permits then
   redis.call('zrem', KEYS[4], ARGV[3])
   return {1, lease, available}
 end
-local place_ms = tonumber(ARGV[4])
-if place_ms > 0 then
+local registration_ms = tonumber(ARGV[4])
+if registration_ms > 0 then
   redis.call('zremrangebyscore', KEYS[4], '-inf', now_ms)
-  redis.call('zadd', KEYS[4], now_ms + place_ms, ARGV[3])
-  redis.call('pexpire', KEYS[4], place_ms)
+  redis.call('zadd', KEYS[4], now_ms + registration_ms, ARGV[3])
+  redis.call('pexpire', KEYS[4], registration_ms)
 end
 local soonest = redis.call('zrange', KEYS[2], 0, 0, 'withscores')
 local wait_ms = -1

@@ -10,7 +10,7 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client-id>:<thread-id>"
 -- ARGV[3]  hold count the caller believes it has (0 on a first acquire)
--- ARGV[4]  1: take a place in line if the lock cannot be had; 0: do not queue
+-- ARGV[4]  1: take a place in line if the lock cannot be had; 0: do not
 -- ARGV[5]  1 for a fair lock: a free lock goes to the first live waiter in line, never to a
 --          newcomer that would pass it (0: a free lock is anyone's)
 -- ARGV[6]  the hand-over lease of the caller's place: "w<ms>" when a release hands it the lock
@@ -39,7 +39,7 @@
 --              before a holder with the caller's lease could run out), token the last fencing
 --              token handed out
 --              (a hand-over with a token no higher was made before this reply: not for the
---              caller's wait from now on). A queueing caller now has a place in line.
+--              caller's wait from now on). A caller that joins the line now has a place in it.
 --  -1 LOST     the caller believed it held the lock, but its hold is gone (hold_count is
 --              the owner's count on the server, 0 when the hold there is another one: its
 --              token is not the caller's)
@@ -117,7 +117,7 @@ local function outsiders_turn() -- an outsiders' turn is on: only its marker cos
   local until_ms = redis.call('hget', KEYS[3], 'redlease:outsiders')
   return until_ms ~= false and tonumber(until_ms) > now_ms()
 end
-local function queue_and_wait(ttl)
+local function join_line_and_wait(ttl)
   if ARGV[4] == '1' then
     local now = redis.call('time')
     redis.call('zadd', KEYS[2], 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), place)
@@ -173,7 +173,7 @@ if count == 0 then
         end
       end
     end
-    local reply = queue_and_wait(math.min(ttl, lease))
+    local reply = join_line_and_wait(math.min(ttl, lease))
     if fields[3] and (ARGV[4] ~= '1' or first_live()) then
       reply[3] = redis.call('pttl', KEYS[1])
     end
@@ -184,7 +184,7 @@ if count == 0 then
   end
   if line and outsiders_turn() then
     -- (see lock_release.lua) a free lock is left to a Redisson waiter
-    return queue_and_wait(-2)
+    return join_line_and_wait(-2)
   elseif line then
     -- a free lock with a line (a hand-over that came to nothing, an outsiders' turn): places
     -- of waiters whose client is gone are dropped; a fair lock goes to the first live one
@@ -195,7 +195,7 @@ if count == 0 then
       end
       if live(head) then
         if ARGV[5] == '1' then
-          return queue_and_wait(-2)
+          return join_line_and_wait(-2)
         end
         break
       end

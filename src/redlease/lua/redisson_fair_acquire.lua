@@ -29,7 +29,7 @@
 --              line, the caller's own lease for a waiter behind the first (so the line does
 --              not re-check all at once), or -2 when the lock is
 --              free but it is the turn of the first waiter in line; token: the last fencing
---              token handed out. A queueing caller now has a place in line (a caller that
+--              token handed out. A caller that joins the line now has a place in it (a caller that
 --              has one keeps it as it is, as in Redisson).
 --  -1 LOST     the caller believed it held the lock, but its hold is gone (hold_count: the
 --              owner's count on the server, 0 when the hold there has another token)

@@ -11,7 +11,7 @@
 -- ARGV[1]  lease in milliseconds
 -- ARGV[2]  owner field "<client-id>:<owner-id>"
 -- ARGV[3]  write hold count the caller believes it has (0 on a first acquire)
--- ARGV[4]  how long a place in line lasts unless the caller retries, ms (0: do not queue)
+-- ARGV[4]  how long a place in line lasts unless the caller retries, ms (0: no place)
 -- ARGV[5]  wait id: unique per acquire call of the owner (its retries reuse it); a first hold
 --          records it, so that a waiter giving up gives back only a hold made for that very
 --          call (rw_leave.lua)
@@ -26,7 +26,7 @@
 --              their leases, for the first live place in line and a caller not in line, which
 --              so re-checks the moment a dead holder's lease ends; the caller's own lease for a
 --              place behind a live one, so the line does not re-check all at once), or a
---              writer ahead in line goes first (ms: -1). A queueing caller has a place.
+--              writer ahead in line goes first (ms: -1). A caller that joins the line has a place.
 --  -1 LOST     the caller believed it held the write hold, but it is gone (hold_count: the
 --              owner's count on the server, 0 when the hold there has another token)
 --  -2 UPGRADE  the caller holds a read hold: waiting for the write lock would wait for itself
@@ -100,7 +100,7 @@ if count > 0 then
   return {1, count + 1, deadline - now, tonumber(redis.call('hget', KEYS[1], 'token'))}
 end
 
-local function queue()
+local function join_line()
   if place_ms > 0 then
     redis.call('zadd', KEYS[5], 'NX', now_us, owner)
     redis.call('zadd', KEYS[6], now + place_ms, owner)
@@ -133,11 +133,11 @@ local function held(ms) -- (see the reply) the bound of the caller's wait
   return {0, 0, ms, 0}
 end
 if writer then
-  queue()
+  join_line()
   return held(ends - now)
 end
 if redis.call('zcount', KEYS[3], after, '+inf') > 0 then
-  queue()
+  join_line()
   local last = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')
   return held(tonumber(last[2]) - now)
 end
@@ -152,7 +152,7 @@ for _ = 1, 16 do
     break
   end
   if redis.call('zscore', KEYS[6], head) then
-    queue()
+    join_line()
     return {0, 0, -1, 0}
   end
   redis.call('zrem', KEYS[5], head) -- in line without a place: lapsed

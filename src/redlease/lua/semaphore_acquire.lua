@@ -39,12 +39,12 @@ if available >= permits then
   redis.call('zrem', KEYS[3], ARGV[2])
   return {1, available, total}
 end
-local place_ms = tonumber(ARGV[3])
-if place_ms > 0 then
+local registration_ms = tonumber(ARGV[3])
+if registration_ms > 0 then
   local now = redis.call('time')
   local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
   redis.call('zremrangebyscore', KEYS[3], '-inf', now_ms)
-  redis.call('zadd', KEYS[3], now_ms + place_ms, ARGV[2])
-  redis.call('pexpire', KEYS[3], place_ms)
+  redis.call('zadd', KEYS[3], now_ms + registration_ms, ARGV[2])
+  redis.call('pexpire', KEYS[3], registration_ms)
 end
 return {0, available, total}
