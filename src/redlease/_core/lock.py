@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import time
@@ -291,14 +292,7 @@ class Listening:
     def start(self) -> Operation[None]:
         # Listening before the first try costs nothing when the channel is already
         # subscribed, and spares a waiter the subscribe-then-retry round trips.
-        sub = self._subscribe  # (field by field: a dataclasses.replace costs more)
-        self.listening = bool(
-            (
-                yield Subscribe(
-                    sub.channel, sub.owner, sub.leave, True, sub.private, sub.wait, sub.grant_back
-                )
-            )
-        )
+        self.listening = bool((yield dataclasses.replace(self._subscribe, only_if_live=True)))
 
     def ready(self) -> Operation[bool]:
         if self.listening:

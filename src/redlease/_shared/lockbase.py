@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -113,12 +114,7 @@ class LockBase:
         return self._keys.name
 
     def _plan_acquire(
-        self,
-        owner: str,
-        blocking: bool,
-        timeout: Seconds | None,
-        lease: Seconds | None,
-        started: float | None = None,
+        self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
         blocking, wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
@@ -143,9 +139,7 @@ class LockBase:
 
         gone: list[bool] = []
         op = self._settled_first(owner, acquire)
-        if started is None:
-            started = time.monotonic()
-        return AcquirePlan(owner=owner, lease=chosen, op=op, started=started, gone=gone)
+        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic(), gone=gone)
 
     @property
     def _line(self) -> Hashable | None:
@@ -175,8 +169,10 @@ class LockBase:
         single try when nothing is), its wait counted from when it joined the line."""
         left = None if wait is None else wait - (time.monotonic() - started)
         if left is not None and left <= 0:
-            return self._plan_acquire(owner, False, None, lease, started)
-        return self._plan_acquire(owner, True, left, lease, started)
+            plan = self._plan_acquire(owner, False, None, lease)
+        else:
+            plan = self._plan_acquire(owner, True, left, lease)
+        return dataclasses.replace(plan, started=started)
 
     def _settled_first(self, owner: str, then: Callable[[int], Operation[T]]) -> Operation[T]:
         """Re-send first a release of the owner's whose outcome is unknown (same request id:

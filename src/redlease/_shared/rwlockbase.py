@@ -45,12 +45,7 @@ class RwSideBase(LockBase):
         return self._rw.name
 
     def _plan_acquire(
-        self,
-        owner: str,
-        blocking: bool,
-        timeout: Seconds | None,
-        lease: Seconds | None,
-        started: float | None = None,
+        self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
         blocking, wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
@@ -72,13 +67,7 @@ class RwSideBase(LockBase):
 
         gone: list[bool] = []
         op = self._settled_first(owner, acquire)
-        return AcquirePlan(
-            owner=owner,
-            lease=chosen,
-            op=op,
-            started=time.monotonic() if started is None else started,
-            gone=gone,
-        )
+        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic(), gone=gone)
 
     def _release_op(self, owner: str, hold: Hold) -> Operation[int]:
         assert hold.release_id is not None

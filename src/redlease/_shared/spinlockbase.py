@@ -30,12 +30,7 @@ class SpinLockBase(LockBase):
         return self._backoff
 
     def _plan_acquire(
-        self,
-        owner: str,
-        blocking: bool,
-        timeout: Seconds | None,
-        lease: Seconds | None,
-        started: float | None = None,
+        self, owner: str, blocking: bool, timeout: Seconds | None, lease: Seconds | None
     ) -> AcquirePlan:
         blocking, wait = wait_args(blocking, timeout)
         chosen = chosen_lease(lease, self._lease)
@@ -57,13 +52,7 @@ class SpinLockBase(LockBase):
 
         gone: list[bool] = []
         op = self._settled_first(owner, acquire)
-        return AcquirePlan(
-            owner=owner,
-            lease=chosen,
-            op=op,
-            started=time.monotonic() if started is None else started,
-            gone=gone,
-        )
+        return AcquirePlan(owner=owner, lease=chosen, op=op, started=time.monotonic(), gone=gone)
 
     @property
     def _line(self) -> Hashable | None:
