@@ -21,11 +21,14 @@ from redlease._core.lock import RECHECK
 from .helpers import eventually, held_by_another_thread, run_forked
 
 MAX_CONNECTIONS = 8  # the issue's bound for one client, pub/sub included
+MEASURING = "redlease-test-measuring"
+"""The client name of the test's own measuring connections, which ConnectionProbe leaves out."""
 
 
 class ConnectionProbe:
-    """Counts the server's client connections (its own left out) from a thread of its own,
-    every few milliseconds until stopped: the most seen at once is ``most``."""
+    """Counts the server's client connections (its own and the test's measuring ones left out)
+    from a thread of its own, every few milliseconds until stopped: the most seen at once is
+    ``most``."""
 
     def __init__(self, url: str) -> None:
         self._raw = redis.Redis.from_url(url, single_connection_client=True)
@@ -36,7 +39,11 @@ class ConnectionProbe:
         self._thread.start()
 
     def count(self) -> int:
-        return sum(1 for c in self._raw.client_list() if int(c["id"]) != self._own)
+        return sum(
+            1
+            for c in self._raw.client_list()
+            if int(c["id"]) != self._own and c.get("name") != MEASURING
+        )
 
     def _run(self) -> None:
         for _ in range(100_000):  # bounded: at most ~30 min of sampling
@@ -84,7 +91,7 @@ class Monitor:
 
 def _scripts_run(url: str) -> int:
     """How many EVALSHA calls the server has run so far."""
-    raw = redis.Redis.from_url(url)
+    raw = redis.Redis.from_url(url, client_name=MEASURING)  # (not counted by ConnectionProbe)
     try:
         return int(raw.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
     finally:
