@@ -11,8 +11,9 @@ constant replies
 acquire only
     The acquire as shipped, the release a constant reply: the acquire's share.
 no receipt write
-    The release without its last line (reading the receipts key, merging, writing it back
-    for 30 s): the share of the release receipts on a free lock.
+    The release without writing the receipts key on a free lock (``APPEND`` of its request
+    id and ``PEXPIRE`` of 30 s; until 2026-11-29 a ``GET``, a merge and a ``SET ... PX``): the
+    share of the release receipts on a free lock.
 no ACL check
     The release without its ``redis.acl_check_cmd`` (a refused publish refused before any
     change).
@@ -39,7 +40,13 @@ from redlease._core.keys import LockKeys
 from redlease.testing import RedisServer
 
 OWNER = f"{uuid.uuid4()}:1"
-RECEIPT_WRITE = "redis.call('set', KEYS[3], receipts(redis.call('get', KEYS[3])), 'px', 30000)\n"
+RECEIPT_WRITE = """\
+  if redis.call('append', KEYS[3], ' ' .. receipts) > 2 * RECEIPT_BYTES then
+    redis.call('set', KEYS[3], newest(redis.call('get', KEYS[3])), 'px', 30000)
+  else
+    redis.call('pexpire', KEYS[3], 30000)
+  end
+"""
 ACL_CHECK = "if not quiet and redis.acl_check_cmd and"
 
 

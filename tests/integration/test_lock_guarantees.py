@@ -8,7 +8,8 @@ drop replies and move to the promoted replica), sync and asyncio; each fails wit
    made for this very call (same wait id); any other is re-leased to this call;
 3. request ids are unique across processes: another process's receipt never answers a release
    of a hold that is gone;
-4. receipts survive a free-lock acquire by another owner.
+4. receipts survive a free-lock acquire by another owner, and the next 15 final releases
+   (the receipts key is appended to, and cut back to the newest when it grows too long).
 """
 
 from __future__ import annotations
@@ -346,6 +347,52 @@ async def test_a_receipt_survives_a_free_lock_cycle_of_another_owner(side, serve
             third.release()
         await side(lock.release())  # recognised: no LeaseLostError
         assert not lock.lease_lost
+    finally:
+        other.close()
+        proxy.close()
+
+
+RECEIPT_BYTES = 16 * 34
+"""What the receipts key keeps when it is cut back (``lock_release.lua``): the last 16 ids at
+least; it is cut back when it grows past twice that."""
+
+
+async def test_a_receipt_outlives_the_next_fifteen_final_releases(side, server, name):
+    """A release that ran (its replies lost) is recognised after 15 more final releases of
+    another owner, although the receipts key was cut back on the way: the key is full (older
+    ids, 1,072 bytes), so the lost release's own append passes twice ``RECEIPT_BYTES`` and the
+    key is cut back to the newest ids, which keep it. The key stays bounded throughout, and
+    the older ids go."""
+    raw = redis.Redis.from_url(server.url)
+    key = receipts_key(name)
+    proxy = TcpProxy((server.host, server.port)).start()
+    other = Client.from_url(server.url)
+    try:
+        client = side.client(proxy.url, socket_timeout=1, socket_connect_timeout=1)
+        lock = client.lock(name)
+        assert await side(lock.acquire())
+        await side(lock.release())  # the scripts are loaded
+        older = [f"older-{i:022d}" for i in range(37)]  # 37 ids of 28 bytes, 1,072 in all
+        raw.set(key, " ".join(older), px=30_000)
+        assert 2 * RECEIPT_BYTES - 34 < raw.strlen(key) <= 2 * RECEIPT_BYTES
+        assert await side(lock.acquire())
+        sha = scripts.LOCK_RELEASE.sha.encode()
+        proxy.drop_next_reply(sha)
+        proxy.drop_next_reply(sha)
+        with pytest.raises(ServerUnavailableError):
+            await side(lock.release())
+        assert raw.strlen(key) <= RECEIPT_BYTES  # it ran, and cut the key back
+        for _ in range(15):  # final releases of another owner, within the window
+            third = other.lock(name)
+            assert third.acquire(blocking=False)
+            third.release()
+            assert raw.strlen(key) <= 2 * RECEIPT_BYTES
+            assert 0 < raw.pttl(key) <= 30_000
+        await side(lock.release())  # recognised: no LeaseLostError
+        assert not lock.lease_lost
+        kept = raw.get(key).decode().split()
+        assert len(kept) >= 16
+        assert older[0] not in kept  # the oldest went when the key was cut back
     finally:
         other.close()
         proxy.close()

@@ -31,4 +31,6 @@ def test_the_operation_sends_that_call_once() -> None:
 
 
 def test_receipts_last_as_long_as_the_plain_release_s() -> None:
-    assert f"'px', {RECEIPT_MS})" in RELEASE_KEEP.source.decode()
+    source = RELEASE_KEEP.source.decode()
+    assert f"'px', {RECEIPT_MS})" in source  # a rewrite
+    assert f"redis.call('pexpire', KEYS[2], {RECEIPT_MS})" in source  # an append

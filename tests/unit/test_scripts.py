@@ -305,8 +305,9 @@ def test_every_key_comes_from_KEYS(path: Path) -> None:
             continue
         assert re.fullmatch(r"KEYS\[[^\]]+\]", args[0]), f"{command} on {args[0]!r}"
         # a hash's field names may be built (Redisson's group lock names a value's fields
-        # "<value>:<owner>:expire_time"): fields are not keys; a key never is
-        names = args[:1] if command.startswith("h") else args
+        # "<value>:<owner>:expire_time"), and what APPEND adds to a string (the receipts):
+        # fields and values are not keys; a key never is
+        names = args[:1] if command.startswith("h") or command == "append" else args
         for arg in names:
             assert ".." not in arg, f"{command} builds a name: {arg!r}"
 
@@ -334,4 +335,15 @@ def test_redis_call_parser_sees_nested_calls() -> None:
 def test_release_receipt_lifetime_matches_the_core_constant() -> None:
     from redlease._core.lock import RECEIPT_MS
 
-    assert f"'px', {RECEIPT_MS})" in scripts.LOCK_RELEASE.source.decode()
+    # every write of the receipts key keeps it that long: the append's PEXPIRE, the rewrite's
+    # SET ... PX, in the release and in the scripts that write the key as it does
+    for script, key in (
+        (scripts.LOCK_RELEASE, "KEYS[3]"),
+        (scripts.LOCK_LEAVE, "KEYS[4]"),
+        (scripts.LOCK_FORCE_RELEASE, "KEYS[3]"),
+        (scripts.Script.load("lock_release_keep"), "KEYS[2]"),
+    ):
+        source = script.source.decode()
+        assert f"redis.call('pexpire', {key}, {RECEIPT_MS})" in source, script.name
+        assert f"'px', {RECEIPT_MS})" in source, script.name
+        assert f"redis.call('append', {key}, " in source, script.name

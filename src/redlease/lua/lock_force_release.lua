@@ -49,12 +49,15 @@ if redis.acl_check_cmd and not redis.acl_check_cmd(ARGV[2], KEYS[2], ARGV[1]) th
 end
 local carried = redis.call('hget', KEYS[1], 'redlease:released')
 if carried then
-  -- newest first, cut to whole ids within 16 x 34 bytes, as lock_release.lua keeps them
-  local list = carried .. ' ' .. (redis.call('get', KEYS[3]) or '')
-  if #list > 16 * 34 then
-    list = string.match(string.sub(list, 1, 16 * 34 + 1), '^(.*) ') or carried
+  -- appended, the newest last, cut back to whole ids within 16 x 34 bytes when the key
+  -- grows past twice that, as lock_release.lua keeps them
+  if redis.call('append', KEYS[3], ' ' .. carried) > 2 * 16 * 34 then
+    local list = redis.call('get', KEYS[3])
+    list = string.match(string.sub(list, -16 * 34 - 1), '^%S* (.*)$') or carried
+    redis.call('set', KEYS[3], list, 'px', 30000)
+  else
+    redis.call('pexpire', KEYS[3], 30000)
   end
-  redis.call('set', KEYS[3], list, 'px', 30000)
 end
 local token = redis.call('hget', KEYS[1], 'redlease:fence')
 redis.call('del', KEYS[1])

@@ -26,12 +26,15 @@ redis.call('zrem', KEYS[3], place)
 local fields = redis.call('hmget', KEYS[1], ARGV[1], 'redlease:wait', 'redlease:released')
 if fields[1] == '1' and fields[2] == ARGV[3] then
   if fields[3] then
-    -- newest first, cut to whole ids within 16 x 34 bytes, as lock_release.lua keeps them
-    local list = fields[3] .. ' ' .. (redis.call('get', KEYS[4]) or '')
-    if #list > 16 * 34 then
-      list = string.match(string.sub(list, 1, 16 * 34 + 1), '^(.*) ') or fields[3]
+    -- appended, the newest last, cut back to whole ids within 16 x 34 bytes when the key
+    -- grows past twice that, as lock_release.lua keeps them
+    if redis.call('append', KEYS[4], ' ' .. fields[3]) > 2 * 16 * 34 then
+      local list = redis.call('get', KEYS[4])
+      list = string.match(string.sub(list, -16 * 34 - 1), '^%S* (.*)$') or fields[3]
+      redis.call('set', KEYS[4], list, 'px', 30000)
+    else
+      redis.call('pexpire', KEYS[4], 30000)
     end
-    redis.call('set', KEYS[4], list, 'px', 30000)
   end
   redis.call('del', KEYS[1])
   redis.pcall(ARGV[2], KEYS[2], '0')

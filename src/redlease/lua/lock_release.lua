@@ -33,13 +33,16 @@
 -- Receipts: a retry of a final release that already ran answers RELEASED again and changes
 -- nothing. Request ids are unique across processes and hosts, so only the release that made
 -- a receipt is answered by it. The request ids of the last 16 final releases (at least:
--- as many whole ids as RECEIPT_BYTES holds) travel
+-- as many whole ids as RECEIPT_BYTES holds), the oldest first, travel
 -- with the lock from holder to holder (field "redlease:released" of the lock hash, which a
--- hand-over copies); a release that frees the lock writes them, with those still in KEYS[3]
--- (a free-lock acquire or a Redisson holder in between starts a hash without them), to KEYS[3]
--- for 30 s (RECEIPT_MS). So a retry is recognised for 30 s, or until 16 more final releases
--- ran, whichever ends first, whatever path the holds in between took; only a hold handed
--- over that then ends by expiry (its holder died) takes the receipts it carries with it.
+-- hand-over copies); a release that frees the lock appends them to those still in the
+-- receipts key KEYS[3] (a free-lock acquire or a Redisson holder in between starts a hash
+-- without them), kept for 30 s (RECEIPT_MS). So a retry is recognised for 30 s, or until 16
+-- more final releases ran, whichever ends first, whatever path the holds in between took;
+-- only a hold handed over that then ends by expiry (its holder died) takes the receipts it
+-- carries with it. The key is appended to (APPEND, PEXPIRE: not read on this path) and cut
+-- back to the newest RECEIPT_BYTES only when it grows past twice that; lock_leave.lua,
+-- lock_release_keep.lua and lock_force_release.lua write it the same way.
 -- Hand-over: when a waiter is in line, the freed lock goes to the first one (by arrival), and
 -- only its client is woken, on its client's own channel (ARGV[6]), so no other process wakes:
 -- it is handed the lock outright: it holds it, with a fresh fencing token (above the counter
@@ -64,7 +67,7 @@
 -- leave a free lock alone (lock_acquire.lua answers -2, "another's turn"), so an outsider
 -- woken by the "0" takes it.
 -- Hot path (a hand-over): hmget, zpopmin, del, time, set (the counter), hset, pexpire,
--- publish.
+-- publish. A release that frees the lock: hmget, del, zpopmin, publish, append, pexpire.
 if ARGV[5] ~= 'publish' and ARGV[5] ~= 'spublish' then
   return redis.error_reply('ERR redlease: ARGV[5] must be publish or spublish')
 end
@@ -94,19 +97,16 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
   end
   -- (on Redis 6.2 the wake-up below is sent by pcall: a denied one leaves the release done and
   -- the waiters to re-check on their own, within 5 s, never a lock deleted and an error told)
-  -- this request's id, then those that came with the lock, then (on a final release that
-  -- frees it) those still in KEYS[3]: the newest first, cut to whole ids within RECEIPT_BYTES,
-  -- which holds at least the last 16 (an id is at most 33 bytes and a space)
-  local function receipts(older)
-    local list = ARGV[3]
-    if fields[4] then
-      list = list .. ' ' .. fields[4]
-    end
-    if older then
-      list = list .. ' ' .. older
-    end
+  -- those that came with the lock, then this request's id (the newest last)
+  local receipts = ARGV[3]
+  if fields[4] then
+    receipts = fields[4] .. ' ' .. receipts
+  end
+  -- the newest of a list, cut to whole ids within RECEIPT_BYTES, which holds at least the
+  -- last 16 (an id is at most 33 bytes and a space)
+  local function newest(list)
     if #list > RECEIPT_BYTES then
-      list = string.match(string.sub(list, 1, RECEIPT_BYTES + 1), '^(.*) ') or ARGV[3]
+      list = string.match(string.sub(list, -RECEIPT_BYTES - 1), '^%S* (.*)$') or ARGV[3]
     end
     return list
   end
@@ -193,7 +193,7 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
       end
       redis.call('hset', KEYS[1], owner, 1, 'redlease:fence', token, 'redlease:wait', wait,
         'redlease:lease', bound, 'redlease:handed', checked, 'redlease:released',
-        receipts(nil))
+        newest(receipts))
       redis.call('pexpire', KEYS[1], lease)
       redis.pcall(ARGV[5], channel, owner .. string.format(' %d %d ', token, lease) .. wait)
       return {1, 0}
@@ -202,8 +202,12 @@ if expected > 0 and count >= expected and count <= expected + tonumber(ARGV[7]) 
   if not quiet then
     redis.pcall(ARGV[5], KEYS[2], '0')
   end
-  -- with the older receipts, from before a free-lock acquire
-  redis.call('set', KEYS[3], receipts(redis.call('get', KEYS[3])), 'px', 30000)
+  -- after the older receipts, from before a free-lock acquire
+  if redis.call('append', KEYS[3], ' ' .. receipts) > 2 * RECEIPT_BYTES then
+    redis.call('set', KEYS[3], newest(redis.call('get', KEYS[3])), 'px', 30000)
+  else
+    redis.call('pexpire', KEYS[3], 30000)
+  end
   return {1, 0}
 end
 if count > 0 and count == expected - 1 then

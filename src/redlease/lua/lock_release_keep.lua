@@ -21,12 +21,13 @@
 -- (a status shows it held, by that field); field "redlease:lease" (the wait bound an acquire
 -- answers) becomes the time kept. No waiter is woken: none could take it before it expires,
 -- and each re-checks by itself within its usual bound. The fencing token stays in the hash.
--- Receipts: as a final lock_release.lua does, this request's id is written to KEYS[2] for
--- 30 s, with the ids the lock carried (field "redlease:released": releases that handed it
--- over) and those already there (at most RECEIPTS in all), so that they outlive the kept key;
+-- Receipts: as a final lock_release.lua does, the ids the lock carried (field
+-- "redlease:released": releases that handed it over) and this request's id are appended to
+-- those in KEYS[2] (the newest last, cut back to whole ids within RECEIPT_BYTES when the key
+-- grows past twice that), which is kept for 30 s, so that they outlive the kept key;
 -- a retry of this call, or of a plain release with the same request id, is recognised: it
 -- answers RELEASED and changes nothing.
-local RECEIPTS = 16
+local RECEIPT_BYTES = 16 * 34 -- the last 16 receipts at least
 local expected = tonumber(ARGV[2])
 if expected ~= 1 then
   return redis.error_reply('ERR redlease: ARGV[2] must be 1: only a final release keeps the lock')
@@ -42,22 +43,21 @@ if count > 0 and mine ~= 0 and tonumber(fields[2] or '0') ~= mine then
   count = 0 -- another hold of the same owner field: not the caller's
 end
 if count >= expected and count <= expected + tonumber(ARGV[6]) then
-  local kept = {ARGV[3]} -- this request's id, those that came with the lock, older ones
-  local function keep_ids(list)
-    for rid in string.gmatch(list or '', '%S+') do
-      if #kept == RECEIPTS then
-        break
-      end
-      kept[#kept + 1] = rid
-    end
+  local receipts = ARGV[3]
+  if fields[3] then
+    receipts = fields[3] .. ' ' .. receipts
   end
-  keep_ids(fields[3])
-  keep_ids(redis.call('get', KEYS[2]))
   local holder = ARGV[1] .. ':kept'
   redis.call('hdel', KEYS[1], ARGV[1])
   redis.call('hset', KEYS[1], holder, 1, 'redlease:lease', keep)
   redis.call('pexpire', KEYS[1], keep)
-  redis.call('set', KEYS[2], table.concat(kept, ' '), 'px', 30000)
+  if redis.call('append', KEYS[2], ' ' .. receipts) > 2 * RECEIPT_BYTES then
+    local list = redis.call('get', KEYS[2])
+    list = string.match(string.sub(list, -RECEIPT_BYTES - 1), '^%S* (.*)$') or ARGV[3]
+    redis.call('set', KEYS[2], list, 'px', 30000)
+  else
+    redis.call('pexpire', KEYS[2], 30000)
+  end
   return {1, 0, keep}
 end
 if count == 0 then
