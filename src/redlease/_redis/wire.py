@@ -119,6 +119,24 @@ def checkout_args(pool: Any) -> tuple[str, ...]:
     return ("EVALSHA",)
 
 
+def unread(conn: Any) -> bool:
+    """Whether a sync redis-py connection ``conn`` holds reply bytes it has received but not
+    parsed yet (its parser's buffer, or a TLS record already decrypted): what to read before
+    its socket is asked again. Without a parser that can tell (an older redis-py), redis-py's
+    own ``can_read(timeout=0)``, which also polls the socket."""
+    sock = conn._sock
+    if sock is not None and hasattr(sock, "pending") and sock.pending():
+        return True
+    parser = conn._parser
+    reader = getattr(parser, "_reader", None)
+    if reader is not None and hasattr(reader, "has_data"):
+        return bool(reader.has_data())  # hiredis
+    buffer = getattr(parser, "_buffer", None)
+    if buffer is not None and hasattr(buffer, "unread_bytes"):
+        return bool(buffer.unread_bytes())  # redis-py's own parsers
+    return bool(conn.can_read(timeout=0))
+
+
 NOT_ENOUGH_DATA: Any = getattr(_hiredis_parser, "NOT_ENOUGH_DATA", False)
 """What hiredis's reader gives while no whole reply is buffered (``False`` before redis-py 8)."""
 

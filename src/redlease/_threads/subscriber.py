@@ -45,6 +45,7 @@ from .._redis.errors import (
     subscription_refused,
     unavailable,
 )
+from .._redis.wire import unread
 from .._shared.channels import (
     CLASSIC,
     HOLDS_CHECK,
@@ -98,6 +99,7 @@ class Subscriber:
         self.holders: Holders | None = None
         """Told of force releases and of (re)subscriptions of the holds' channels."""
         self._holds_check = 0.0
+        self._ready: list[Any] = []  # what the last select found readable
 
     # --- callers' side --------------------------------------------------------------------
 
@@ -256,6 +258,7 @@ class Subscriber:
         if pending:
             timeout = min(timeout, max(0.0, self._retry_at - time.monotonic()))
         ready, _, _ = select.select(readable, [], [], timeout)
+        self._ready = ready
         if self._wake_r in ready:
             with contextlib.suppress(OSError):
                 while os.read(self._wake_r, 4096):
@@ -358,11 +361,17 @@ class Subscriber:
                 self._read(link, conn)
             except CONNECTION_ERRORS as exc:
                 self._lose(link, exc)
+        self._ready = []
 
     def _read(self, link: str, conn: Any) -> None:
+        """Every message ``conn`` has: one read of its socket if the last ``select`` found it
+        readable (data, or the server closed it: then an error), then what that read brought
+        beyond the first message, without asking the socket again (``unread``)."""
         push = {"push_request": True} if str(getattr(conn, "protocol", 2)) == "3" else {}
         kinds = self._kinds
-        while conn.can_read(timeout=0):
+        readable = conn._sock is not None and conn._sock in self._ready
+        while readable or unread(conn):
+            readable = False
             try:
                 message = conn.read_response(**push)
             except redis.exceptions.ResponseError as exc:  # MOVED, CLUSTERDOWN, ...
