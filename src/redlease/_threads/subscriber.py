@@ -364,13 +364,14 @@ class Subscriber:
         self._ready = []
 
     def _read(self, link: str, conn: Any) -> None:
-        """Every message ``conn`` has: one read of its socket if the last ``select`` found it
-        readable (data, or the server closed it: then an error), then what that read brought
-        beyond the first message, without asking the socket again (``unread``)."""
+        """Every message ``conn`` has: the first read without asking the socket again when
+        the last ``select`` found it readable (data, or the server closed it: then an
+        error), then what that read brought (``unread``), and the socket asked again only
+        when that is all parsed (``can_read``: a flood is read to its end here)."""
         push = {"push_request": True} if str(getattr(conn, "protocol", 2)) == "3" else {}
         kinds = self._kinds
         readable = conn._sock is not None and conn._sock in self._ready
-        while readable or unread(conn):
+        while readable or unread(conn) or conn.can_read(timeout=0):
             readable = False
             try:
                 message = conn.read_response(**push)
