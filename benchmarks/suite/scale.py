@@ -133,7 +133,8 @@ async def _scale_tasks(url: str, n: int, budget: float) -> dict[str, Any]:
 
 def _scale_threads(url: str, n: int, budget: float) -> dict[str, Any]:
     """``n`` threads wait on one lock through one Client (default pool), each taking it once.
-    They start one by one, each after the previous one called acquire."""
+    They start one by one, each once the previous one is in the client's local line (its
+    arrival: a thread that has set an event but not yet called acquire has no place)."""
     import threading
 
     client = redlease.Client.from_url(url)
@@ -185,6 +186,12 @@ def _scale_threads(url: str, n: int, budget: float) -> dict[str, Any]:
             threads.append(thread)
             if not calling.wait(timeout=10):
                 raise RuntimeError(f"thread {i} did not start")
+            in_line = time.monotonic() + 10
+            # (its place, as tests/integration/test_local_line.py counts it)
+            while client._lines.waiting(lock._line) < i + 1:
+                if time.monotonic() > in_line:
+                    raise RuntimeError(f"thread {i} did not join the line")
+                time.sleep(0.0005)
         released = time.perf_counter()
         lock.release()
         for thread in threads:
