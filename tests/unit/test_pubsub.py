@@ -200,11 +200,11 @@ def test_a_channel_is_placed_once_and_confirmed_on_its_link() -> None:
     assert links.pending() == ["a"]
     links.place("a", "n1:7000")
     assert links.pending() == []
-    assert not table.entries["a"].confirmed.is_set()
+    assert not table.entries["a"].is_confirmed
     links.confirmed("n2:7001", "a")  # not the link it is placed on
-    assert not table.entries["a"].confirmed.is_set()
+    assert not table.entries["a"].is_confirmed
     links.confirmed("n1:7000", "a")
-    assert table.entries["a"].confirmed.is_set()
+    assert table.entries["a"].is_confirmed
     assert not waiter.event.is_set()  # a first subscription wakes nobody
     assert links.idle() == []
 
@@ -226,7 +226,7 @@ def test_a_slot_moved_away_is_subscribed_again_and_its_waiters_recheck() -> None
     links.place("a", "old")
     links.confirmed("old", "a")
     assert links.unsubscribed("old", "a") is True
-    assert not table.entries["a"].confirmed.is_set()
+    assert not table.entries["a"].is_confirmed
     assert links.pending() == ["a"]
     links.place("a", "new")
     assert not any(w.event.is_set() for w in waiters)
@@ -260,7 +260,7 @@ def test_an_error_reply_fails_the_oldest_command_of_its_link() -> None:
     assert links.refused("n1") == "a"
     assert links.pending() == ["a"]
     links.confirmed("n1", "b")
-    assert table.entries["b"].confirmed.is_set()
+    assert table.entries["b"].is_confirmed
     assert links.refused("n1") is None  # nothing left unanswered
 
 
@@ -276,7 +276,7 @@ def test_a_failed_link_gives_up_its_channels_and_forgets_idle_ones() -> None:
     assert links.lost("n1") == ["busy"]
     assert "idle" not in table.entries  # nobody waits there: not subscribed again
     assert links.pending() == ["busy"]
-    assert table.entries["other"].confirmed.is_set()
+    assert table.entries["other"].is_confirmed
     links.place("busy", "n3")
     links.confirmed("n3", "busy")
     assert busy.event.is_set() and not other.event.is_set()

@@ -110,7 +110,9 @@ class Subscriber:
         deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
         for entry in entries:
             try:
-                confirmed = await wait_event(entry.confirmed, max(0.0, deadline - time.monotonic()))
+                confirmed = await wait_event(
+                    entry.confirmation(), max(0.0, deadline - time.monotonic())
+                )
             except BaseException:
                 self.unsubscribe(waiter)
                 raise

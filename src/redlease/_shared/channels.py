@@ -161,11 +161,23 @@ class Holders(Protocol):
 
 
 class Entry:
-    __slots__ = ("abandoned", "confirmed", "held", "idle_since", "refusal", "rewake", "waiters")
+    __slots__ = (
+        "_confirmation",
+        "_new_event",
+        "abandoned",
+        "held",
+        "idle_since",
+        "is_confirmed",
+        "refusal",
+        "rewake",
+        "waiters",
+    )
 
-    def __init__(self, confirmed: Any) -> None:
+    def __init__(self, new_event: Callable[[], Any]) -> None:
         self.waiters: dict[Waiter, None] = {}  # insertion order: longest waiting first
-        self.confirmed: Any = confirmed
+        self.is_confirmed = False  # the server confirmed the subscription (or refused it)
+        self._new_event = new_event
+        self._confirmation: Any = None  # made for a caller that waits for is_confirmed
         self.refusal: BaseException | None = None  # the server refused the subscription
         self.idle_since: float | None = None
         self.rewake = False  # wake every waiter once re-subscribed after a reconnect
@@ -177,6 +189,26 @@ class Entry:
         """Nobody waits, holds or has a place in line here."""
         return not self.waiters and not self.held and not self.abandoned
 
+    def confirmation(self) -> Any:
+        """An event set while ``is_confirmed`` (made at the first call, under the table's
+        mutex: a channel only the client's holds listen on never needs one, and a thread's
+        event costs about 1.2 KB, per hold)."""
+        if self._confirmation is None:
+            self._confirmation = self._new_event()
+            if self.is_confirmed:
+                self._confirmation.set()
+        return self._confirmation
+
+    def confirm(self) -> None:
+        self.is_confirmed = True
+        if self._confirmation is not None:
+            self._confirmation.set()
+
+    def unconfirm(self) -> None:
+        self.is_confirmed = False
+        if self._confirmation is not None:
+            self._confirmation.clear()
+
 
 class ChannelTable:
     def __init__(self, new_event: Callable[[], Any]) -> None:
@@ -185,14 +217,16 @@ class ChannelTable:
         self._abandoned: dict[Abandoned, None] = {}  # every entry's, oldest first
 
     def add(self, waiter: Waiter) -> tuple[list[Entry], list[str]]:
-        """Register ``waiter`` on its channels: their entries, and the channels that are new
-        (each needs a SUBSCRIBE)."""
+        """Register ``waiter`` on its channels: their entries, each with the event its
+        caller waits on for the subscription (``Entry.confirmation``), and the channels that
+        are new (each needs a SUBSCRIBE)."""
         entries, new = [], []
         for channel in waiter.channels:
             entry = self.entries.get(channel)
             if entry is None:
-                entry = self.entries[channel] = Entry(self._new_event())
+                entry = self.entries[channel] = Entry(self._new_event)
                 new.append(channel)
+            entry.confirmation()
             entry.waiters[waiter] = None
             entry.idle_since = None
             entries.append(entry)
@@ -206,8 +240,7 @@ class ChannelTable:
         if private is not None:
             entries.append(self.entries.get(private))
         if not all(
-            entry is not None and entry.confirmed.is_set() and entry.refusal is None
-            for entry in entries
+            entry is not None and entry.is_confirmed and entry.refusal is None for entry in entries
         ):
             return None
         waiter = Waiter(channel, owner, self._new_event(), private)
@@ -245,7 +278,7 @@ class ChannelTable:
         new = []
         entry = self.entries.get(record.channel)
         if entry is None:
-            entry = self.entries[record.channel] = Entry(self._new_event())
+            entry = self.entries[record.channel] = Entry(self._new_event)
             new.append(record.channel)
         key = (record.owner, record.wait)
         old = entry.abandoned.pop(key, None)
@@ -292,7 +325,7 @@ class ChannelTable:
         for channel in wanted:
             entry = self.entries.get(channel)
             if entry is None:
-                entry = self.entries[channel] = Entry(self._new_event())
+                entry = self.entries[channel] = Entry(self._new_event)
                 new.append(channel)
             entry.held = 1
             entry.idle_since = None
@@ -352,7 +385,7 @@ class ChannelTable:
         if entry is None:
             return False
         entry.refusal = None
-        entry.confirmed.set()
+        entry.confirm()
         again = entry.rewake
         if again:
             entry.rewake = False
@@ -368,7 +401,7 @@ class ChannelTable:
         if entry is None:
             return
         entry.refusal = error
-        entry.confirmed.set()
+        entry.confirm()
 
     def lost(self, channel: str) -> bool:
         """``channel``'s subscription is gone (its connection failed, its slot moved): an idle
@@ -380,7 +413,7 @@ class ChannelTable:
         if entry.idle:
             del self.entries[channel]
             return False
-        entry.confirmed.clear()
+        entry.unconfirm()
         entry.refusal = None
         entry.rewake = True
         return True
@@ -568,6 +601,6 @@ SUBSCRIBE_TIMEOUT = 10.0
 def wake_everyone(table: ChannelTable) -> None:
     """Set every waiter's wake-up and every channel's confirmation (the client closes)."""
     for entry in table.entries.values():
-        entry.confirmed.set()
+        entry.confirm()
         for waiter in entry.waiters:
             waiter.event.set()

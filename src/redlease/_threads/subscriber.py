@@ -117,7 +117,7 @@ class Subscriber:
         self._wake()
         deadline = time.monotonic() + SUBSCRIBE_TIMEOUT
         for entry in entries:
-            confirmed = entry.confirmed.wait(max(0.0, deadline - time.monotonic()))
+            confirmed = entry.confirmation().wait(max(0.0, deadline - time.monotonic()))
             if self._closed:
                 self.unsubscribe(waiter)
                 raise ClientClosedError(name=name)
