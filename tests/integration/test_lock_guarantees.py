@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -325,6 +326,16 @@ def test_another_process_receipt_never_answers_a_lost_release(server, name, kind
         holder.wait(10)
 
 
+async def release_with_replies_lost(side: Any, proxy: TcpProxy, lock: Any) -> None:
+    """A release that runs on the server while the replies to it and to its retry are lost:
+    the caller is told ``ServerUnavailableError``, and the lock is freed (or handed over)."""
+    sha = scripts.LOCK_RELEASE.sha.encode()
+    proxy.drop_next_reply(sha)
+    proxy.drop_next_reply(sha)
+    with pytest.raises(ServerUnavailableError):
+        await side(lock.release())
+
+
 async def test_a_receipt_survives_a_free_lock_cycle_of_another_owner(side, server, name):
     """Defect 4: a release that ran, its replies lost, is recognised when sent again after
     another owner took the free lock and released it."""
@@ -336,11 +347,7 @@ async def test_a_receipt_survives_a_free_lock_cycle_of_another_owner(side, serve
         assert await side(lock.acquire())
         await side(lock.release())  # the scripts are loaded
         assert await side(lock.acquire())
-        sha = scripts.LOCK_RELEASE.sha.encode()
-        proxy.drop_next_reply(sha)
-        proxy.drop_next_reply(sha)
-        with pytest.raises(ServerUnavailableError):
-            await side(lock.release())
+        await release_with_replies_lost(side, proxy, lock)
         for _ in range(3):  # free-lock cycles of another owner, within the window
             third = other.lock(name)
             assert third.acquire(blocking=False)
@@ -376,11 +383,7 @@ async def test_a_receipt_outlives_the_next_fifteen_final_releases(side, server, 
         raw.set(key, " ".join(older), px=30_000)
         assert 2 * RECEIPT_BYTES - 34 < raw.strlen(key) <= 2 * RECEIPT_BYTES
         assert await side(lock.acquire())
-        sha = scripts.LOCK_RELEASE.sha.encode()
-        proxy.drop_next_reply(sha)
-        proxy.drop_next_reply(sha)
-        with pytest.raises(ServerUnavailableError):
-            await side(lock.release())
+        await release_with_replies_lost(side, proxy, lock)
         assert raw.strlen(key) <= RECEIPT_BYTES  # it ran, and cut the key back
         for _ in range(15):  # final releases of another owner, within the window
             third = other.lock(name)
@@ -426,11 +429,7 @@ async def test_a_receipt_carried_by_a_hand_over_survives_its_next_holder(side, s
         thread = threading.Thread(target=waiter, daemon=True)
         thread.start()
         await eventually(lambda: raw.zcard(f"redlease:line:{{{name}}}") == 1)
-        sha = scripts.LOCK_RELEASE.sha.encode()
-        proxy.drop_next_reply(sha)
-        proxy.drop_next_reply(sha)
-        with pytest.raises(ServerUnavailableError):
-            await side(lock.release())  # ran: the lock was handed to the waiter
+        await release_with_replies_lost(side, proxy, lock)  # ran: the lock was handed to the waiter
         assert handed.wait(20)
         if then == "force-released":
             assert other.lock(name).force_release()
@@ -464,11 +463,7 @@ async def test_a_receipt_carried_to_a_waiter_that_gives_up_survives(side, server
         await side(lock.release())  # the scripts are loaded
         assert await side(lock.acquire())
         raw.zadd(keys.line, {"gone-waiter:1 wait-1 w30000": 1})  # a waiter in line
-        sha = scripts.LOCK_RELEASE.sha.encode()
-        proxy.drop_next_reply(sha)
-        proxy.drop_next_reply(sha)
-        with pytest.raises(ServerUnavailableError):
-            await side(lock.release())  # ran: handed to the waiter
+        await release_with_replies_lost(side, proxy, lock)  # ran: handed to the waiter
         assert raw.hget(name, "gone-waiter:1") == b"1"
         leave = leave_call(keys, "gone-waiter:1", "wait-1", "w30000")  # its call gives up
         script = leave.script
